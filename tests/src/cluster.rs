@@ -1,0 +1,504 @@
+//! Multi-process clusters of any server that accepts etcd's flags.
+//!
+//! [`Cluster::start`] launches `size` members (1, 3 or 5) as child processes,
+//! each on its own loopback address ([`crate::net`]) with the standard client
+//! and peer ports, a data directory inside one temporary directory, and its
+//! stdout/stderr appended to `m<i>.log` next to it. It returns once every
+//! member reports a leader and serves a linearizable read.
+//!
+//! Fault injection works on real processes: [`Cluster::kill`] sends SIGKILL
+//! and reaps the child; [`Cluster::restart`] starts the member again with
+//! exactly the flags it was first started with (same data directory,
+//! `--initial-cluster-state new`), as an operator restarting etcd does.
+//!
+//! Dropping the cluster SIGKILLs and reaps every member, also while a test
+//! panics (the panic's unwinding runs the drop), so no server outlives its
+//! test. During a panic the tail of every member's log is printed first.
+//! Set `IT_KEEP_DATA=1` to keep the temporary directory for inspection.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use etcd_client::{Client, GetOptions, StatusResponse};
+use tempfile::TempDir;
+
+use crate::binary::Binary;
+use crate::client::connect;
+use crate::net::{allocate_ip, client_url, peer_url};
+use crate::wait::retry_until;
+
+/// Deadline for a whole cluster (or a restarted member) to become healthy.
+/// Generous: a loaded 2-core machine may run several clusters at once.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
+/// Deadline for the running members to agree on a leader.
+pub const LEADER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `--heartbeat-interval` (etcd's default).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+/// Default `--election-timeout` (etcd's default).
+pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Lines of each member's log printed when a test fails.
+pub const LOG_TAIL_LINES: usize = 40;
+/// Cluster sizes the harness supports.
+pub const SUPPORTED_SIZES: [usize; 3] = [1, 3, 5];
+/// Key read by the health check (it is never written, so reading it leaves
+/// the revision untouched).
+const HEALTH_KEY: &str = "health";
+
+static NEXT_CLUSTER: AtomicU32 = AtomicU32::new(0);
+
+/// How to start a cluster. Every field maps to an etcd flag.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Number of members: 1, 3 or 5.
+    pub size: usize,
+    /// `--snapshot-count`, if set.
+    pub snapshot_count: Option<u64>,
+    /// `--heartbeat-interval` (sent in milliseconds).
+    pub heartbeat_interval: Duration,
+    /// `--election-timeout` (sent in milliseconds).
+    pub election_timeout: Duration,
+    /// `--quota-backend-bytes`, if set.
+    pub quota_backend_bytes: Option<u64>,
+    /// `--max-request-bytes`, if set.
+    pub max_request_bytes: Option<u64>,
+    /// `--log-level`.
+    pub log_level: String,
+}
+
+impl ClusterConfig {
+    /// A cluster of `size` members with etcd's default timing.
+    pub fn new(size: usize) -> Self {
+        Self {
+            size,
+            snapshot_count: None,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            election_timeout: DEFAULT_ELECTION_TIMEOUT,
+            quota_backend_bytes: None,
+            max_request_bytes: None,
+            log_level: "info".to_string(),
+        }
+    }
+
+    /// The same configuration with `--snapshot-count` set.
+    pub fn with_snapshot_count(mut self, count: u64) -> Self {
+        self.snapshot_count = Some(count);
+        self
+    }
+}
+
+/// One member: its identity, its fixed flags and (while running) its process.
+struct Member {
+    name: String,
+    ip: Ipv4Addr,
+    log_path: PathBuf,
+    args: Vec<String>,
+    child: Mutex<Option<Child>>,
+    id: Mutex<Option<u64>>,
+    starts: AtomicU32,
+}
+
+/// A running (or partly stopped) cluster. See the module documentation.
+pub struct Cluster {
+    binary: Binary,
+    members: Vec<Member>,
+    dir: Option<TempDir>,
+}
+
+impl Cluster {
+    /// Starts a cluster of `binary` and waits until every member is healthy.
+    pub async fn start(binary: Binary, config: ClusterConfig) -> Result<Cluster> {
+        let cluster = Self::spawn(binary, &config)?;
+        cluster
+            .wait_healthy()
+            .await
+            .with_context(|| cluster.log_tails())?;
+        Ok(cluster)
+    }
+
+    /// Starts the processes without waiting for health.
+    fn spawn(binary: Binary, config: &ClusterConfig) -> Result<Cluster> {
+        ensure!(
+            SUPPORTED_SIZES.contains(&config.size),
+            "cluster size {} is not one of {SUPPORTED_SIZES:?}",
+            config.size
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-it-")
+            .tempdir()
+            .context("creating the cluster's temporary directory")?;
+        let ips = (0..config.size)
+            .map(|_| allocate_ip())
+            .collect::<Result<Vec<_>>>()?;
+        let initial_cluster = ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| format!("{}={}", member_name(i), peer_url(*ip)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = format!(
+            "it-{}-{}",
+            std::process::id(),
+            NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let members = ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| {
+                Member::new(i, *ip, dir.path(), member_args(i, *ip, dir.path(), &initial_cluster, &token, config))
+            })
+            .collect();
+        let cluster = Cluster {
+            binary,
+            members,
+            dir: Some(dir),
+        };
+        for i in 0..cluster.size() {
+            cluster.restart(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The server binary the members run.
+    pub fn binary(&self) -> &Binary {
+        &self.binary
+    }
+
+    /// Number of members (running or not).
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The temporary directory holding data directories and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().map(TempDir::path).unwrap_or(Path::new(""))
+    }
+
+    /// Client URL of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        client_url(self.members[i].ip)
+    }
+
+    /// Client URLs of all members, running or not.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.size()).map(|i| self.endpoint(i)).collect()
+    }
+
+    /// Client URLs of the members whose process is running.
+    pub fn running_endpoints(&self) -> Vec<String> {
+        self.running().into_iter().map(|i| self.endpoint(i)).collect()
+    }
+
+    /// Indexes of the members whose process is running.
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.size()).filter(|&i| self.is_running(i)).collect()
+    }
+
+    /// Whether member `i` has a live process (one that has not exited).
+    pub fn is_running(&self, i: usize) -> bool {
+        let mut child = self.members[i].child.lock().expect("member lock");
+        match child.as_mut().map(Child::try_wait) {
+            Some(Ok(None)) => true,
+            Some(_) | None => false,
+        }
+    }
+
+    /// SIGKILLs member `i` and reaps it. Killing a stopped member is an error.
+    pub fn kill(&self, i: usize) -> Result<()> {
+        let child = self.members[i].child.lock().expect("member lock").take();
+        let mut child = child.with_context(|| format!("member {i} is not running"))?;
+        kill_and_reap(&mut child).with_context(|| format!("killing member {i}"))
+    }
+
+    /// SIGKILLs every running member.
+    pub fn kill_all(&self) -> Result<()> {
+        for i in self.running() {
+            self.kill(i)?;
+        }
+        Ok(())
+    }
+
+    /// Starts member `i` again with the flags of its first start (same data
+    /// directory, `--initial-cluster-state new`). Does not wait for health.
+    pub fn restart(&self, i: usize) -> Result<()> {
+        let member = &self.members[i];
+        let mut slot = member.child.lock().expect("member lock");
+        if let Some(child) = slot.as_mut() {
+            if child.try_wait()?.is_none() {
+                bail!("member {i} is already running");
+            }
+        }
+        *slot = Some(member.spawn(&self.binary)?);
+        Ok(())
+    }
+
+    /// Restarts member `i` and waits until it serves linearizable reads.
+    pub async fn restart_and_wait(&self, i: usize) -> Result<()> {
+        self.restart(i)?;
+        self.wait_member_ready(i).await
+    }
+
+    /// Waits until every running member is healthy (see [`Self::wait_member_ready`]).
+    pub async fn wait_healthy(&self) -> Result<()> {
+        retry_until("all running members to be healthy", STARTUP_TIMEOUT, || async {
+            for i in self.running_or_fail()? {
+                self.member_ready(i).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Waits until member `i` knows a leader and serves a linearizable read
+    /// (which requires it to be connected to a quorum and caught up to the
+    /// commit index at the time of the read).
+    pub async fn wait_member_ready(&self, i: usize) -> Result<()> {
+        retry_until(&format!("member {i} to be healthy"), STARTUP_TIMEOUT, || {
+            self.member_ready(i)
+        })
+        .await
+        .with_context(|| self.log_tail(i))
+    }
+
+    async fn member_ready(&self, i: usize) -> Result<()> {
+        self.ensure_running(i)?;
+        let mut client = self.client(i).await?;
+        let status = client.status().await?;
+        ensure!(status.leader() != 0, "member {i} has no leader");
+        client.get(HEALTH_KEY, None).await?;
+        self.remember_id(i, &status);
+        Ok(())
+    }
+
+    /// `Maintenance.Status` of member `i`.
+    pub async fn status(&self, i: usize) -> Result<StatusResponse> {
+        let status = self.client(i).await?.status().await?;
+        self.remember_id(i, &status);
+        Ok(status)
+    }
+
+    /// The member id of member `i` (asked from the member if not yet known).
+    pub async fn member_id(&self, i: usize) -> Result<u64> {
+        if let Some(id) = *self.members[i].id.lock().expect("member lock") {
+            return Ok(id);
+        }
+        let status = self.status(i).await?;
+        status
+            .header()
+            .map(|header| header.member_id())
+            .context("status response without header")
+    }
+
+    /// Index of the leader, once all running members report the same,
+    /// running, leader.
+    pub async fn leader(&self) -> Result<usize> {
+        retry_until("a leader agreed on by the running members", LEADER_TIMEOUT, || {
+            self.leader_once()
+        })
+        .await
+    }
+
+    async fn leader_once(&self) -> Result<usize> {
+        let mut leaders = BTreeSet::new();
+        for i in self.running_or_fail()? {
+            leaders.insert(self.status(i).await?.leader());
+        }
+        let leader = match leaders.iter().collect::<Vec<_>>().as_slice() {
+            [single] if **single != 0 => **single,
+            _ => bail!("running members disagree on or lack a leader: {leaders:?}"),
+        };
+        for i in self.running() {
+            if self.member_id(i).await? == leader {
+                return Ok(i);
+            }
+        }
+        bail!("leader {leader:x} is not a running member")
+    }
+
+    /// A follower: the first running member that is not the leader.
+    pub async fn follower(&self) -> Result<usize> {
+        let leader = self.leader().await?;
+        self.running()
+            .into_iter()
+            .find(|&i| i != leader)
+            .ok_or_else(|| anyhow!("no running follower"))
+    }
+
+    /// An etcd-client connected to member `i` only.
+    pub async fn client(&self, i: usize) -> Result<Client> {
+        connect(&[self.endpoint(i)]).await
+    }
+
+    /// An etcd-client connected to all members.
+    pub async fn client_all(&self) -> Result<Client> {
+        connect(&self.endpoints()).await
+    }
+
+    /// Reads `prefix` through member `i`, serializable (member-local) or linearizable.
+    pub async fn get_prefix(&self, i: usize, prefix: &str, serializable: bool) -> Result<etcd_client::GetResponse> {
+        let mut options = GetOptions::new().with_prefix();
+        if serializable {
+            options = options.with_serializable();
+        }
+        Ok(self.client(i).await?.get(prefix, Some(options)).await?)
+    }
+
+    /// The last [`LOG_TAIL_LINES`] lines of member `i`'s log, with a title.
+    pub fn log_tail(&self, i: usize) -> String {
+        let member = &self.members[i];
+        let text = std::fs::read_to_string(&member.log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+        format!(
+            "==== last {LOG_TAIL_LINES} lines of {} ({}) ====\n{tail}\n",
+            member.name,
+            member.log_path.display()
+        )
+    }
+
+    /// Log tails of all members.
+    pub fn log_tails(&self) -> String {
+        (0..self.size()).map(|i| self.log_tail(i)).collect()
+    }
+
+    fn remember_id(&self, i: usize, status: &StatusResponse) {
+        if let Some(header) = status.header() {
+            *self.members[i].id.lock().expect("member lock") = Some(header.member_id());
+        }
+    }
+
+    fn ensure_running(&self, i: usize) -> Result<()> {
+        ensure!(
+            self.is_running(i),
+            "member {i} is not running (exited or killed)\n{}",
+            self.log_tail(i)
+        );
+        Ok(())
+    }
+
+    /// Running members; an error if a member that should run has exited.
+    fn running_or_fail(&self) -> Result<Vec<usize>> {
+        for (i, member) in self.members.iter().enumerate() {
+            let started = member.child.lock().expect("member lock").is_some();
+            if started {
+                self.ensure_running(i)?;
+            }
+        }
+        Ok(self.running())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.log_tails());
+        }
+        for member in &self.members {
+            let child = member
+                .child
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take();
+            if let Some(mut child) = child {
+                let _ = kill_and_reap(&mut child);
+            }
+        }
+        if std::env::var_os("IT_KEEP_DATA").is_some() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!("keeping cluster data in {}", dir.keep().display());
+            }
+        }
+    }
+}
+
+impl Member {
+    fn new(i: usize, ip: Ipv4Addr, dir: &Path, args: Vec<String>) -> Self {
+        Self {
+            name: member_name(i),
+            ip,
+            log_path: dir.join(format!("{}.log", member_name(i))),
+            args,
+            child: Mutex::new(None),
+            id: Mutex::new(None),
+            starts: AtomicU32::new(0),
+        }
+    }
+
+    fn spawn(&self, binary: &Binary) -> Result<Child> {
+        let start = self.starts.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .with_context(|| format!("opening {}", self.log_path.display()))?;
+        writeln!(
+            log,
+            "==== harness: start #{start} of {}: {} {}",
+            self.name,
+            binary.path.display(),
+            self.args.join(" ")
+        )?;
+        Command::new(&binary.path)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning {} for {}", binary.path.display(), self.name))
+    }
+}
+
+fn member_name(i: usize) -> String {
+    format!("m{i}")
+}
+
+fn member_args(
+    i: usize,
+    ip: Ipv4Addr,
+    dir: &Path,
+    initial_cluster: &str,
+    token: &str,
+    config: &ClusterConfig,
+) -> Vec<String> {
+    let name = member_name(i);
+    let mut args = vec![
+        format!("--name={name}"),
+        format!("--data-dir={}", dir.join(format!("{name}.etcd")).display()),
+        format!("--listen-client-urls={}", client_url(ip)),
+        format!("--advertise-client-urls={}", client_url(ip)),
+        format!("--listen-peer-urls={}", peer_url(ip)),
+        format!("--initial-advertise-peer-urls={}", peer_url(ip)),
+        format!("--initial-cluster={initial_cluster}"),
+        "--initial-cluster-state=new".to_string(),
+        format!("--initial-cluster-token={token}"),
+        format!("--heartbeat-interval={}", config.heartbeat_interval.as_millis()),
+        format!("--election-timeout={}", config.election_timeout.as_millis()),
+        format!("--log-level={}", config.log_level),
+    ];
+    if let Some(count) = config.snapshot_count {
+        args.push(format!("--snapshot-count={count}"));
+    }
+    if let Some(bytes) = config.quota_backend_bytes {
+        args.push(format!("--quota-backend-bytes={bytes}"));
+    }
+    if let Some(bytes) = config.max_request_bytes {
+        args.push(format!("--max-request-bytes={bytes}"));
+    }
+    args
+}
+
+/// SIGKILL (std's `Child::kill`) and wait, so the process is gone and reaped.
+fn kill_and_reap(child: &mut Child) -> Result<()> {
+    if child.try_wait()?.is_none() {
+        child.kill()?;
+    }
+    child.wait()?;
+    Ok(())
+}
