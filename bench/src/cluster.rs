@@ -1,0 +1,233 @@
+//! A 3-member cluster on loopback, started with etcd's own flags.
+//!
+//! The same command line starts our `store` and etcd 3.5: member `i` listens
+//! on `http://<subnet>.<first_host+i>:2379` for clients and `:2380` for
+//! peers, keeps its data in a temporary directory, and logs to
+//! `<data dir>/<name>.log`. Starting waits (bounded) until every member
+//! answers Status and they agree on a leader.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use etcd_client::{Client, ConnectOptions};
+
+use crate::procs::Proc;
+
+/// Members per cluster.
+pub const MEMBERS: usize = 3;
+/// Client port of every member.
+pub const CLIENT_PORT: u16 = 2379;
+/// Peer port of every member.
+pub const PEER_PORT: u16 = 2380;
+/// How long a cluster may take to elect a leader after start.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Poll interval while waiting for a cluster.
+const STARTUP_POLL: Duration = Duration::from_millis(100);
+/// Connect timeout of control-plane clients (status, leader lookup).
+pub const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Per-request timeout of control-plane clients.
+pub const CONTROL_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// Human name of the system ("store", "etcd").
+    pub label: String,
+    /// The member binary.
+    pub bin: PathBuf,
+    /// First three octets of the member addresses, e.g. "127.0.50".
+    pub subnet: String,
+    /// Last octet of the first member's address.
+    pub first_host: u8,
+    /// Value of --snapshot-count.
+    pub snapshot_count: u64,
+}
+
+impl ClusterSpec {
+    /// Loopback address of member `i`.
+    pub fn ip(&self, i: usize) -> String {
+        format!("{}.{}", self.subnet, usize::from(self.first_host) + i)
+    }
+}
+
+/// One running member.
+pub struct Member {
+    pub name: String,
+    pub client_url: String,
+    proc: Proc,
+}
+
+/// A running cluster; dropping it kills every member.
+pub struct Cluster {
+    pub label: String,
+    pub members: Vec<Member>,
+    /// Kept so the data directory lives as long as the cluster.
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts all members and waits until they have a leader.
+    pub async fn start(spec: &ClusterSpec) -> Result<Cluster> {
+        crate::bins::require_executable(&spec.bin, &format!("{} binary", spec.label), "build it or pass its path")?;
+        check_ports_free(spec)?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("bench-{}-", spec.label))
+            .tempdir()
+            .context("creating cluster data dir")?;
+        let token = format!("bench-{}-{}", spec.label, std::process::id());
+        let mut members = Vec::with_capacity(MEMBERS);
+        for i in 0..MEMBERS {
+            members.push(start_member(spec, i, dir.path(), &token)?);
+        }
+        let mut cluster = Cluster {
+            label: spec.label.clone(),
+            members,
+            dir,
+        };
+        cluster.wait_ready().await?;
+        Ok(cluster)
+    }
+
+    /// Client endpoints of the members, in member order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_url.clone()).collect()
+    }
+
+    /// Client endpoints of the members that are still running.
+    pub fn live_endpoints(&mut self) -> Vec<String> {
+        self.members
+            .iter_mut()
+            .filter_map(|m| m.proc.is_running().then(|| m.client_url.clone()))
+            .collect()
+    }
+
+    /// The data directory (holds the member logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Index of the current leader among the members.
+    pub async fn leader_index(&self) -> Result<usize> {
+        let endpoints = self.endpoints();
+        let (leader_id, ids) = statuses(&endpoints).await?;
+        ids.iter()
+            .position(|id| *id == Some(leader_id))
+            .with_context(|| format!("{}: leader {leader_id:x} is not a reachable member", self.label))
+    }
+
+    /// SIGKILLs member `i`; returns the instant of the kill.
+    pub fn kill9(&mut self, i: usize) -> Instant {
+        let at = Instant::now();
+        self.members[i].proc.kill9();
+        at
+    }
+
+    /// Pids of all members.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().map(|m| m.proc.pid()).collect()
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        let endpoints = self.endpoints();
+        loop {
+            self.check_alive()?;
+            match statuses(&endpoints).await {
+                Ok((leader, ids)) if leader != 0 && ids.iter().all(Option::is_some) => return Ok(()),
+                Ok(_) | Err(_) if Instant::now() < deadline => tokio::time::sleep(STARTUP_POLL).await,
+                Ok(_) => bail!("{}: no leader after {STARTUP_TIMEOUT:?}", self.label),
+                Err(e) => return Err(e.context(format!("{}: not ready after {STARTUP_TIMEOUT:?}", self.label))),
+            }
+        }
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for m in &mut self.members {
+            if !m.proc.is_running() {
+                bail!(
+                    "{} member {} exited during startup; last log lines:\n{}",
+                    self.label,
+                    m.name,
+                    m.proc.log_tail()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_ports_free(spec: &ClusterSpec) -> Result<()> {
+    for i in 0..MEMBERS {
+        for port in [CLIENT_PORT, PEER_PORT] {
+            let addr = format!("{}:{port}", spec.ip(i));
+            TcpListener::bind(&addr)
+                .with_context(|| format!("{addr} is in use: stop whatever listens there or pick another --subnet"))?;
+        }
+    }
+    Ok(())
+}
+
+fn start_member(spec: &ClusterSpec, i: usize, dir: &Path, token: &str) -> Result<Member> {
+    let name = format!("m{}", i + 1);
+    let ip = spec.ip(i);
+    let client_url = format!("http://{ip}:{CLIENT_PORT}");
+    let peer_url = format!("http://{ip}:{PEER_PORT}");
+    let initial_cluster = (0..MEMBERS)
+        .map(|j| format!("m{}=http://{}:{PEER_PORT}", j + 1, spec.ip(j)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut cmd = Command::new(&spec.bin);
+    cmd.arg("--name").arg(&name);
+    cmd.arg("--data-dir").arg(dir.join(format!("{name}.data")));
+    cmd.args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url]);
+    cmd.args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url]);
+    cmd.args(["--initial-cluster", &initial_cluster, "--initial-cluster-state", "new"]);
+    cmd.args(["--initial-cluster-token", token]);
+    cmd.args(["--snapshot-count", &spec.snapshot_count.to_string()]);
+    let proc = Proc::spawn(&format!("{}-{name}", spec.label), cmd, &dir.join(format!("{name}.log")))?;
+    Ok(Member { name, client_url, proc })
+}
+
+/// A control-plane client for `endpoints`.
+pub async fn control_client(endpoints: &[String]) -> Result<Client> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(CONTROL_CONNECT_TIMEOUT)
+        .with_timeout(CONTROL_REQUEST_TIMEOUT);
+    Client::connect(endpoints, Some(opts))
+        .await
+        .with_context(|| format!("connecting to {}", endpoints.join(",")))
+}
+
+/// The leader id seen by the first member that answers, and each member's own id (None if unreachable).
+pub async fn statuses(endpoints: &[String]) -> Result<(u64, Vec<Option<u64>>)> {
+    let mut leader = 0;
+    let mut ids = Vec::with_capacity(endpoints.len());
+    for ep in endpoints {
+        let status = match control_client(std::slice::from_ref(ep)).await {
+            Ok(mut c) => c.status().await.ok(),
+            Err(_) => None,
+        };
+        if let Some(s) = &status {
+            if leader == 0 {
+                leader = s.leader();
+            }
+        }
+        ids.push(status.and_then(|s| s.header().map(|h| h.member_id())));
+    }
+    if ids.iter().all(Option::is_none) {
+        bail!("no endpoint of {} answered Status", endpoints.join(","));
+    }
+    Ok((leader, ids))
+}
+
+/// The endpoint of the current leader among `endpoints`.
+pub async fn leader_endpoint(endpoints: &[String]) -> Result<String> {
+    let (leader, ids) = statuses(endpoints).await?;
+    ids.iter()
+        .position(|id| *id == Some(leader))
+        .map(|i| endpoints[i].clone())
+        .with_context(|| format!("leader {leader:x} is not among {}", endpoints.join(",")))
+}

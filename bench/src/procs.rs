@@ -1,0 +1,225 @@
+//! Child processes (cluster members, nginx, HAProxy, the gateway) and their cleanup.
+//!
+//! Every child runs in its own session/process group, gets SIGKILL if the
+//! bench process dies (PR_SET_PDEATHSIG), and is registered globally so a
+//! panic, Ctrl-C or SIGTERM kills every group before the process exits.
+//! Dropping a [`Proc`] kills its group too.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+/// Exit code after Ctrl-C / SIGTERM (128 + SIGINT).
+const INTERRUPTED_EXIT_CODE: i32 = 130;
+/// Lines of a child's log shown in error messages.
+pub const LOG_TAIL_LINES: usize = 20;
+/// How long to wait for a killed child to be reaped.
+const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Poll interval while reaping.
+const REAP_POLL: Duration = Duration::from_millis(10);
+
+/// Process-group ids of live children.
+static CHILDREN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// A running child process whose group is killed on drop.
+pub struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    exited: bool,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdout and stderr appended to `log`.
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Proc> {
+        let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+        // SAFETY: setsid and prctl are async-signal-safe and touch no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let child = cmd.spawn().with_context(|| format!("starting {name} ({program})"))?;
+        let pid = i32::try_from(child.id()).context("pid out of range")?;
+        CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+        Ok(Proc {
+            name: name.to_string(),
+            child,
+            log: log.to_path_buf(),
+            exited: false,
+        })
+    }
+
+    /// The child's pid (also its process-group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Name given at spawn.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// True while the child has not exited.
+    pub fn is_running(&mut self) -> bool {
+        !self.exited && matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILLs the child's whole process group and reaps the child.
+    pub fn kill9(&mut self) {
+        if self.exited {
+            return;
+        }
+        let pid = self.child.id() as i32;
+        // SAFETY: plain syscall on a process group we created.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        reap(&mut self.child);
+        self.exited = true;
+        CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| *p != pid);
+    }
+
+    /// The last [`LOG_TAIL_LINES`] lines of the child's output.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn reap(child: &mut Child) {
+    let deadline = std::time::Instant::now() + REAP_TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(REAP_POLL);
+    }
+}
+
+/// The last [`LOG_TAIL_LINES`] lines of the file at `path`.
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+}
+
+/// Kills every registered child group.
+pub fn kill_all() {
+    let pids = std::mem::take(&mut *CHILDREN.lock().unwrap_or_else(|e| e.into_inner()));
+    for pid in pids {
+        // SAFETY: plain syscall on process groups we created.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills all children on panic, Ctrl-C and SIGTERM. Call once, inside the runtime.
+pub fn install_cleanup_handlers() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        kill_all();
+        default_hook(info);
+    }));
+    tokio::spawn(async {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("bench: interrupted, stopping all child processes");
+        kill_all();
+        std::process::exit(INTERRUPTED_EXIT_CODE);
+    });
+}
+
+/// Raises the open-file limit of this process (and so of later children) to
+/// at least `wanted`; returns the new soft limit.
+pub fn raise_fd_limit(wanted: u64) -> Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write/read only the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return Err(std::io::Error::last_os_error()).context("getrlimit");
+        }
+        if lim.rlim_cur >= wanted {
+            return Ok(lim.rlim_cur);
+        }
+        let raised = libc::rlimit {
+            rlim_cur: wanted,
+            rlim_max: lim.rlim_max.max(wanted),
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+            return Ok(wanted);
+        }
+        let soft_only = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &soft_only) != 0 {
+            return Err(std::io::Error::last_os_error()).context("setrlimit");
+        }
+        Ok(lim.rlim_max)
+    }
+}
+
+/// Resident set size of process `pid` in KiB (from /proc/PID/status).
+pub fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS for pid {pid}"))
+}
+
+/// First line of `program args` output (stdout or stderr), for version strings.
+pub fn version_line(program: &Path, args: &[&str]) -> String {
+    match Command::new(program).args(args).output() {
+        Ok(out) => {
+            let text = if out.stdout.is_empty() { out.stderr } else { out.stdout };
+            String::from_utf8_lossy(&text).lines().next().unwrap_or("").trim().to_string()
+        }
+        Err(e) => format!("unavailable ({e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spawn_and_kill() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let mut p = Proc::spawn("sleep", cmd, &dir.path().join("log")).unwrap();
+        assert!(p.is_running());
+        assert!(rss_kib(p.pid()).unwrap() > 0);
+        p.kill9();
+        assert!(!p.is_running());
+    }
+}
