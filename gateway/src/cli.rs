@@ -1,0 +1,252 @@
+//! Command-line flags.
+//!
+//! Two ways to run: `gateway --config FILE` (everything, reloadable), or for the simple case
+//! `gateway --listen ADDR --backend HOST:PORT ... --check https:/readyz`, which builds a
+//! one-frontend configuration with the same defaults as the file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::config::{
+    parse_duration, validate_host_port, BackendConfig, BalancePolicy, CheckConfig, CheckKind, Config, ConfigError,
+    FrontendConfig, OnMarkedDown, Verify, DEFAULT_ADMIN_LISTEN,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_TCP_KEEPALIVE,
+    DEFAULT_WEIGHT, MAX_ENTRIES, MAX_FALL_RISE, MIN_CHECK_INTERVAL,
+};
+use crate::supervisor::{ConfigSource, RunOptions};
+
+/// L4 load balancer with TLS passthrough for kube-apiservers and store members.
+#[derive(Debug, Parser)]
+#[command(name = "gateway", version, about)]
+pub struct Cli {
+    /// TOML configuration file (reloaded on SIGHUP or when it changes).
+    #[arg(long, short = 'c', value_name = "FILE", conflicts_with_all = ["listen", "backends"])]
+    pub config: Option<PathBuf>,
+    /// Listen address of the single frontend (flags mode).
+    #[arg(long, value_name = "ADDR", requires = "backends")]
+    pub listen: Option<SocketAddr>,
+    /// Backend address; repeat for each backend (flags mode).
+    #[arg(long = "backend", value_name = "HOST:PORT", requires = "listen")]
+    pub backends: Vec<String>,
+    /// Health check: https:PATH, http:PATH, tcp, none, etcd (https /health) or etcd-http.
+    #[arg(long, value_name = "SPEC", default_value = "https:/readyz", value_parser = parse_check)]
+    pub check: CheckSpec,
+    /// Check interval (flags mode).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub check_interval: Duration,
+    /// Consecutive failed checks that mark a backend down (flags mode).
+    #[arg(long, default_value_t = 3)]
+    pub fall: u32,
+    /// Consecutive successful checks that mark a backend up (flags mode).
+    #[arg(long, default_value_t = 2)]
+    pub rise: u32,
+    /// Slow-start ramp after a backend comes up (flags mode).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub slow_start: Duration,
+    /// CA bundle to verify backends' certificates in HTTPS checks (default: verify none).
+    #[arg(long, value_name = "FILE")]
+    pub check_ca: Option<PathBuf>,
+    /// Client certificate for HTTPS checks (needs --check-key).
+    #[arg(long, value_name = "FILE", requires = "check_key")]
+    pub check_cert: Option<PathBuf>,
+    /// Client key for HTTPS checks.
+    #[arg(long, value_name = "FILE", requires = "check_cert")]
+    pub check_key: Option<PathBuf>,
+    /// Balancing: least-connections, peak-ewma or round-robin (flags mode).
+    #[arg(long, default_value = "least-connections", value_parser = parse_balance)]
+    pub balance: BalancePolicy,
+    /// Idle timeout of established connections (flags mode).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connect timeout (flags mode).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Admin API, metrics and status page address, or `off` [default: 127.0.0.1:9100, or the
+    /// file's `admin`].
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Seed of the p2c random generator (reproducible balancing decisions).
+    #[arg(long, hide = true)]
+    pub seed: Option<u64>,
+}
+
+/// A parsed `--check` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckSpec {
+    /// The protocol.
+    pub kind: CheckKind,
+    /// The path, for HTTP kinds.
+    pub path: String,
+}
+
+fn parse_check(text: &str) -> Result<CheckSpec, String> {
+    let (kind_text, path) = match text.split_once(':') {
+        Some((kind, path)) => (kind, Some(path)),
+        None => (text, None),
+    };
+    let kind = match kind_text {
+        "none" => CheckKind::None,
+        "tcp" => CheckKind::Tcp,
+        "http" => CheckKind::Http,
+        "https" => CheckKind::Https,
+        "etcd" | "etcd-https" => CheckKind::EtcdHttps,
+        "etcd-http" => CheckKind::EtcdHttp,
+        other => return Err(format!("unknown check `{other}`: use https:PATH, http:PATH, tcp, none, etcd or etcd-http")),
+    };
+    let path = match path {
+        Some(path) if !path.starts_with('/') => return Err(format!("check path `{path}` must start with `/`")),
+        Some(_) if matches!(kind, CheckKind::None | CheckKind::Tcp) => {
+            return Err(format!("check `{kind_text}` takes no path"))
+        }
+        Some(path) => path.to_string(),
+        None => kind.default_path().to_string(),
+    };
+    Ok(CheckSpec { kind, path })
+}
+
+fn parse_balance(text: &str) -> Result<BalancePolicy, String> {
+    match text {
+        "least-connections" | "leastconn" => Ok(BalancePolicy::LeastConnections),
+        "peak-ewma" => Ok(BalancePolicy::PeakEwma),
+        "round-robin" | "roundrobin" => Ok(BalancePolicy::RoundRobin),
+        other => Err(format!("unknown balance `{other}`: use least-connections, peak-ewma or round-robin")),
+    }
+}
+
+impl Cli {
+    /// Turns the flags into run options, validating flags-mode values.
+    pub fn run_options(&self) -> Result<RunOptions, ConfigError> {
+        let admin = match self.admin.as_deref() {
+            None => None,
+            Some("off") => Some(None),
+            Some(text) => Some(Some(text.parse().map_err(|_| {
+                ConfigError::Arguments(format!("--admin `{text}` is not an IP:PORT address or `off`"))
+            })?)),
+        };
+        let source = match &self.config {
+            Some(path) => ConfigSource::File(path.clone()),
+            None => ConfigSource::Flags(Box::new(self.flags_config()?)),
+        };
+        Ok(RunOptions {
+            source,
+            admin,
+            seed: self.seed,
+        })
+    }
+
+    fn flags_config(&self) -> Result<Config, ConfigError> {
+        let listen = self
+            .listen
+            .ok_or_else(|| ConfigError::Arguments("give --config FILE, or --listen ADDR with --backend HOST:PORT".into()))?;
+        if self.backends.len() > MAX_ENTRIES {
+            return Err(ConfigError::Arguments(format!("more than {MAX_ENTRIES} backends")));
+        }
+        for address in &self.backends {
+            validate_host_port(address).map_err(|message| ConfigError::Arguments(format!("--backend: {message}")))?;
+        }
+        let in_range = |value: u32| (1..=MAX_FALL_RISE).contains(&value);
+        if !in_range(self.fall) || !in_range(self.rise) {
+            return Err(ConfigError::Arguments(format!("--fall and --rise must be between 1 and {MAX_FALL_RISE}")));
+        }
+        if self.check_interval < MIN_CHECK_INTERVAL {
+            return Err(ConfigError::Arguments(format!("--check-interval must be at least {MIN_CHECK_INTERVAL:?}")));
+        }
+        let mut check = CheckConfig::with_kind(self.check.kind);
+        check.path = self.check.path.clone();
+        check.interval = self.check_interval;
+        check.timeout = self.check_interval;
+        check.fall = self.fall;
+        check.rise = self.rise;
+        check.slow_start = self.slow_start;
+        if let Some(ca) = &self.check_ca {
+            check.tls.verify = Verify::CaFile(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&self.check_cert, &self.check_key) {
+            check.tls.client_cert = Some((cert.clone(), key.clone()));
+        }
+        let backends = self
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(index, address)| BackendConfig {
+                name: format!("backend{}", index + 1),
+                address: address.clone(),
+                check_address: None,
+                weight: DEFAULT_WEIGHT,
+                max_connections: None,
+            })
+            .collect();
+        Ok(Config {
+            admin_listen: Some(DEFAULT_ADMIN_LISTEN.parse().expect("default admin address parses")),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            frontends: vec![FrontendConfig {
+                name: "default".to_string(),
+                listen,
+                balance: self.balance,
+                max_connections: DEFAULT_MAX_CONNECTIONS,
+                connect_timeout: self.connect_timeout,
+                idle_timeout: self.idle_timeout,
+                queue_timeout: DEFAULT_QUEUE_TIMEOUT,
+                retries: DEFAULT_RETRIES,
+                tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
+                on_marked_down: OnMarkedDown::KeepSessions,
+                check,
+                backends,
+            }],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
+
+    #[test]
+    fn documented_contract_parses() {
+        let cli = Cli::try_parse_from([
+            "gateway",
+            "--listen",
+            "127.0.0.1:6443",
+            "--backend",
+            "127.0.0.2:8443",
+            "--backend",
+            "127.0.0.3:8443",
+            "--check",
+            "https:/readyz",
+        ])
+        .expect("valid flags");
+        let options = cli.run_options().expect("valid");
+        let ConfigSource::Flags(config) = options.source else {
+            panic!("flags mode");
+        };
+        let frontend = &config.frontends[0];
+        assert_eq!(frontend.backends.len(), 2);
+        assert_eq!(frontend.check.kind, CheckKind::Https);
+        assert_eq!(frontend.check.path, "/readyz");
+        assert_eq!(frontend.idle_timeout, DEFAULT_IDLE_TIMEOUT);
+        assert_eq!(frontend.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+    }
+
+    #[test]
+    fn check_specs() {
+        assert_eq!(parse_check("tcp").unwrap().kind, CheckKind::Tcp);
+        assert_eq!(parse_check("http:/healthz").unwrap().path, "/healthz");
+        assert_eq!(parse_check("etcd").unwrap().path, "/health");
+        assert!(parse_check("tcp:/x").is_err());
+        assert!(parse_check("https:readyz").is_err());
+        assert!(parse_check("grpc").is_err());
+    }
+
+    #[test]
+    fn config_conflicts_with_listen() {
+        let result = Cli::try_parse_from(["gateway", "--config", "x.toml", "--listen", "127.0.0.1:1", "--backend", "a:1"]);
+        assert!(result.is_err());
+    }
+}

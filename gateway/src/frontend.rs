@@ -1,0 +1,263 @@
+//! Frontends: a listener, its accept loop and one generation of its service stack.
+//!
+//! A generation is built from one [`FrontendConfig`]: backends (reused from the previous
+//! generation when their address, limits and check are unchanged), the balancer fed by
+//! Discover, the connector, and the per-connection service
+//! `LoadShed(ConcurrencyLimit(ProxyService))`. A reload stops the accept loop, takes its
+//! listener back (so the socket is never closed when the address stays the same) and starts
+//! the next generation on it. Connections of the old generation keep running: their futures
+//! own everything they need.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::limit::ConcurrencyLimit;
+use tower::load_shed::LoadShed;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use crate::backend::Backend;
+use crate::balance::{self, EndpointChange};
+use crate::config::FrontendConfig;
+use crate::endpoint::Endpoint;
+use crate::health::{self, SharedProber};
+use crate::metrics::{FrontendMetrics, Metrics};
+use crate::net;
+use crate::proxy::{self, ClientConnection, ProxyError, ProxyService, ProxySettings};
+
+/// Pause after a failed `accept` (usually EMFILE: out of file descriptors) so the loop does not
+/// spin while connections close and free descriptors.
+pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// State shared by every frontend of the process.
+#[derive(Clone)]
+pub struct Shared {
+    /// Metric families.
+    pub metrics: Arc<Metrics>,
+    /// Every relayed connection, for draining on shutdown.
+    pub connections: TaskTracker,
+    /// Cancelled at the shutdown deadline: closes the remaining relays.
+    pub shutdown: CancellationToken,
+    /// Seed of the p2c generators (fixed for reproducible runs, random otherwise).
+    pub seed: u64,
+}
+
+/// A backend and the token that stops its health checks.
+#[derive(Debug)]
+pub struct BackendEntry {
+    /// The backend.
+    pub backend: Arc<Backend>,
+    check_stop: CancellationToken,
+}
+
+impl BackendEntry {
+    /// Stops the backend's health checks.
+    pub fn stop_checks(&self) {
+        self.check_stop.cancel();
+    }
+}
+
+/// One running frontend generation.
+pub struct Frontend {
+    config: FrontendConfig,
+    backends: Vec<BackendEntry>,
+    accept_stop: CancellationToken,
+    accept_task: JoinHandle<TcpListener>,
+    _discovery: mpsc::Sender<EndpointChange>,
+}
+
+impl Frontend {
+    /// Starts a generation on `listener`. Backends of `previous` whose identity is unchanged
+    /// are reused (with their health state and counts); the others stop their checks.
+    pub fn start(
+        config: FrontendConfig,
+        prober: SharedProber,
+        listener: TcpListener,
+        previous: Vec<BackendEntry>,
+        previous_config: Option<&FrontendConfig>,
+        shared: &Shared,
+    ) -> Frontend {
+        let backends = reconcile_backends(&config, prober, previous, previous_config, &shared.metrics);
+        let endpoints = backends
+            .iter()
+            .map(|entry| {
+                let endpoint = Endpoint::new(Arc::clone(&entry.backend), config.connect_timeout, config.tcp_keepalive);
+                (entry.backend.name().to_string(), endpoint)
+            })
+            .collect();
+        let (discover, discovery) = balance::discover(endpoints);
+        let seed = shared.seed ^ name_hash(&config.name);
+        let balancer = balance::balancer(config.balance, discover, seed);
+        let eligible: Arc<[Arc<Backend>]> = backends.iter().map(|entry| Arc::clone(&entry.backend)).collect();
+        let available = move || eligible.iter().any(|backend| backend.is_eligible());
+        let connector = proxy::connector(balancer, available, config.retries);
+        let settings = ProxySettings {
+            idle_timeout: config.idle_timeout,
+            queue_timeout: config.queue_timeout,
+            connect_timeout: config.connect_timeout,
+            retries: config.retries,
+        };
+        let metrics = shared.metrics.frontend(&config.name);
+        let proxy = ProxyService::new(connector, settings, shared.shutdown.clone(), metrics.clone());
+        let service = ServiceBuilder::new()
+            .load_shed()
+            .concurrency_limit(config.max_connections)
+            .service(proxy);
+        let accept_stop = CancellationToken::new();
+        let accept = AcceptLoop {
+            listener,
+            service,
+            stop: accept_stop.clone(),
+            connections: shared.connections.clone(),
+            metrics,
+            tcp_keepalive: config.tcp_keepalive,
+            frontend: config.name.clone(),
+        };
+        tracing::info!(frontend = %config.name, listen = %config.listen, backends = backends.len(), "frontend started");
+        Frontend {
+            config,
+            backends,
+            accept_stop,
+            accept_task: tokio::spawn(accept.run()),
+            _discovery: discovery,
+        }
+    }
+
+    /// The configuration of this generation.
+    pub fn config(&self) -> &FrontendConfig {
+        &self.config
+    }
+
+    /// The backends of this generation.
+    pub fn backends(&self) -> impl Iterator<Item = &Arc<Backend>> {
+        self.backends.iter().map(|entry| &entry.backend)
+    }
+
+    /// Stops accepting and returns the listener and backends (checks still running) for the
+    /// next generation. Established connections are not touched.
+    pub async fn stop(self) -> (TcpListener, Vec<BackendEntry>, FrontendConfig) {
+        self.accept_stop.cancel();
+        let listener = self.accept_task.await.expect("accept loop does not panic");
+        (listener, self.backends, self.config)
+    }
+}
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether a backend built under `old` can serve as `new`'s backend of the same name.
+fn reusable(old: &FrontendConfig, new: &FrontendConfig, backend: &Backend, wanted: &crate::config::BackendConfig) -> bool {
+    let current = backend.config();
+    current.address == wanted.address
+        && current.check_address == wanted.check_address
+        && current.max_connections == wanted.max_connections
+        && old.check == new.check
+        && old.balance == new.balance
+        && old.on_marked_down == new.on_marked_down
+}
+
+fn reconcile_backends(
+    config: &FrontendConfig,
+    prober: SharedProber,
+    previous: Vec<BackendEntry>,
+    previous_config: Option<&FrontendConfig>,
+    metrics: &Metrics,
+) -> Vec<BackendEntry> {
+    let mut previous: HashMap<String, BackendEntry> =
+        previous.into_iter().map(|entry| (entry.backend.name().to_string(), entry)).collect();
+    let mut entries = Vec::with_capacity(config.backends.len());
+    for wanted in &config.backends {
+        let old = previous.remove(&wanted.name);
+        match (old, previous_config) {
+            (Some(entry), Some(old_config)) if reusable(old_config, config, &entry.backend, wanted) => {
+                let old_weight = old_config.backends.iter().find(|b| b.name == wanted.name).map(|b| b.weight);
+                if old_weight != Some(wanted.weight) {
+                    entry.backend.set_weight(wanted.weight);
+                }
+                entries.push(entry);
+            }
+            (old, _) => {
+                if let Some(entry) = old {
+                    entry.stop_checks();
+                }
+                let backend = Backend::new(config, wanted.clone(), metrics.backend(&config.name, &wanted.name));
+                let check_stop = CancellationToken::new();
+                health::spawn(Arc::clone(&backend), Arc::clone(&prober), config.check.interval, check_stop.clone());
+                entries.push(BackendEntry { backend, check_stop });
+            }
+        }
+    }
+    for entry in previous.values() {
+        entry.stop_checks();
+    }
+    entries
+}
+
+type FrontendService = LoadShed<ConcurrencyLimit<ProxyService>>;
+
+struct AcceptLoop {
+    listener: TcpListener,
+    service: FrontendService,
+    stop: CancellationToken,
+    connections: TaskTracker,
+    metrics: FrontendMetrics,
+    tcp_keepalive: Duration,
+    frontend: String,
+}
+
+impl AcceptLoop {
+    async fn run(mut self) -> TcpListener {
+        loop {
+            let accepted = tokio::select! {
+                _ = self.stop.cancelled() => return self.listener,
+                accepted = self.listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(frontend = %self.frontend, %error, "accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                    continue;
+                }
+            };
+            self.metrics.connections.inc();
+            net::configure_stream(&stream, self.tcp_keepalive);
+            let service = match self.service.ready().await {
+                Ok(service) => service,
+                Err(error) => {
+                    tracing::error!(frontend = %self.frontend, %error, "frontend service failed");
+                    continue;
+                }
+            };
+            let connection = service.call(ClientConnection { stream, peer });
+            let metrics = self.metrics.clone();
+            let frontend = self.frontend.clone();
+            self.connections.spawn(async move {
+                if let Err(error) = connection.await {
+                    report_rejection(&frontend, peer, &metrics, error);
+                }
+            });
+        }
+    }
+}
+
+fn report_rejection(frontend: &str, peer: std::net::SocketAddr, metrics: &FrontendMetrics, error: crate::BoxError) {
+    if error.is::<tower::load_shed::error::Overloaded>() {
+        metrics.rejected_max_connections.inc();
+        tracing::debug!(%frontend, client = %peer, "closed: frontend max_connections reached");
+        return;
+    }
+    match error.downcast_ref::<ProxyError>() {
+        Some(ProxyError::NoHealthyBackend) => tracing::debug!(%frontend, client = %peer, "closed: no healthy backend"),
+        _ => tracing::info!(%frontend, client = %peer, %error, "closed without a backend"),
+    }
+}

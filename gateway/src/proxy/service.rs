@@ -1,0 +1,163 @@
+//! [`ProxyService`]: one request per client connection.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tower::buffer::Buffer;
+use tower::retry::Retry;
+use tower::util::BoxService;
+use tower::{Service, ServiceExt};
+
+use super::error::ProxyError;
+use super::relay::{relay, RelayOutcome};
+use super::retry::Redispatch;
+use crate::balance::BoxBalancer;
+use crate::endpoint::{BackendConnection, ConnectError, ConnectRequest};
+use crate::failfast::{FailFast, NoHealthyBackend};
+use crate::metrics::FrontendMetrics;
+use crate::BoxError;
+
+/// Connect requests waiting for the balancer of one frontend. Beyond it, new connections wait
+/// for room (bounded by their queue timeout) instead of growing an unbounded queue.
+pub const CONNECT_QUEUE_CAPACITY: usize = 1024;
+
+/// The shared connect path: redispatch over a buffered, fail-fast balancer.
+pub type Connector = Retry<Redispatch, Buffer<ConnectRequest, BoxFuture<'static, Result<BackendConnection, BoxError>>>>;
+
+/// Builds the connect path of a frontend; `available` says whether any backend is eligible.
+/// Must run inside a tokio runtime (the buffer spawns its worker task).
+pub fn connector<A>(balancer: BoxBalancer, available: A, retries: u32) -> Connector
+where
+    A: Fn() -> bool + Send + 'static,
+{
+    let guarded = BoxService::new(FailFast::new(balancer, available));
+    Retry::new(Redispatch::new(retries), Buffer::new(guarded, CONNECT_QUEUE_CAPACITY))
+}
+
+/// Timeouts of a frontend's connections.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Idle timeout of established connections.
+    pub idle_timeout: Duration,
+    /// Longest wait for a backend below its limit.
+    pub queue_timeout: Duration,
+    /// Connect timeout per attempt.
+    pub connect_timeout: Duration,
+    /// Redispatch attempts.
+    pub retries: u32,
+}
+
+impl ProxySettings {
+    /// Upper bound of the whole connect stage.
+    pub fn connect_stage_budget(&self) -> Duration {
+        self.queue_timeout + self.connect_timeout * (self.retries + 1)
+    }
+}
+
+/// An accepted client connection.
+#[derive(Debug)]
+pub struct ClientConnection {
+    /// The client's stream.
+    pub stream: TcpStream,
+    /// The client's address.
+    pub peer: SocketAddr,
+}
+
+/// The per-connection service of one frontend.
+#[derive(Clone)]
+pub struct ProxyService {
+    connector: Connector,
+    settings: Arc<ProxySettings>,
+    shutdown: CancellationToken,
+    metrics: FrontendMetrics,
+}
+
+impl ProxyService {
+    /// A proxy that connects through `connector`; `shutdown` closes relays at the drain deadline.
+    pub fn new(connector: Connector, settings: ProxySettings, shutdown: CancellationToken, metrics: FrontendMetrics) -> Self {
+        ProxyService {
+            connector,
+            settings: Arc::new(settings),
+            shutdown,
+            metrics,
+        }
+    }
+
+    async fn proxy(self, connection: ClientConnection) -> Result<RelayOutcome, ProxyError> {
+        self.metrics.active.inc();
+        let _active = ActiveGuard(self.metrics.clone());
+        let BackendConnection { stream, slot } = self.connect(connection.peer).await?;
+        let backend = slot.backend();
+        let counters = (
+            backend.metrics().bytes_to_backend.clone(),
+            backend.metrics().bytes_to_client.clone(),
+        );
+        let outcome = relay(
+            connection.stream,
+            stream,
+            counters,
+            self.settings.idle_timeout,
+            backend.session_token(),
+            self.shutdown.clone(),
+        )
+        .await;
+        tracing::debug!(client = %connection.peer, backend = %backend.name(), end = ?outcome.end, "connection ended");
+        drop(slot);
+        Ok(outcome)
+    }
+
+    /// The connect future, boxed outside any `async` body: boxing erases the retry and buffer
+    /// future types, whose error conversions otherwise trip higher-ranked `Send` inference
+    /// (rust-lang/rust#102211).
+    fn connect_attempt(&self, client: SocketAddr) -> BoxFuture<'static, Result<BackendConnection, BoxError>> {
+        Box::pin(self.connector.clone().oneshot(ConnectRequest { client }))
+    }
+
+    async fn connect(&self, client: SocketAddr) -> Result<BackendConnection, ProxyError> {
+        let attempt = self.connect_attempt(client);
+        let result = match tokio::time::timeout(self.settings.connect_stage_budget(), attempt).await {
+            Ok(Ok(connection)) => return Ok(connection),
+            Err(_elapsed) => ProxyError::QueueTimeout,
+            Ok(Err(error)) if error.is::<NoHealthyBackend>() => ProxyError::NoHealthyBackend,
+            Ok(Err(error)) if error.is::<ConnectError>() => ProxyError::ConnectFailed(error),
+            Ok(Err(error)) => ProxyError::BalancerClosed(error),
+        };
+        match result {
+            ProxyError::NoHealthyBackend => self.metrics.rejected_no_backend.inc(),
+            ProxyError::QueueTimeout => self.metrics.rejected_queue_timeout.inc(),
+            _ => self.metrics.rejected_connect_failed.inc(),
+        };
+        Err(result)
+    }
+}
+
+struct ActiveGuard(FrontendMetrics);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.dec();
+    }
+}
+
+impl Service<ClientConnection> for ProxyService {
+    type Response = RelayOutcome;
+    type Error = ProxyError;
+    type Future = Pin<Box<dyn Future<Output = Result<RelayOutcome, ProxyError>> + Send>>;
+
+    /// Always ready: waiting for a backend happens inside the connection's own future, so a
+    /// slow connect never stalls the accept loop.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, connection: ClientConnection) -> Self::Future {
+        Box::pin(self.clone().proxy(connection))
+    }
+}
