@@ -37,9 +37,8 @@ impl Binary {
     /// `hint` tells the reader how to make it available if it is missing.
     pub fn at(role: &str, path: impl Into<PathBuf>, hint: &str) -> Result<Self> {
         let path = path.into();
-        let metadata = std::fs::metadata(&path).with_context(|| {
-            format!("{role} binary not found at {}: {hint}", path.display())
-        })?;
+        let metadata = std::fs::metadata(&path)
+            .with_context(|| format!("{role} binary not found at {}: {hint}", path.display()))?;
         if !metadata.is_file() || metadata.permissions().mode() & 0o111 == 0 {
             bail!(
                 "{role} at {} is not an executable file: {hint}",
@@ -54,11 +53,7 @@ impl Binary {
 
     /// The reference etcd 3.5 server: `$ETCD35_DIR/etcd`.
     pub fn etcd35() -> Result<Self> {
-        Self::at(
-            "reference etcd 3.5",
-            etcd35_dir().join("etcd"),
-            ETCD35_HINT,
-        )
+        Self::at("reference etcd 3.5", etcd35_dir().join("etcd"), ETCD35_HINT)
     }
 
     /// etcdctl 3.5: `$ETCD35_DIR/etcdctl`.

@@ -25,7 +25,10 @@ pub async fn connect(endpoints: &[String]) -> Result<Client> {
 }
 
 /// Connects to `endpoints` with a specific per-request timeout.
-pub async fn connect_with_timeout(endpoints: &[String], request_timeout: Duration) -> Result<Client> {
+pub async fn connect_with_timeout(
+    endpoints: &[String],
+    request_timeout: Duration,
+) -> Result<Client> {
     let options = ConnectOptions::new()
         .with_connect_timeout(CONNECT_TIMEOUT)
         .with_timeout(request_timeout);
@@ -39,7 +42,11 @@ pub async fn connect_with_timeout(endpoints: &[String], request_timeout: Duratio
 pub fn describe_error(error: &etcd_client::Error) -> String {
     match error {
         etcd_client::Error::GRpcStatus(status) => {
-            format!("gRPC error code={:?} message={:?}", status.code(), status.message())
+            format!(
+                "gRPC error code={:?} message={:?}",
+                status.code(),
+                status.message()
+            )
         }
         other => format!("client error: {other}"),
     }

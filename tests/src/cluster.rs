@@ -152,7 +152,12 @@ impl Cluster {
             .iter()
             .enumerate()
             .map(|(i, ip)| {
-                Member::new(i, *ip, dir.path(), member_args(i, *ip, dir.path(), &initial_cluster, &token, config))
+                Member::new(
+                    i,
+                    *ip,
+                    dir.path(),
+                    member_args(i, *ip, dir.path(), &initial_cluster, &token, config),
+                )
             })
             .collect();
         let cluster = Cluster {
@@ -178,7 +183,10 @@ impl Cluster {
 
     /// The temporary directory holding data directories and logs.
     pub fn dir(&self) -> &Path {
-        self.dir.as_ref().map(TempDir::path).unwrap_or(Path::new(""))
+        self.dir
+            .as_ref()
+            .map(TempDir::path)
+            .unwrap_or(Path::new(""))
     }
 
     /// Client URL of member `i`.
@@ -193,7 +201,10 @@ impl Cluster {
 
     /// Client URLs of the members whose process is running.
     pub fn running_endpoints(&self) -> Vec<String> {
-        self.running().into_iter().map(|i| self.endpoint(i)).collect()
+        self.running()
+            .into_iter()
+            .map(|i| self.endpoint(i))
+            .collect()
     }
 
     /// Indexes of the members whose process is running.
@@ -247,12 +258,16 @@ impl Cluster {
 
     /// Waits until every running member is healthy (see [`Self::wait_member_ready`]).
     pub async fn wait_healthy(&self) -> Result<()> {
-        retry_until("all running members to be healthy", STARTUP_TIMEOUT, || async {
-            for i in self.running_or_fail()? {
-                self.member_ready(i).await?;
-            }
-            Ok(())
-        })
+        retry_until(
+            "all running members to be healthy",
+            STARTUP_TIMEOUT,
+            || async {
+                for i in self.running_or_fail()? {
+                    self.member_ready(i).await?;
+                }
+                Ok(())
+            },
+        )
         .await
     }
 
@@ -260,9 +275,11 @@ impl Cluster {
     /// (which requires it to be connected to a quorum and caught up to the
     /// commit index at the time of the read).
     pub async fn wait_member_ready(&self, i: usize) -> Result<()> {
-        retry_until(&format!("member {i} to be healthy"), STARTUP_TIMEOUT, || {
-            self.member_ready(i)
-        })
+        retry_until(
+            &format!("member {i} to be healthy"),
+            STARTUP_TIMEOUT,
+            || self.member_ready(i),
+        )
         .await
         .with_context(|| self.log_tail(i))
     }
@@ -299,9 +316,11 @@ impl Cluster {
     /// Index of the leader, once all running members report the same,
     /// running, leader.
     pub async fn leader(&self) -> Result<usize> {
-        retry_until("a leader agreed on by the running members", LEADER_TIMEOUT, || {
-            self.leader_once()
-        })
+        retry_until(
+            "a leader agreed on by the running members",
+            LEADER_TIMEOUT,
+            || self.leader_once(),
+        )
         .await
     }
 
@@ -342,7 +361,12 @@ impl Cluster {
     }
 
     /// Reads `prefix` through member `i`, serializable (member-local) or linearizable.
-    pub async fn get_prefix(&self, i: usize, prefix: &str, serializable: bool) -> Result<etcd_client::GetResponse> {
+    pub async fn get_prefix(
+        &self,
+        i: usize,
+        prefix: &str,
+        serializable: bool,
+    ) -> Result<etcd_client::GetResponse> {
         let mut options = GetOptions::new().with_prefix();
         if serializable {
             options = options.with_serializable();
@@ -478,7 +502,10 @@ fn member_args(
         format!("--initial-cluster={initial_cluster}"),
         "--initial-cluster-state=new".to_string(),
         format!("--initial-cluster-token={token}"),
-        format!("--heartbeat-interval={}", config.heartbeat_interval.as_millis()),
+        format!(
+            "--heartbeat-interval={}",
+            config.heartbeat_interval.as_millis()
+        ),
         format!("--election-timeout={}", config.election_timeout.as_millis()),
         format!("--log-level={}", config.log_level),
     ];

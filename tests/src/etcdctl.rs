@@ -47,6 +47,19 @@ impl CtlOutput {
         self.code == Some(0)
     }
 
+    /// stdout parsed as JSON (for `-w json` invocations).
+    pub fn json(&self) -> Result<serde_json::Value> {
+        serde_json::from_str(&self.stdout)
+            .with_context(|| format!("etcdctl output is not JSON:\n{self}"))
+    }
+
+    /// `header.revision` of a `-w json` response.
+    pub fn header_revision(&self) -> Result<i64> {
+        self.json()?["header"]["revision"]
+            .as_i64()
+            .with_context(|| format!("no header.revision in etcdctl output:\n{self}"))
+    }
+
     /// The same output with instance-specific values replaced by placeholders.
     pub fn normalized(&self) -> CtlOutput {
         CtlOutput {
@@ -96,9 +109,7 @@ impl Etcdctl {
         });
         let output = tokio::time::timeout(PROCESS_TIMEOUT, child.wait_with_output())
             .await
-            .with_context(|| {
-                format!("etcdctl {args:?} did not finish within {PROCESS_TIMEOUT:?}")
-            })?
+            .with_context(|| format!("etcdctl {args:?} did not finish within {PROCESS_TIMEOUT:?}"))?
             .with_context(|| format!("waiting for etcdctl {args:?}"))?;
         writer.await.context("etcdctl stdin writer")?;
         Ok(CtlOutput {

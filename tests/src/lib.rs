@@ -17,6 +17,9 @@
 //!   implementation-neutral description of responses and gRPC errors.
 //! - [`etcdctl`]: runs etcdctl 3.5 or 3.4 (`ETCDCTL_API=3`) and captures stdout,
 //!   stderr and the exit code.
+//! - [`differential`]: runs the same step against reference etcd 3.5 (the
+//!   oracle) and the candidate, and fails on any difference after
+//!   normalization.
 //! - [`normalize`]: replaces instance-specific values (cluster and member ids,
 //!   raft terms and indexes, addresses, timestamps, ...) with placeholders so
 //!   outputs from two different servers can be compared byte for byte.
@@ -25,6 +28,7 @@
 pub mod binary;
 pub mod client;
 pub mod cluster;
+pub mod differential;
 pub mod etcdctl;
 pub mod net;
 pub mod normalize;
@@ -33,5 +37,6 @@ pub mod wait;
 pub use binary::Binary;
 pub use client::{connect, describe, describe_error};
 pub use cluster::{Cluster, ClusterConfig};
+pub use differential::Differential;
 pub use etcdctl::{CtlOutput, Etcdctl};
 pub use normalize::normalize;

@@ -33,8 +33,8 @@ static NEXT_ADDRESS: AtomicU32 = AtomicU32::new(0);
 
 /// A fresh loopback address whose client and peer ports are currently free.
 pub fn allocate_ip() -> Result<Ipv4Addr> {
-    let base = (std::process::id() % (BLOCKS_PER_SECOND_BYTE * SECOND_BYTE_VALUES))
-        * HOSTS_PER_BLOCK;
+    let base =
+        (std::process::id() % (BLOCKS_PER_SECOND_BYTE * SECOND_BYTE_VALUES)) * HOSTS_PER_BLOCK;
     for _ in 0..MAX_PROBES {
         let offset = NEXT_ADDRESS.fetch_add(1, Ordering::Relaxed);
         let ip = ip_at(base.wrapping_add(offset) % ADDRESS_SPACE);

@@ -5,8 +5,9 @@
 //! differ in values that identify the instance or depend on its timing:
 //!
 //! - cluster and member ids, raft terms and indexes, the leader id, database
-//!   sizes (JSON fields of `etcdctl -w json`, fields of etcd-client `Debug`
+//!   sizes (JSON fields of `etcdctl -w json`, `-w fields` lines, fields of etcd-client `Debug`
 //!   output, and the columns of `etcdctl endpoint status` / `member list`);
+//! - the latency reported by `etcdctl endpoint health`;
 //! - the patch level of the server version (`3.5.1` becomes `3.5.<PATCH>`, so
 //!   a 3.4 server still differs from a 3.5 one);
 //! - in etcdctl's client-side log lines: timestamps, Go pointers, resolver
@@ -52,6 +53,15 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             r#""(cluster_id|member_id|raft_term|leader|raftIndex|raftTerm|raftAppliedIndex|dbSize|dbSizeInUse|ID|memberID)":[1-9][0-9]*"#,
             r#""${1}":"<${1}>""#,
         ),
+        // `etcdctl -w fields`: the same fields, Go-named.
+        rule(
+            r#""(ClusterID|MemberID|RaftTerm|Leader|RaftIndex|RaftAppliedIndex|DBSize|DBSizeInUse|ID)" : [1-9][0-9]*"#,
+            r#""${1}" : <${1}>"#,
+        ),
+        rule(
+            r#""Version" : "(\d+\.\d+)\.\d+""#,
+            r#""Version" : "${1}.<PATCH>""#,
+        ),
         rule(
             r#""version":"(\d+\.\d+)\.\d+""#,
             r#""version":"${1}.<PATCH>""#,
@@ -62,6 +72,9 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             "${1}: <${1}>",
         ),
         rule(r#"\bversion: "(\d+\.\d+)\.\d+""#, r#"version: "${1}.<PATCH>""#),
+        // `etcdctl endpoint health`: the measured latency.
+        rule(r"took = [0-9.]+[a-zµ]+", "took = <DURATION>"),
+        rule(r#""took":"[^"]*""#, r#""took":"<DURATION>""#),
         // etcdctl's client-side log lines on stderr.
         rule(r#""ts":"[^"]*""#, r#""ts":"<TS>""#),
         rule(r"0x[0-9a-f]+", "0x<PTR>"),
@@ -101,7 +114,11 @@ mod tests {
         let b = r#"[{"Endpoint":"http://127.9.4.1:2379","Status":{"header":{"cluster_id":1,"member_id":2,"revision":2,"raft_term":3},"version":"3.5.9","dbSize":4096,"leader":2,"raftIndex":9,"raftTerm":3,"raftAppliedIndex":9,"dbSizeInUse":4096}}]"#;
         assert_eq!(normalize(a), normalize(b));
         let v34 = b.replace("3.5.9", "3.4.23");
-        assert_ne!(normalize(a), normalize(&v34), "minor versions must stay visible");
+        assert_ne!(
+            normalize(a),
+            normalize(&v34),
+            "minor versions must stay visible"
+        );
     }
 
     #[test]
@@ -111,6 +128,17 @@ mod tests {
         assert_eq!(normalize(a), normalize(b));
         let follower = b.replace("true, false", "false, false");
         assert_ne!(normalize(a), normalize(&follower));
+    }
+
+    #[test]
+    fn fields_output_is_normalized() {
+        let a = "\"ClusterID\" : 11274693654865067530\n\"MemberID\" : 9642004104400422984\n\"Revision\" : 6\n\"RaftTerm\" : 2\n\"Version\" : \"3.5.1\"\n\"DBSize\" : 20480\n\"Leader\" : 9642004104400422984\n\"RaftIndex\" : 13\n";
+        let b = "\"ClusterID\" : 1\n\"MemberID\" : 2\n\"Revision\" : 6\n\"RaftTerm\" : 3\n\"Version\" : \"3.5.7\"\n\"DBSize\" : 4096\n\"Leader\" : 2\n\"RaftIndex\" : 99\n";
+        assert_eq!(normalize(a), normalize(b));
+        assert_ne!(
+            normalize(a),
+            normalize(&b.replace("\"Revision\" : 6", "\"Revision\" : 7"))
+        );
     }
 
     #[test]
@@ -126,7 +154,19 @@ mod tests {
         let b = r#"{"level":"warn","ts":"2026-11-22T02:00:01.001Z","logger":"etcd-client","caller":"v3/retry_interceptor.go:62","msg":"retrying of unary invoker failed","target":"etcd-endpoints://0xc0001b6000/127.2.2.2:2379","attempt":0,"error":"rpc error: code = InvalidArgument desc = etcdserver: key is not provided"}"#;
         assert_eq!(normalize(a), normalize(b));
         let c = r#"{"target":"endpoint://client-b6d7abd6-4cb9-4a69-8a27-84e4f0af28b5/127.33.1.7:2379"}"#;
-        let d = r#"{"target":"endpoint://client-00000000-1111-2222-3333-444444444444/127.1.1.1:2379"}"#;
+        let d =
+            r#"{"target":"endpoint://client-00000000-1111-2222-3333-444444444444/127.1.1.1:2379"}"#;
+        assert_eq!(normalize(c), normalize(d));
+    }
+
+    #[test]
+    fn endpoint_health_latency_is_normalized() {
+        let a = "http://127.3.3.7:2379 is healthy: successfully committed proposal: took = 3.654906ms\n";
+        let b =
+            "http://127.1.1.1:2379 is healthy: successfully committed proposal: took = 912.1µs\n";
+        assert_eq!(normalize(a), normalize(b));
+        let c = r#"[{"endpoint":"http://127.3.3.7:2379","health":true,"took":"3.127108ms"}]"#;
+        let d = r#"[{"endpoint":"http://127.1.1.1:2379","health":true,"took":"1.1s"}]"#;
         assert_eq!(normalize(c), normalize(d));
     }
 
