@@ -17,6 +17,9 @@ mod bins;
 mod cli;
 mod cluster;
 mod compare;
+mod failover;
+mod gateway;
+mod https;
 mod keys;
 mod load;
 mod pace;
@@ -62,6 +65,10 @@ enum Cmd {
     LeaseKeepalive(LoadArgs),
     /// Our 3-member cluster vs etcd 3.5, interleaved, with ratios.
     Compare(compare::CompareArgs),
+    /// Kill -9 the leader under steady write load, for both systems.
+    Failover(failover::FailoverArgs),
+    /// Direct vs our gateway vs HAProxy in front of nginx HTTPS backends.
+    Gateway(gateway::GatewayArgs),
 }
 
 #[derive(Args, Debug)]
@@ -123,6 +130,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
     eprintln!("bench: seed {seed}");
     let (args, workload) = match cli.cmd {
         Cmd::Compare(a) => return report::emit(&compare::run(&a, seed, progress).await?, &a.out),
+        Cmd::Failover(a) => return report::emit(&failover::run(&a, seed, progress).await?, &a.out),
+        Cmd::Gateway(a) => return report::emit(&gateway::run(&a, seed, progress).await?, &a.out),
         Cmd::Put(a) => (a, Workload::Put),
         Cmd::Range(a) => (a.load, Workload::Range { serializable: a.consistency == "s" }),
         Cmd::TxnPut(a) => (a.load, Workload::TxnPut { ops: a.txn_ops }),
