@@ -1,0 +1,113 @@
+//! Connections spread across healthy nginx backends by the chosen policy, and TLS passes
+//! through untouched: the client sees (and verifies) the certificate of the backend itself.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+
+async fn start_backends(pki: &Pki, count: usize) -> Vec<Nginx> {
+    let mut backends = Vec::new();
+    for index in 0..count {
+        backends.push(Nginx::start(pki, &format!("cp{}", index + 1), None).await);
+    }
+    backends
+}
+
+fn flags(listen: std::net::SocketAddr, backends: &[Nginx], extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["--listen".to_string(), listen.to_string()];
+    for backend in backends {
+        args.extend(["--backend".to_string(), backend.host_port()]);
+    }
+    args.extend(["--check".to_string(), "https:/readyz".to_string()]);
+    args.extend(extra.iter().map(|arg| arg.to_string()));
+    args
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_spreads_short_connections_evenly_with_tls_passthrough() {
+    let pki = Pki::new();
+    let backends = start_backends(&pki, 3).await;
+    let listen = free_local_address();
+    let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, &["--balance", "round-robin"])).await;
+    let refs: Vec<&Nginx> = backends.iter().collect();
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    const REQUESTS: usize = 30;
+    for _ in 0..REQUESTS {
+        let name = request_backend(&pki, gateway.listen, &refs).await.expect("request through the gateway");
+        *counts.entry(name).or_default() += 1;
+    }
+    for backend in &backends {
+        let count = counts.get(&backend.name).copied().unwrap_or(0);
+        assert!(count >= REQUESTS / 3 - 2, "round robin gave {} only {count} of {REQUESTS}: {counts:?}", backend.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_connections_spreads_long_lived_connections() {
+    let pki = Pki::new();
+    let backends = start_backends(&pki, 3).await;
+    let listen = free_local_address();
+    let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, &["--seed", "1"])).await;
+    let refs: Vec<&Nginx> = backends.iter().collect();
+    // Watch-like: every connection stays open, so the open-connection count is the load.
+    const CONNECTIONS: usize = 12;
+    let mut open = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut client = TlsClient::connect(&pki, gateway.listen).await.expect("connect through the gateway");
+        let body = client.get("/").await.expect("first request");
+        open.push((body.trim().to_string(), client));
+    }
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for (name, client) in &open {
+        let backend = refs.iter().find(|backend| &backend.name == name).expect("known backend");
+        assert_eq!(client.peer_certificate, backend.identity.der, "TLS passthrough");
+        *counts.entry(name.as_str()).or_default() += 1;
+    }
+    // p2c on open connections never sends to a backend that has more connections than the
+    // other candidate, so no backend can fall far behind.
+    for backend in &backends {
+        let count = counts.get(backend.name.as_str()).copied().unwrap_or(0);
+        assert!(count >= 2, "{} got {count} of {CONNECTIONS} long-lived connections: {counts:?}", backend.name);
+    }
+    let reported: usize = gateway
+        .backends()
+        .await
+        .iter()
+        .map(|backend| backend["open_connections"].as_u64().unwrap() as usize)
+        .sum();
+    assert_eq!(reported, CONNECTIONS, "admin API counts every open connection");
+    for (_, client) in &mut open {
+        client.get("/").await.expect("long-lived connections still work");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peak_ewma_serves_and_exports_metrics() {
+    let pki = Pki::new();
+    let backends = start_backends(&pki, 2).await;
+    let listen = free_local_address();
+    let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, &["--balance", "peak-ewma"])).await;
+    let refs: Vec<&Nginx> = backends.iter().collect();
+    for _ in 0..10 {
+        request_backend(&pki, gateway.listen, &refs).await.expect("request through the gateway");
+    }
+    let (status, metrics) = http_get(gateway.admin, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    for series in [
+        "gateway_backend_active_connections",
+        "gateway_backend_connections_total",
+        "gateway_backend_bytes_total",
+        "gateway_backend_connect_duration_seconds_bucket",
+        "gateway_backend_health_transitions_total",
+        "gateway_frontend_connections_total",
+    ] {
+        assert!(metrics.contains(series), "metrics lack {series}:\n{metrics}");
+    }
+    let (status, page) = http_get(gateway.admin, "/status").await.unwrap();
+    assert_eq!(status, 200);
+    for backend in &backends {
+        assert!(page.contains(&backend.host_port()), "status page lists {}", backend.name);
+    }
+}
