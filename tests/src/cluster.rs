@@ -221,6 +221,15 @@ impl Cluster {
         }
     }
 
+    /// Process id of member `i`, if it is running.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        if !self.is_running(i) {
+            return None;
+        }
+        let child = self.members[i].child.lock().expect("member lock");
+        child.as_ref().map(Child::id)
+    }
+
     /// SIGKILLs member `i` and reaps it. Killing a stopped member is an error.
     pub fn kill(&self, i: usize) -> Result<()> {
         let child = self.members[i].child.lock().expect("member lock").take();

@@ -1,0 +1,307 @@
+//! Three-member clusters of the candidate server as real processes.
+//!
+//! - Writes through every member are readable through every member, both
+//!   linearizably (at once) and serializably (once replicated).
+//! - After the leader is SIGKILLed, writes through the remaining members
+//!   resume after an election; the killed member, restarted, catches up.
+//! - A member stopped while far more than `--snapshot-count` writes (and a
+//!   range delete and a compaction) happen is brought up to date after
+//!   restart, which takes a snapshot transfer (in etcd as in our store).
+//!
+//! Every write is recorded with the revision of its response; "caught up"
+//! means the member serves exactly those keys, values and mod revisions.
+//!
+//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test cluster`
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use etcd_client::{Client, CompactionOptions, DeleteOptions, GetOptions, GetResponse};
+use integration_tests::client::connect;
+use integration_tests::wait::retry_until;
+use integration_tests::{Binary, Cluster, ClusterConfig};
+
+/// Members per cluster.
+const MEMBERS: usize = 3;
+/// Keys written through each member in the read/write test.
+const WRITES_PER_MEMBER: usize = 5;
+/// Deadline for a serializable read on a member to show every write.
+const CONVERGENCE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Deadline for writes to succeed again after the leader was killed.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+/// `--snapshot-count` of the lagging-member test.
+const SNAPSHOT_COUNT: u64 = 100;
+/// Writes while the lagging member is down: sixty times the snapshot count,
+/// and more than etcd's 5000 "snapshot catch-up entries", so that etcd, like
+/// our store, must send the member a snapshot rather than log entries.
+const LAGGING_WRITES: usize = 6000;
+/// Concurrent writers producing the lagging writes.
+const LAGGING_WRITERS: usize = 4;
+/// Keys removed by one range delete while the lagging member is down.
+const LAGGING_DELETED_KEYS: usize = 20;
+
+/// Key -> (value, mod revision), the state a member must serve.
+type Expected = BTreeMap<String, (String, i64)>;
+
+async fn start(config: ClusterConfig) -> Cluster {
+    let binary = Binary::candidate().expect("candidate server binary");
+    Cluster::start(binary, config)
+        .await
+        .expect("starting the cluster")
+}
+
+/// Puts `key` through `client` and records it with its response revision.
+async fn put_recorded(client: &mut Client, expected: &mut Expected, key: String) -> Result<()> {
+    let value = format!("value-of-{key}");
+    let response = client.put(key.as_str(), value.as_str(), None).await?;
+    let revision = response.header().context("put without header")?.revision();
+    expected.insert(key, (value, revision));
+    Ok(())
+}
+
+fn served(response: &GetResponse) -> Expected {
+    response
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                (
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                    kv.mod_revision(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Checks that member `i` serves exactly `expected` under `prefix`.
+async fn check_member(
+    cluster: &Cluster,
+    i: usize,
+    prefix: &str,
+    expected: &Expected,
+    serializable: bool,
+) -> Result<()> {
+    let response = cluster.get_prefix(i, prefix, serializable).await?;
+    let actual = served(&response);
+    ensure!(
+        &actual == expected,
+        "member {i} (serializable: {serializable}) serves {} keys under {prefix:?}, expected {}; \
+         first difference: {:?}",
+        actual.len(),
+        expected.len(),
+        first_difference(&actual, expected)
+    );
+    Ok(())
+}
+
+fn first_difference(actual: &Expected, expected: &Expected) -> Option<String> {
+    for (key, value) in expected {
+        if actual.get(key) != Some(value) {
+            return Some(format!(
+                "{key}: expected {value:?}, served {:?}",
+                actual.get(key)
+            ));
+        }
+    }
+    actual
+        .keys()
+        .find(|key| !expected.contains_key(*key))
+        .map(|key| format!("{key}: served but never acknowledged"))
+}
+
+/// Waits until member `i`'s serializable reads show exactly `expected`.
+async fn wait_converged(cluster: &Cluster, i: usize, prefix: &str, expected: &Expected) {
+    retry_until(
+        &format!("member {i} to serve every write"),
+        CONVERGENCE_TIMEOUT,
+        || check_member(cluster, i, prefix, expected, true),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[tokio::test]
+async fn writes_and_reads_through_every_member() {
+    let cluster = start(ClusterConfig::new(MEMBERS)).await;
+    let mut expected = Expected::new();
+    for i in 0..MEMBERS {
+        let mut client = cluster.client(i).await.expect("client");
+        for w in 0..WRITES_PER_MEMBER {
+            put_recorded(&mut client, &mut expected, format!("rw/m{i}/{w}"))
+                .await
+                .unwrap_or_else(|e| panic!("write {w} through member {i}: {e:#}"));
+        }
+    }
+    let revisions: Vec<i64> = expected.values().map(|(_, rev)| *rev).collect();
+    assert_eq!(
+        revisions
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        MEMBERS * WRITES_PER_MEMBER,
+        "every write has its own revision: {revisions:?}"
+    );
+    for i in 0..MEMBERS {
+        check_member(&cluster, i, "rw/", &expected, false)
+            .await
+            .unwrap_or_else(|e| panic!("linearizable read through member {i}: {e:#}"));
+    }
+    for i in 0..MEMBERS {
+        wait_converged(&cluster, i, "rw/", &expected).await;
+    }
+}
+
+/// Writes one new key through member `i`, retrying with fresh keys (so a
+/// timed-out attempt that was applied after all cannot be confused with the
+/// acknowledged one) until one is acknowledged or the deadline passes.
+async fn write_until_acknowledged(
+    cluster: &Cluster,
+    i: usize,
+    prefix: &str,
+    expected: &mut Expected,
+) -> Result<()> {
+    let mut attempt = 0u32;
+    let acknowledged = retry_until(
+        &format!("a write through member {i}"),
+        FAILOVER_TIMEOUT,
+        || {
+            attempt += 1;
+            let key = format!("{prefix}m{i}/attempt{attempt}");
+            async move {
+                let mut client = cluster.client(i).await?;
+                let mut one = Expected::new();
+                put_recorded(&mut client, &mut one, key).await?;
+                Ok(one)
+            }
+        },
+    )
+    .await?;
+    expected.extend(acknowledged);
+    Ok(())
+}
+
+#[tokio::test]
+async fn leader_kill_failover_and_rejoin() {
+    let cluster = start(ClusterConfig::new(MEMBERS)).await;
+    let mut expected = Expected::new();
+    let mut client = cluster.client_all().await.expect("client");
+    for w in 0..WRITES_PER_MEMBER {
+        put_recorded(&mut client, &mut expected, format!("fo/before/{w}"))
+            .await
+            .expect("write before the failure");
+    }
+    let old_leader = cluster.leader().await.expect("leader");
+    cluster.kill(old_leader).expect("kill -9 the leader");
+    let survivors: Vec<usize> = (0..MEMBERS).filter(|&i| i != old_leader).collect();
+    for &i in &survivors {
+        write_until_acknowledged(&cluster, i, "fo/after/", &mut expected)
+            .await
+            .unwrap_or_else(|e| panic!("writes through member {i} after the leader died: {e:#}"));
+    }
+    let new_leader = cluster.leader().await.expect("new leader");
+    assert_ne!(new_leader, old_leader);
+    for &i in &survivors {
+        check_member(&cluster, i, "fo/", &expected, false)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    cluster.restart(old_leader).expect("restart the old leader");
+    wait_converged(&cluster, old_leader, "fo/", &expected).await;
+    cluster
+        .wait_member_ready(old_leader)
+        .await
+        .expect("old leader healthy");
+    check_member(&cluster, old_leader, "fo/", &expected, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut rejoined = cluster.client(old_leader).await.expect("client");
+    put_recorded(&mut rejoined, &mut expected, "fo/rejoined".to_string())
+        .await
+        .expect("write through the rejoined member");
+    for i in 0..MEMBERS {
+        wait_converged(&cluster, i, "fo/", &expected).await;
+    }
+}
+
+/// `LAGGING_WRITES` acknowledged puts through `endpoints` by concurrent writers.
+async fn write_many(endpoints: Vec<String>, prefix: &str) -> Expected {
+    let per_writer = LAGGING_WRITES / LAGGING_WRITERS;
+    let mut tasks = Vec::new();
+    for writer in 0..LAGGING_WRITERS {
+        let endpoints = endpoints.clone();
+        let prefix = format!("{prefix}w{writer}/");
+        tasks.push(tokio::spawn(async move {
+            let mut client = connect(&endpoints).await?;
+            let mut expected = Expected::new();
+            for n in 0..per_writer {
+                put_recorded(&mut client, &mut expected, format!("{prefix}{n:04}")).await?;
+            }
+            anyhow::Ok(expected)
+        }));
+    }
+    let mut expected = Expected::new();
+    for task in tasks {
+        expected.extend(task.await.expect("writer task").expect("lagging writes"));
+    }
+    expected
+}
+
+#[tokio::test]
+async fn stopped_member_catches_up_after_many_writes() {
+    let cluster = start(ClusterConfig::new(MEMBERS).with_snapshot_count(SNAPSHOT_COUNT)).await;
+    let lagging = cluster.follower().await.expect("follower");
+    cluster.kill(lagging).expect("kill -9 a follower");
+    let mut expected = write_many(cluster.running_endpoints(), "lag/").await;
+    assert_eq!(expected.len(), LAGGING_WRITES);
+
+    let mut client = connect(&cluster.running_endpoints()).await.expect("client");
+    let deleted = DeleteOptions::new().with_range(format!("lag/w0/{LAGGING_DELETED_KEYS:04}"));
+    let response = client
+        .delete("lag/w0/0000", Some(deleted))
+        .await
+        .expect("range delete");
+    assert_eq!(response.deleted(), LAGGING_DELETED_KEYS as i64);
+    let deleted_end = format!("lag/w0/{LAGGING_DELETED_KEYS:04}");
+    expected.retain(|key, _| !(key.starts_with("lag/w0/") && *key < deleted_end));
+    let compact_at = response.header().expect("header").revision();
+    client
+        .compact(compact_at, Some(CompactionOptions::new().with_physical()))
+        .await
+        .expect("compaction");
+    put_recorded(&mut client, &mut expected, "lag/last".to_string())
+        .await
+        .expect("final write");
+    let last_revision = expected["lag/last"].1;
+
+    cluster
+        .restart(lagging)
+        .expect("restart the lagging member");
+    wait_converged(&cluster, lagging, "lag/", &expected).await;
+    cluster
+        .wait_member_ready(lagging)
+        .await
+        .expect("lagging member healthy");
+    check_member(&cluster, lagging, "lag/", &expected, false)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut direct = cluster.client(lagging).await.expect("client");
+    let latest = direct
+        .get("lag/last", Some(GetOptions::new().with_serializable()))
+        .await
+        .expect("serializable read");
+    assert!(latest.header().expect("header").revision() >= last_revision);
+    let old = GetOptions::new()
+        .with_serializable()
+        .with_revision(compact_at - 1);
+    let compacted = direct.get("lag/", Some(old.with_prefix())).await;
+    assert!(
+        compacted.as_ref().is_err_and(|e| e
+            .to_string()
+            .contains("required revision has been compacted")),
+        "the caught-up member knows about the compaction: {compacted:?}"
+    );
+}
