@@ -29,20 +29,6 @@ pub fn default_release_bin(name: &str) -> PathBuf {
     target.join("release").join(name)
 }
 
-/// Our `store` binary: `$STORE_BIN` or the default release path.
-pub fn store_bin() -> PathBuf {
-    std::env::var_os("STORE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| default_release_bin("store"))
-}
-
-/// Our `gateway` binary: `$GATEWAY_BIN` or the default release path.
-pub fn gateway_bin() -> PathBuf {
-    std::env::var_os("GATEWAY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| default_release_bin("gateway"))
-}
-
 /// `$ETCD35_DIR` or [`DEFAULT_ETCD35_DIR`].
 pub fn etcd35_dir() -> PathBuf {
     std::env::var_os("ETCD35_DIR")

@@ -64,8 +64,8 @@ pub struct Member {
 pub struct Cluster {
     pub label: String,
     pub members: Vec<Member>,
-    /// Kept so the data directory lives as long as the cluster.
-    dir: tempfile::TempDir,
+    /// Kept so the data directory (and member logs) lives as long as the cluster.
+    _dir: tempfile::TempDir,
 }
 
 impl Cluster {
@@ -85,7 +85,7 @@ impl Cluster {
         let mut cluster = Cluster {
             label: spec.label.clone(),
             members,
-            dir,
+            _dir: dir,
         };
         cluster.wait_ready().await?;
         Ok(cluster)
@@ -94,19 +94,6 @@ impl Cluster {
     /// Client endpoints of the members, in member order.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(|m| m.client_url.clone()).collect()
-    }
-
-    /// Client endpoints of the members that are still running.
-    pub fn live_endpoints(&mut self) -> Vec<String> {
-        self.members
-            .iter_mut()
-            .filter_map(|m| m.proc.is_running().then(|| m.client_url.clone()))
-            .collect()
-    }
-
-    /// The data directory (holds the member logs).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// Index of the current leader among the members.
@@ -123,11 +110,6 @@ impl Cluster {
         let at = Instant::now();
         self.members[i].proc.kill9();
         at
-    }
-
-    /// Pids of all members.
-    pub fn pids(&self) -> Vec<u32> {
-        self.members.iter().map(|m| m.proc.pid()).collect()
     }
 
     async fn wait_ready(&mut self) -> Result<()> {

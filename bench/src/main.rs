@@ -13,6 +13,8 @@
 //! Every run is bounded in operations and time, uses a printed seed, and
 //! kills the processes it started on exit, panic or Ctrl-C ([`procs`]).
 
+mod all;
+mod apiserver;
 mod bins;
 mod cli;
 mod cluster;
@@ -69,6 +71,10 @@ enum Cmd {
     Failover(failover::FailoverArgs),
     /// Direct vs our gateway vs HAProxy in front of nginx HTTPS backends.
     Gateway(gateway::GatewayArgs),
+    /// A kube-apiserver-shaped workload on both systems.
+    Apiserver(apiserver::ApiserverArgs),
+    /// compare + failover + gateway + apiserver into one report folder.
+    All(all::AllArgs),
 }
 
 #[derive(Args, Debug)]
@@ -132,6 +138,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Compare(a) => return report::emit(&compare::run(&a, seed, progress).await?, &a.out),
         Cmd::Failover(a) => return report::emit(&failover::run(&a, seed, progress).await?, &a.out),
         Cmd::Gateway(a) => return report::emit(&gateway::run(&a, seed, progress).await?, &a.out),
+        Cmd::Apiserver(a) => return report::emit(&apiserver::run(&a, seed, progress).await?, &a.out),
+        Cmd::All(a) => return all::run(&a, seed, progress).await,
         Cmd::Put(a) => (a, Workload::Put),
         Cmd::Range(a) => (a.load, Workload::Range { serializable: a.consistency == "s" }),
         Cmd::TxnPut(a) => (a.load, Workload::TxnPut { ops: a.txn_ops }),
