@@ -11,10 +11,10 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::config::{
-    parse_duration, validate_host_port, BackendConfig, BalancePolicy, CheckConfig, CheckKind, Config, ConfigError,
-    FrontendConfig, OnMarkedDown, Verify, DEFAULT_ADMIN_LISTEN,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_TCP_KEEPALIVE,
-    DEFAULT_WEIGHT, MAX_ENTRIES, MAX_FALL_RISE, MIN_CHECK_INTERVAL,
+    parse_duration, validate_host_port, BackendConfig, BalancePolicy, CheckConfig, CheckKind,
+    Config, ConfigError, FrontendConfig, OnMarkedDown, Verify, DEFAULT_ADMIN_LISTEN,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE,
+    DEFAULT_TCP_KEEPALIVE, DEFAULT_WEIGHT, MAX_ENTRIES, MAX_FALL_RISE, MIN_CHECK_INTERVAL,
 };
 use crate::supervisor::{ConfigSource, RunOptions};
 
@@ -90,17 +90,22 @@ fn parse_check(text: &str) -> Result<CheckSpec, String> {
         Some((kind, path)) => (kind, Some(path)),
         None => (text, None),
     };
-    let kind = match kind_text {
-        "none" => CheckKind::None,
-        "tcp" => CheckKind::Tcp,
-        "http" => CheckKind::Http,
-        "https" => CheckKind::Https,
-        "etcd" | "etcd-https" => CheckKind::EtcdHttps,
-        "etcd-http" => CheckKind::EtcdHttp,
-        other => return Err(format!("unknown check `{other}`: use https:PATH, http:PATH, tcp, none, etcd or etcd-http")),
-    };
+    let kind =
+        match kind_text {
+            "none" => CheckKind::None,
+            "tcp" => CheckKind::Tcp,
+            "http" => CheckKind::Http,
+            "https" => CheckKind::Https,
+            "etcd" | "etcd-https" => CheckKind::EtcdHttps,
+            "etcd-http" => CheckKind::EtcdHttp,
+            other => return Err(format!(
+                "unknown check `{other}`: use https:PATH, http:PATH, tcp, none, etcd or etcd-http"
+            )),
+        };
     let path = match path {
-        Some(path) if !path.starts_with('/') => return Err(format!("check path `{path}` must start with `/`")),
+        Some(path) if !path.starts_with('/') => {
+            return Err(format!("check path `{path}` must start with `/`"))
+        }
         Some(_) if matches!(kind, CheckKind::None | CheckKind::Tcp) => {
             return Err(format!("check `{kind_text}` takes no path"))
         }
@@ -115,7 +120,9 @@ fn parse_balance(text: &str) -> Result<BalancePolicy, String> {
         "least-connections" | "leastconn" => Ok(BalancePolicy::LeastConnections),
         "peak-ewma" => Ok(BalancePolicy::PeakEwma),
         "round-robin" | "roundrobin" => Ok(BalancePolicy::RoundRobin),
-        other => Err(format!("unknown balance `{other}`: use least-connections, peak-ewma or round-robin")),
+        other => Err(format!(
+            "unknown balance `{other}`: use least-connections, peak-ewma or round-robin"
+        )),
     }
 }
 
@@ -126,7 +133,9 @@ impl Cli {
             None => None,
             Some("off") => Some(None),
             Some(text) => Some(Some(text.parse().map_err(|_| {
-                ConfigError::Arguments(format!("--admin `{text}` is not an IP:PORT address or `off`"))
+                ConfigError::Arguments(format!(
+                    "--admin `{text}` is not an IP:PORT address or `off`"
+                ))
             })?)),
         };
         let source = match &self.config {
@@ -141,21 +150,30 @@ impl Cli {
     }
 
     fn flags_config(&self) -> Result<Config, ConfigError> {
-        let listen = self
-            .listen
-            .ok_or_else(|| ConfigError::Arguments("give --config FILE, or --listen ADDR with --backend HOST:PORT".into()))?;
+        let listen = self.listen.ok_or_else(|| {
+            ConfigError::Arguments(
+                "give --config FILE, or --listen ADDR with --backend HOST:PORT".into(),
+            )
+        })?;
         if self.backends.len() > MAX_ENTRIES {
-            return Err(ConfigError::Arguments(format!("more than {MAX_ENTRIES} backends")));
+            return Err(ConfigError::Arguments(format!(
+                "more than {MAX_ENTRIES} backends"
+            )));
         }
         for address in &self.backends {
-            validate_host_port(address).map_err(|message| ConfigError::Arguments(format!("--backend: {message}")))?;
+            validate_host_port(address)
+                .map_err(|message| ConfigError::Arguments(format!("--backend: {message}")))?;
         }
         let in_range = |value: u32| (1..=MAX_FALL_RISE).contains(&value);
         if !in_range(self.fall) || !in_range(self.rise) {
-            return Err(ConfigError::Arguments(format!("--fall and --rise must be between 1 and {MAX_FALL_RISE}")));
+            return Err(ConfigError::Arguments(format!(
+                "--fall and --rise must be between 1 and {MAX_FALL_RISE}"
+            )));
         }
         if self.check_interval < MIN_CHECK_INTERVAL {
-            return Err(ConfigError::Arguments(format!("--check-interval must be at least {MIN_CHECK_INTERVAL:?}")));
+            return Err(ConfigError::Arguments(format!(
+                "--check-interval must be at least {MIN_CHECK_INTERVAL:?}"
+            )));
         }
         let mut check = CheckConfig::with_kind(self.check.kind);
         check.path = self.check.path.clone();
@@ -183,7 +201,11 @@ impl Cli {
             })
             .collect();
         Ok(Config {
-            admin_listen: Some(DEFAULT_ADMIN_LISTEN.parse().expect("default admin address parses")),
+            admin_listen: Some(
+                DEFAULT_ADMIN_LISTEN
+                    .parse()
+                    .expect("default admin address parses"),
+            ),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             frontends: vec![FrontendConfig {
                 name: "default".to_string(),
@@ -246,7 +268,15 @@ mod tests {
 
     #[test]
     fn config_conflicts_with_listen() {
-        let result = Cli::try_parse_from(["gateway", "--config", "x.toml", "--listen", "127.0.0.1:1", "--backend", "a:1"]);
+        let result = Cli::try_parse_from([
+            "gateway",
+            "--config",
+            "x.toml",
+            "--listen",
+            "127.0.0.1:1",
+            "--backend",
+            "a:1",
+        ]);
         assert!(result.is_err());
     }
 }

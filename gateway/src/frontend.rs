@@ -82,18 +82,26 @@ impl Frontend {
         previous_config: Option<&FrontendConfig>,
         shared: &Shared,
     ) -> Frontend {
-        let backends = reconcile_backends(&config, prober, previous, previous_config, &shared.metrics);
+        let backends =
+            reconcile_backends(&config, prober, previous, previous_config, &shared.metrics);
         let endpoints = backends
             .iter()
             .map(|entry| {
-                let endpoint = Endpoint::new(Arc::clone(&entry.backend), config.connect_timeout, config.tcp_keepalive);
+                let endpoint = Endpoint::new(
+                    Arc::clone(&entry.backend),
+                    config.connect_timeout,
+                    config.tcp_keepalive,
+                );
                 (entry.backend.name().to_string(), endpoint)
             })
             .collect();
         let (discover, discovery) = balance::discover(endpoints);
         let seed = shared.seed ^ name_hash(&config.name);
         let balancer = balance::balancer(config.balance, discover, seed);
-        let eligible: Arc<[Arc<Backend>]> = backends.iter().map(|entry| Arc::clone(&entry.backend)).collect();
+        let eligible: Arc<[Arc<Backend>]> = backends
+            .iter()
+            .map(|entry| Arc::clone(&entry.backend))
+            .collect();
         let available = move || eligible.iter().any(|backend| backend.is_eligible());
         let connector = proxy::connector(balancer, available, config.retries);
         let settings = ProxySettings {
@@ -103,7 +111,12 @@ impl Frontend {
             retries: config.retries,
         };
         let metrics = shared.metrics.frontend(&config.name);
-        let proxy = ProxyService::new(connector, settings, shared.shutdown.clone(), metrics.clone());
+        let proxy = ProxyService::new(
+            connector,
+            settings,
+            shared.shutdown.clone(),
+            metrics.clone(),
+        );
         let service = ServiceBuilder::new()
             .load_shed()
             .concurrency_limit(config.max_connections)
@@ -155,7 +168,12 @@ fn name_hash(name: &str) -> u64 {
 }
 
 /// Whether a backend built under `old` can serve as `new`'s backend of the same name.
-fn reusable(old: &FrontendConfig, new: &FrontendConfig, backend: &Backend, wanted: &crate::config::BackendConfig) -> bool {
+fn reusable(
+    old: &FrontendConfig,
+    new: &FrontendConfig,
+    backend: &Backend,
+    wanted: &crate::config::BackendConfig,
+) -> bool {
     let current = backend.config();
     current.address == wanted.address
         && current.check_address == wanted.check_address
@@ -172,14 +190,22 @@ fn reconcile_backends(
     previous_config: Option<&FrontendConfig>,
     metrics: &Metrics,
 ) -> Vec<BackendEntry> {
-    let mut previous: HashMap<String, BackendEntry> =
-        previous.into_iter().map(|entry| (entry.backend.name().to_string(), entry)).collect();
+    let mut previous: HashMap<String, BackendEntry> = previous
+        .into_iter()
+        .map(|entry| (entry.backend.name().to_string(), entry))
+        .collect();
     let mut entries = Vec::with_capacity(config.backends.len());
     for wanted in &config.backends {
         let old = previous.remove(&wanted.name);
         match (old, previous_config) {
-            (Some(entry), Some(old_config)) if reusable(old_config, config, &entry.backend, wanted) => {
-                let old_weight = old_config.backends.iter().find(|b| b.name == wanted.name).map(|b| b.weight);
+            (Some(entry), Some(old_config))
+                if reusable(old_config, config, &entry.backend, wanted) =>
+            {
+                let old_weight = old_config
+                    .backends
+                    .iter()
+                    .find(|b| b.name == wanted.name)
+                    .map(|b| b.weight);
                 if old_weight != Some(wanted.weight) {
                     entry.backend.set_weight(wanted.weight);
                 }
@@ -189,10 +215,22 @@ fn reconcile_backends(
                 if let Some(entry) = old {
                     entry.stop_checks();
                 }
-                let backend = Backend::new(config, wanted.clone(), metrics.backend(&config.name, &wanted.name));
+                let backend = Backend::new(
+                    config,
+                    wanted.clone(),
+                    metrics.backend(&config.name, &wanted.name),
+                );
                 let check_stop = CancellationToken::new();
-                health::spawn(Arc::clone(&backend), Arc::clone(&prober), config.check.interval, check_stop.clone());
-                entries.push(BackendEntry { backend, check_stop });
+                health::spawn(
+                    Arc::clone(&backend),
+                    Arc::clone(&prober),
+                    config.check.interval,
+                    check_stop.clone(),
+                );
+                entries.push(BackendEntry {
+                    backend,
+                    check_stop,
+                });
             }
         }
     }
@@ -250,14 +288,21 @@ impl AcceptLoop {
     }
 }
 
-fn report_rejection(frontend: &str, peer: std::net::SocketAddr, metrics: &FrontendMetrics, error: crate::BoxError) {
+fn report_rejection(
+    frontend: &str,
+    peer: std::net::SocketAddr,
+    metrics: &FrontendMetrics,
+    error: crate::BoxError,
+) {
     if error.is::<tower::load_shed::error::Overloaded>() {
         metrics.rejected_max_connections.inc();
         tracing::debug!(%frontend, client = %peer, "closed: frontend max_connections reached");
         return;
     }
     match error.downcast_ref::<ProxyError>() {
-        Some(ProxyError::NoHealthyBackend) => tracing::debug!(%frontend, client = %peer, "closed: no healthy backend"),
+        Some(ProxyError::NoHealthyBackend) => {
+            tracing::debug!(%frontend, client = %peer, "closed: no healthy backend")
+        }
         _ => tracing::info!(%frontend, client = %peer, %error, "closed without a backend"),
     }
 }

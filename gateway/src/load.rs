@@ -108,7 +108,10 @@ mod tests {
         let later = Instant::now();
         ewma.observe(Duration::from_millis(1), later);
         let estimate = ewma.estimate(later);
-        assert!(estimate < 100_000_000.0 / 2.0 && estimate > 1_000_000.0, "{estimate}");
+        assert!(
+            estimate < 100_000_000.0 / 2.0 && estimate > 1_000_000.0,
+            "{estimate}"
+        );
     }
 
     #[test]
@@ -121,7 +124,10 @@ mod tests {
     #[test]
     fn slow_start_ramps_linearly() {
         let ramp = Duration::from_secs(10);
-        assert_eq!(slow_start_share(Duration::ZERO, ramp), SLOW_START_INITIAL_SHARE);
+        assert_eq!(
+            slow_start_share(Duration::ZERO, ramp),
+            SLOW_START_INITIAL_SHARE
+        );
         assert!((slow_start_share(Duration::from_secs(5), ramp) - 0.55).abs() < 1e-9);
         assert_eq!(slow_start_share(ramp, ramp), 1.0);
         assert_eq!(slow_start_share(Duration::ZERO, Duration::ZERO), 1.0);

@@ -128,28 +128,72 @@ impl Metrics {
             reloads: Family::default(),
             registry: Registry::default(),
         };
-        registry.register("backend_active_connections", "Open connections to the backend", metrics.backend_active.clone());
-        registry.register("backend_connections", "Connections opened to the backend", metrics.backend_connections.clone());
-        registry.register("backend_bytes", "Bytes relayed, by direction", metrics.backend_bytes.clone());
+        registry.register(
+            "backend_active_connections",
+            "Open connections to the backend",
+            metrics.backend_active.clone(),
+        );
+        registry.register(
+            "backend_connections",
+            "Connections opened to the backend",
+            metrics.backend_connections.clone(),
+        );
+        registry.register(
+            "backend_bytes",
+            "Bytes relayed, by direction",
+            metrics.backend_bytes.clone(),
+        );
         registry.register(
             "backend_connect_duration_seconds",
             "TCP connect latency to the backend",
             metrics.backend_connect_seconds.clone(),
         );
-        registry.register("backend_connect_failures", "Failed connects to the backend", metrics.backend_connect_failures.clone());
-        registry.register("backend_up", "1 when health checks consider the backend up", metrics.backend_up.clone());
-        registry.register("backend_health_transitions", "Health state changes, by new state", metrics.backend_transitions.clone());
-        registry.register("frontend_connections", "Client connections accepted", metrics.frontend_connections.clone());
-        registry.register("frontend_active_connections", "Open client connections", metrics.frontend_active.clone());
-        registry.register("frontend_rejected_connections", "Client connections closed without a backend, by reason", metrics.frontend_rejected.clone());
-        registry.register("config_reloads", "Configuration reloads, by result", metrics.reloads.clone());
-        Metrics { registry, ..metrics }
+        registry.register(
+            "backend_connect_failures",
+            "Failed connects to the backend",
+            metrics.backend_connect_failures.clone(),
+        );
+        registry.register(
+            "backend_up",
+            "1 when health checks consider the backend up",
+            metrics.backend_up.clone(),
+        );
+        registry.register(
+            "backend_health_transitions",
+            "Health state changes, by new state",
+            metrics.backend_transitions.clone(),
+        );
+        registry.register(
+            "frontend_connections",
+            "Client connections accepted",
+            metrics.frontend_connections.clone(),
+        );
+        registry.register(
+            "frontend_active_connections",
+            "Open client connections",
+            metrics.frontend_active.clone(),
+        );
+        registry.register(
+            "frontend_rejected_connections",
+            "Client connections closed without a backend, by reason",
+            metrics.frontend_rejected.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Configuration reloads, by result",
+            metrics.reloads.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
     }
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
         text
     }
 

@@ -131,24 +131,32 @@ impl Supervisor {
     pub async fn apply(&mut self, config: &Config) -> Result<(), ApplyError> {
         let mut prepared = Vec::with_capacity(config.frontends.len());
         for frontend in &config.frontends {
-            let prober: SharedProber = Arc::new(Prober::new(&frontend.check).map_err(|source| ApplyError::Tls {
-                frontend: frontend.name.clone(),
-                source,
-            })?);
-            let reused = self.frontends.iter().any(|running| running.config().listen == frontend.listen);
+            let prober: SharedProber = Arc::new(Prober::new(&frontend.check).map_err(
+                |source| ApplyError::Tls {
+                    frontend: frontend.name.clone(),
+                    source,
+                },
+            )?);
+            let reused = self
+                .frontends
+                .iter()
+                .any(|running| running.config().listen == frontend.listen);
             let listener = if reused {
                 None
             } else {
-                Some(net::bind_listener(frontend.listen).map_err(|source| ApplyError::Bind {
-                    frontend: frontend.name.clone(),
-                    address: frontend.listen,
-                    source,
-                })?)
+                Some(
+                    net::bind_listener(frontend.listen).map_err(|source| ApplyError::Bind {
+                        frontend: frontend.name.clone(),
+                        address: frontend.listen,
+                        source,
+                    })?,
+                )
             };
             prepared.push((frontend.clone(), prober, listener));
         }
         let mut listeners: HashMap<SocketAddr, TcpListener> = HashMap::new();
-        let mut previous: HashMap<String, (Vec<BackendEntry>, crate::config::FrontendConfig)> = HashMap::new();
+        let mut previous: HashMap<String, (Vec<BackendEntry>, crate::config::FrontendConfig)> =
+            HashMap::new();
         for running in self.frontends.drain(..) {
             let (listener, backends, old_config) = running.stop().await;
             listeners.insert(old_config.listen, listener);
@@ -158,21 +166,37 @@ impl Supervisor {
             let listener = listener
                 .or_else(|| listeners.remove(&frontend.listen))
                 .expect("prepare bound or found a listener for every frontend");
-            let (backends, old_config) = previous.remove(&frontend.name).map_or((Vec::new(), None), |(b, c)| (b, Some(c)));
-            let started = Frontend::start(frontend, prober, listener, backends, old_config.as_ref(), &self.shared);
+            let (backends, old_config) = previous
+                .remove(&frontend.name)
+                .map_or((Vec::new(), None), |(b, c)| (b, Some(c)));
+            let started = Frontend::start(
+                frontend,
+                prober,
+                listener,
+                backends,
+                old_config.as_ref(),
+                &self.shared,
+            );
             self.frontends.push(started);
         }
         for (backends, _) in previous.values() {
             backends.iter().for_each(BackendEntry::stop_checks);
         }
-        let all = self.frontends.iter().flat_map(|frontend| frontend.backends().cloned()).collect();
+        let all = self
+            .frontends
+            .iter()
+            .flat_map(|frontend| frontend.backends().cloned())
+            .collect();
         *self.directory.write().expect("directory lock poisoned") = all;
         Ok(())
     }
 
     /// Stops accepting, drains connections until `grace`, closes the rest.
     pub async fn shutdown(mut self, grace: Duration) {
-        tracing::info!(?grace, "shutting down: no new connections, draining established ones");
+        tracing::info!(
+            ?grace,
+            "shutting down: no new connections, draining established ones"
+        );
         let mut backends = Vec::new();
         for frontend in self.frontends.drain(..) {
             let (listener, entries, _) = frontend.stop().await;
@@ -181,8 +205,14 @@ impl Supervisor {
         }
         let connections = self.shared.connections.clone();
         connections.close();
-        if tokio::time::timeout(grace, connections.wait()).await.is_err() {
-            tracing::warn!(open = connections.len(), "drain deadline passed, closing remaining connections");
+        if tokio::time::timeout(grace, connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = connections.len(),
+                "drain deadline passed, closing remaining connections"
+            );
             self.shared.shutdown.cancel();
             let _ = tokio::time::timeout(FORCED_CLOSE_WAIT, connections.wait()).await;
         }
@@ -222,7 +252,8 @@ pub async fn run(options: RunOptions) -> Result<(), GatewayError> {
     let admin_stop = CancellationToken::new();
     let admin_address = options.admin.unwrap_or(config.admin_listen);
     if let Some(address) = admin_address {
-        let listener = net::bind_listener(address).map_err(|source| GatewayError::AdminBind { address, source })?;
+        let listener = net::bind_listener(address)
+            .map_err(|source| GatewayError::AdminBind { address, source })?;
         let context = admin::AdminContext::new(Arc::clone(&metrics), supervisor.directory());
         tokio::spawn(admin::serve(listener, context, admin_stop.clone()));
         tracing::info!(%address, "admin API listening");

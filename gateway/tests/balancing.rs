@@ -30,17 +30,27 @@ async fn round_robin_spreads_short_connections_evenly_with_tls_passthrough() {
     let pki = Pki::new();
     let backends = start_backends(&pki, 3).await;
     let listen = free_local_address();
-    let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, &["--balance", "round-robin"])).await;
+    let gateway = Gateway::start_with_args(
+        listen,
+        &flags(listen, &backends, &["--balance", "round-robin"]),
+    )
+    .await;
     let refs: Vec<&Nginx> = backends.iter().collect();
     let mut counts: HashMap<String, usize> = HashMap::new();
     const REQUESTS: usize = 30;
     for _ in 0..REQUESTS {
-        let name = request_backend(&pki, gateway.listen, &refs).await.expect("request through the gateway");
+        let name = request_backend(&pki, gateway.listen, &refs)
+            .await
+            .expect("request through the gateway");
         *counts.entry(name).or_default() += 1;
     }
     for backend in &backends {
         let count = counts.get(&backend.name).copied().unwrap_or(0);
-        assert!(count >= REQUESTS / 3 - 2, "round robin gave {} only {count} of {REQUESTS}: {counts:?}", backend.name);
+        assert!(
+            count >= REQUESTS / 3 - 2,
+            "round robin gave {} only {count} of {REQUESTS}: {counts:?}",
+            backend.name
+        );
     }
 }
 
@@ -49,27 +59,40 @@ async fn least_connections_spreads_long_lived_connections() {
     let pki = Pki::new();
     let backends = start_backends(&pki, 3).await;
     let listen = free_local_address();
-    let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, &["--seed", "1"])).await;
+    let gateway =
+        Gateway::start_with_args(listen, &flags(listen, &backends, &["--seed", "1"])).await;
     let refs: Vec<&Nginx> = backends.iter().collect();
     // Watch-like: every connection stays open, so the open-connection count is the load.
     const CONNECTIONS: usize = 12;
     let mut open = Vec::new();
     for _ in 0..CONNECTIONS {
-        let mut client = TlsClient::connect(&pki, gateway.listen).await.expect("connect through the gateway");
+        let mut client = TlsClient::connect(&pki, gateway.listen)
+            .await
+            .expect("connect through the gateway");
         let body = client.get("/").await.expect("first request");
         open.push((body.trim().to_string(), client));
     }
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for (name, client) in &open {
-        let backend = refs.iter().find(|backend| &backend.name == name).expect("known backend");
-        assert_eq!(client.peer_certificate, backend.identity.der, "TLS passthrough");
+        let backend = refs
+            .iter()
+            .find(|backend| &backend.name == name)
+            .expect("known backend");
+        assert_eq!(
+            client.peer_certificate, backend.identity.der,
+            "TLS passthrough"
+        );
         *counts.entry(name.as_str()).or_default() += 1;
     }
     // p2c on open connections never sends to a backend that has more connections than the
     // other candidate, so no backend can fall far behind.
     for backend in &backends {
         let count = counts.get(backend.name.as_str()).copied().unwrap_or(0);
-        assert!(count >= 2, "{} got {count} of {CONNECTIONS} long-lived connections: {counts:?}", backend.name);
+        assert!(
+            count >= 2,
+            "{} got {count} of {CONNECTIONS} long-lived connections: {counts:?}",
+            backend.name
+        );
     }
     let reported: usize = gateway
         .backends()
@@ -77,9 +100,15 @@ async fn least_connections_spreads_long_lived_connections() {
         .iter()
         .map(|backend| backend["open_connections"].as_u64().unwrap() as usize)
         .sum();
-    assert_eq!(reported, CONNECTIONS, "admin API counts every open connection");
+    assert_eq!(
+        reported, CONNECTIONS,
+        "admin API counts every open connection"
+    );
     for (_, client) in &mut open {
-        client.get("/").await.expect("long-lived connections still work");
+        client
+            .get("/")
+            .await
+            .expect("long-lived connections still work");
     }
 }
 
@@ -88,10 +117,16 @@ async fn peak_ewma_serves_and_exports_metrics() {
     let pki = Pki::new();
     let backends = start_backends(&pki, 2).await;
     let listen = free_local_address();
-    let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, &["--balance", "peak-ewma"])).await;
+    let gateway = Gateway::start_with_args(
+        listen,
+        &flags(listen, &backends, &["--balance", "peak-ewma"]),
+    )
+    .await;
     let refs: Vec<&Nginx> = backends.iter().collect();
     for _ in 0..10 {
-        request_backend(&pki, gateway.listen, &refs).await.expect("request through the gateway");
+        request_backend(&pki, gateway.listen, &refs)
+            .await
+            .expect("request through the gateway");
     }
     let (status, metrics) = http_get(gateway.admin, "/metrics").await.unwrap();
     assert_eq!(status, 200);
@@ -103,11 +138,18 @@ async fn peak_ewma_serves_and_exports_metrics() {
         "gateway_backend_health_transitions_total",
         "gateway_frontend_connections_total",
     ] {
-        assert!(metrics.contains(series), "metrics lack {series}:\n{metrics}");
+        assert!(
+            metrics.contains(series),
+            "metrics lack {series}:\n{metrics}"
+        );
     }
     let (status, page) = http_get(gateway.admin, "/status").await.unwrap();
     assert_eq!(status, 200);
     for backend in &backends {
-        assert!(page.contains(&backend.host_port()), "status page lists {}", backend.name);
+        assert!(
+            page.contains(&backend.host_port()),
+            "status page lists {}",
+            backend.name
+        );
     }
 }

@@ -64,11 +64,16 @@ async fn stopped_backend_is_skipped_without_client_errors() {
     let listen = free_local_address();
     let refs: Vec<&Nginx> = backends.iter().collect();
     let gateway = Gateway::start_with_config(listen, &config_toml(listen, &refs, "", "")).await;
-    let names = backends.iter().map(|backend| backend.name.clone()).collect();
+    let names = backends
+        .iter()
+        .map(|backend| backend.name.clone())
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let traffic = spawn_traffic(Arc::clone(&pki), listen, names, Arc::clone(&stop));
 
-    request_backend(&pki, listen, &refs).await.expect("serving before the kill");
+    request_backend(&pki, listen, &refs)
+        .await
+        .expect("serving before the kill");
     let killed_at = Instant::now();
     backends[1].stop();
     let start = Instant::now();
@@ -76,23 +81,36 @@ async fn stopped_backend_is_skipped_without_client_errors() {
     let detected = start.elapsed();
     // Keep traffic flowing a little after detection, then stop it.
     let after_detection = Instant::now();
-    wait_for("more traffic after detection", STARTUP_DEADLINE, || async { after_detection.elapsed() > FAST_INTERVAL * 4 }).await;
+    wait_for("more traffic after detection", STARTUP_DEADLINE, || async {
+        after_detection.elapsed() > FAST_INTERVAL * 4
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     let outcomes = traffic.await.unwrap();
 
-    assert!(detected <= detection_bound(), "cp2 marked down after {detected:?}");
+    assert!(
+        detected <= detection_bound(),
+        "cp2 marked down after {detected:?}"
+    );
     let failures: Vec<_> = outcomes
         .iter()
         .filter(|outcome| outcome.started >= killed_at && outcome.result.is_err())
         .map(|outcome| outcome.result.as_ref().unwrap_err().clone())
         .collect();
-    assert!(failures.is_empty(), "new connections after the kill failed: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "new connections after the kill failed: {failures:?}"
+    );
     let late_to_cp2 = outcomes
         .iter()
         .filter(|outcome| outcome.started >= killed_at && outcome.result.as_deref() == Ok("cp2"))
         .count();
     assert_eq!(late_to_cp2, 0, "a killed backend cannot answer");
-    assert!(outcomes.len() > 10, "traffic ran: {} requests", outcomes.len());
+    assert!(
+        outcomes.len() > 10,
+        "traffic ran: {} requests",
+        outcomes.len()
+    );
     let log = gateway.log();
     assert!(log.contains("backend is down"), "{log}");
 }
@@ -106,8 +124,15 @@ async fn failing_readyz_removes_backend_within_fall_times_inter_and_rise_restore
     }
     let listen = free_local_address();
     let refs: Vec<&Nginx> = backends.iter().collect();
-    let gateway = Gateway::start_with_config(listen, &config_toml(listen, &refs, "balance = \"round-robin\"", "")).await;
-    let names = backends.iter().map(|backend| backend.name.clone()).collect();
+    let gateway = Gateway::start_with_config(
+        listen,
+        &config_toml(listen, &refs, "balance = \"round-robin\"", ""),
+    )
+    .await;
+    let names = backends
+        .iter()
+        .map(|backend| backend.name.clone())
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let traffic = spawn_traffic(Arc::clone(&pki), listen, names, Arc::clone(&stop));
 
@@ -116,26 +141,47 @@ async fn failing_readyz_removes_backend_within_fall_times_inter_and_rise_restore
     gateway.wait_serving("cp1", false).await;
     let marked_down = failed_at.elapsed();
     let down_since = Instant::now();
-    wait_for("traffic while cp1 is out", STARTUP_DEADLINE, || async { down_since.elapsed() > FAST_INTERVAL * 4 }).await;
+    wait_for("traffic while cp1 is out", STARTUP_DEADLINE, || async {
+        down_since.elapsed() > FAST_INTERVAL * 4
+    })
+    .await;
     backends[0].set_ready(true);
     let recovered_at = Instant::now();
     gateway.wait_serving("cp1", true).await;
     let came_back = recovered_at.elapsed();
     let back_since = Instant::now();
-    wait_for("traffic after recovery", STARTUP_DEADLINE, || async { back_since.elapsed() > FAST_INTERVAL * 4 }).await;
+    wait_for("traffic after recovery", STARTUP_DEADLINE, || async {
+        back_since.elapsed() > FAST_INTERVAL * 4
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     let outcomes = traffic.await.unwrap();
 
-    assert!(marked_down <= detection_bound(), "cp1 marked down after {marked_down:?}");
-    assert!(came_back >= FAST_INTERVAL, "rise needs {FAST_RISE} checks, came back after {came_back:?}");
-    let errors: Vec<_> = outcomes.iter().filter_map(|outcome| outcome.result.as_ref().err()).collect();
-    assert!(errors.is_empty(), "a /readyz failure must not cause client errors: {errors:?}");
+    assert!(
+        marked_down <= detection_bound(),
+        "cp1 marked down after {marked_down:?}"
+    );
+    assert!(
+        came_back >= FAST_INTERVAL,
+        "rise needs {FAST_RISE} checks, came back after {came_back:?}"
+    );
+    let errors: Vec<_> = outcomes
+        .iter()
+        .filter_map(|outcome| outcome.result.as_ref().err())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "a /readyz failure must not cause client errors: {errors:?}"
+    );
     let while_out = outcomes
         .iter()
         .filter(|outcome| outcome.started > down_since && outcome.started < recovered_at)
         .filter(|outcome| outcome.result.as_deref() == Ok("cp1"))
         .count();
-    assert_eq!(while_out, 0, "no new connection reaches cp1 while its /readyz fails");
+    assert_eq!(
+        while_out, 0,
+        "no new connection reaches cp1 while its /readyz fails"
+    );
     let after = outcomes
         .iter()
         .filter(|outcome| outcome.started > back_since && outcome.result.as_deref() == Ok("cp1"))
@@ -153,7 +199,9 @@ async fn all_backends_down_fails_fast_and_one_back_resumes_traffic() {
     let listen = free_local_address();
     let refs: Vec<&Nginx> = backends.iter().collect();
     let gateway = Gateway::start_with_config(listen, &config_toml(listen, &refs, "", "")).await;
-    request_backend(&pki, listen, &refs).await.expect("serving before the outage");
+    request_backend(&pki, listen, &refs)
+        .await
+        .expect("serving before the outage");
     for backend in &mut backends {
         backend.stop();
     }
@@ -167,7 +215,10 @@ async fn all_backends_down_fails_fast_and_one_back_resumes_traffic() {
         let started = Instant::now();
         let result = tokio::time::timeout(FAIL_FAST_BOUND, TlsClient::connect(&pki, listen)).await;
         let elapsed = started.elapsed();
-        assert!(matches!(result, Ok(Err(_))), "connection must be refused at once, took {elapsed:?}");
+        assert!(
+            matches!(result, Ok(Err(_))),
+            "connection must be refused at once, took {elapsed:?}"
+        );
     }
     let (_, metrics) = http_get(gateway.admin, "/metrics").await.unwrap();
     assert!(
@@ -179,7 +230,9 @@ async fn all_backends_down_fails_fast_and_one_back_resumes_traffic() {
     gateway.wait_serving("cp2", true).await;
     let refs: Vec<&Nginx> = backends.iter().collect();
     for _ in 0..5 {
-        let name = request_backend(&pki, listen, &refs).await.expect("traffic resumes");
+        let name = request_backend(&pki, listen, &refs)
+            .await
+            .expect("traffic resumes");
         assert_eq!(name, "cp2");
     }
 }
@@ -209,9 +262,15 @@ async fn etcd_mode_checks_the_health_endpoint() {
     backends[0].set_ready(false);
     gateway.wait_serving("backend1", false).await;
     let status = gateway.backend("backend1").await.unwrap();
-    assert!(status["last_check_error"].as_str().unwrap().contains("503"), "{status}");
+    assert!(
+        status["last_check_error"].as_str().unwrap().contains("503"),
+        "{status}"
+    );
     let refs: Vec<&Nginx> = backends.iter().collect();
     for _ in 0..5 {
-        assert_eq!(request_backend(&pki, listen, &refs).await.unwrap(), "member2");
+        assert_eq!(
+            request_backend(&pki, listen, &refs).await.unwrap(),
+            "member2"
+        );
     }
 }

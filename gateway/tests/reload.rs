@@ -20,7 +20,11 @@ async fn reload_adds_and_removes_backends_without_dropping_connections() {
         backends.push(Nginx::start(&pki, name, None).await);
     }
     let listen = free_local_address();
-    let gateway = Gateway::start_with_config(listen, &config_toml(listen, &[&backends[0], &backends[1]], "", "")).await;
+    let gateway = Gateway::start_with_config(
+        listen,
+        &config_toml(listen, &[&backends[0], &backends[1]], "", ""),
+    )
+    .await;
     // Open connections until one sits on cp1, the backend the reload removes.
     let mut open = Vec::new();
     for _ in 0..40 {
@@ -31,25 +35,42 @@ async fn reload_adds_and_removes_backends_without_dropping_connections() {
             break;
         }
     }
-    assert!(open.iter().any(|(name, _)| name == "cp1"), "some connection landed on cp1");
+    assert!(
+        open.iter().any(|(name, _)| name == "cp1"),
+        "some connection landed on cp1"
+    );
 
-    std::fs::write(gateway.config_path(), config_toml(listen, &[&backends[1], &backends[2]], "", "")).unwrap();
+    std::fs::write(
+        gateway.config_path(),
+        config_toml(listen, &[&backends[1], &backends[2]], "", ""),
+    )
+    .unwrap();
     gateway.signal(libc::SIGHUP);
     wait_for("cp3 added and cp1 removed", STARTUP_DEADLINE, || async {
-        let names: Vec<_> = gateway.backends().await.iter().map(|b| b["name"].as_str().unwrap().to_string()).collect();
+        let names: Vec<_> = gateway
+            .backends()
+            .await
+            .iter()
+            .map(|b| b["name"].as_str().unwrap().to_string())
+            .collect();
         names.contains(&"cp3".to_string()) && !names.contains(&"cp1".to_string())
     })
     .await;
     gateway.wait_serving("cp3", true).await;
 
     for (name, client) in &mut open {
-        let again = client.get("/").await.expect("open connection survives the reload");
+        let again = client
+            .get("/")
+            .await
+            .expect("open connection survives the reload");
         assert_eq!(again.trim(), name, "same backend as before the reload");
     }
     let refs: Vec<&Nginx> = backends.iter().collect();
     let mut seen_cp3 = false;
     for _ in 0..20 {
-        let name = request_backend(&pki, listen, &refs).await.expect("new connection after reload");
+        let name = request_backend(&pki, listen, &refs)
+            .await
+            .expect("new connection after reload");
         assert_ne!(name, "cp1", "removed backend gets no new connections");
         seen_cp3 |= name == "cp3";
     }
@@ -72,17 +93,36 @@ async fn invalid_reload_keeps_the_running_configuration() {
     let bad_line = bad.lines().position(|line| line == "fall = 0").unwrap() + 1;
     std::fs::write(gateway.config_path(), &bad).unwrap();
     gateway.signal(libc::SIGHUP);
-    wait_for("the reload failure in the log", STARTUP_DEADLINE, || async { gateway.log().contains("reload failed") }).await;
+    wait_for(
+        "the reload failure in the log",
+        STARTUP_DEADLINE,
+        || async { gateway.log().contains("reload failed") },
+    )
+    .await;
     let log = gateway.log();
-    assert!(log.contains(&format!("line {bad_line}")), "the error names line {bad_line}:\n{log}");
+    assert!(
+        log.contains(&format!("line {bad_line}")),
+        "the error names line {bad_line}:\n{log}"
+    );
     assert!(log.contains("fall"), "{log}");
-    request_backend(&pki, listen, &refs).await.expect("still serving with the old configuration");
+    request_backend(&pki, listen, &refs)
+        .await
+        .expect("still serving with the old configuration");
     assert_eq!(gateway.backends().await.len(), 1);
 
     // The file watcher reloads on its own once the file is fixed (a new backend appears).
     let second = Nginx::start(&pki, "cp2", None).await;
-    std::fs::write(gateway.config_path(), config_toml(listen, &[&backend, &second], "", "")).unwrap();
-    wait_for("the fixed file to be picked up", STARTUP_DEADLINE, || async { gateway.backends().await.len() == 2 }).await;
+    std::fs::write(
+        gateway.config_path(),
+        config_toml(listen, &[&backend, &second], "", ""),
+    )
+    .unwrap();
+    wait_for(
+        "the fixed file to be picked up",
+        STARTUP_DEADLINE,
+        || async { gateway.backends().await.len() == 2 },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +144,10 @@ async fn bad_configuration_is_refused_at_startup_naming_the_line() {
             let output = command.output().expect("run the gateway");
             let stderr = String::from_utf8_lossy(&output.stderr);
             assert!(!output.status.success(), "refused: {text}");
-            assert!(stderr.contains(&format!("line {line}")), "names line {line}: {stderr}");
+            assert!(
+                stderr.contains(&format!("line {line}")),
+                "names line {line}: {stderr}"
+            );
             assert!(stderr.contains(word), "mentions {word}: {stderr}");
         }
     }
@@ -115,7 +158,8 @@ async fn sigterm_stops_accepting_and_drains_open_connections() {
     let pki = Pki::new();
     let backend = Nginx::start(&pki, "cp1", None).await;
     let listen = free_local_address();
-    let mut gateway = Gateway::start_with_config(listen, &config_toml(listen, &[&backend], "", "")).await;
+    let mut gateway =
+        Gateway::start_with_config(listen, &config_toml(listen, &[&backend], "", "")).await;
     let mut client = TlsClient::connect(&pki, listen).await.unwrap();
     assert_eq!(client.get("/").await.unwrap().trim(), "cp1");
 
@@ -125,7 +169,14 @@ async fn sigterm_stops_accepting_and_drains_open_connections() {
     })
     .await;
     for _ in 0..3 {
-        assert_eq!(client.get("/").await.expect("open connection keeps working while draining").trim(), "cp1");
+        assert_eq!(
+            client
+                .get("/")
+                .await
+                .expect("open connection keeps working while draining")
+                .trim(),
+            "cp1"
+        );
     }
     drop(client);
     let status = gateway.wait_exit(EXIT_DEADLINE).await;
@@ -138,13 +189,17 @@ async fn sigterm_closes_connections_at_the_drain_deadline() {
     let pki = Pki::new();
     let backend = Nginx::start(&pki, "cp1", None).await;
     let listen = free_local_address();
-    let config = config_toml(listen, &[&backend], "", "").replace("shutdown_grace = \"30s\"", "shutdown_grace = \"1s\"");
+    let config = config_toml(listen, &[&backend], "", "")
+        .replace("shutdown_grace = \"30s\"", "shutdown_grace = \"1s\"");
     let mut gateway = Gateway::start_with_config(listen, &config).await;
     let mut client = TlsClient::connect(&pki, listen).await.unwrap();
     client.get("/").await.unwrap();
     gateway.signal(libc::SIGTERM);
     let status = gateway.wait_exit(EXIT_DEADLINE).await;
     assert!(status.success(), "{status}");
-    assert!(client.get("/").await.is_err(), "the connection was closed at the deadline");
+    assert!(
+        client.get("/").await.is_err(),
+        "the connection was closed at the deadline"
+    );
     assert!(gateway.log().contains("drain deadline passed"));
 }

@@ -31,7 +31,9 @@ impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
         let status = match self {
             AdminError::UnknownBackend { .. } => StatusCode::NOT_FOUND,
-            AdminError::UnknownAction(_) | AdminError::WeightOutOfRange { .. } => StatusCode::BAD_REQUEST,
+            AdminError::UnknownAction(_) | AdminError::WeightOutOfRange { .. } => {
+                StatusCode::BAD_REQUEST
+            }
         };
         (status, format!("{self}\n")).into_response()
     }

@@ -15,11 +15,18 @@ use crate::config::MAX_WEIGHT;
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub(super) async fn metrics(State(context): State<AdminContext>) -> impl IntoResponse {
-    ([(CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], context.metrics.encode())
+    (
+        [(CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
+        context.metrics.encode(),
+    )
 }
 
 fn statuses(context: &AdminContext) -> Vec<BackendStatus> {
-    context.backends().iter().map(|backend| backend.status()).collect()
+    context
+        .backends()
+        .iter()
+        .map(|backend| backend.status())
+        .collect()
 }
 
 pub(super) async fn list(State(context): State<AdminContext>) -> Json<Vec<BackendStatus>> {

@@ -45,7 +45,10 @@ impl AdminContext {
     }
 
     fn backends(&self) -> Vec<Arc<Backend>> {
-        self.directory.read().expect("directory lock poisoned").clone()
+        self.directory
+            .read()
+            .expect("directory lock poisoned")
+            .clone()
     }
 
     fn find(&self, frontend: &str, backend: &str) -> Result<Arc<Backend>, AdminError> {
@@ -67,8 +70,14 @@ pub fn router(context: AdminContext) -> Router {
         .route("/", get(handlers::status_page))
         .route("/status", get(handlers::status_page))
         .route("/api/backends", get(handlers::list))
-        .route("/api/frontends/{frontend}/backends/{backend}/weight", put(handlers::set_weight))
-        .route("/api/frontends/{frontend}/backends/{backend}/{action}", post(handlers::act))
+        .route(
+            "/api/frontends/{frontend}/backends/{backend}/weight",
+            put(handlers::set_weight),
+        )
+        .route(
+            "/api/frontends/{frontend}/backends/{backend}/{action}",
+            post(handlers::act),
+        )
         .with_state(context)
 }
 

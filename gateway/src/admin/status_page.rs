@@ -6,7 +6,9 @@ use crate::backend::BackendStatus;
 
 /// Escapes text for HTML element content.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Renders one table row per backend.
@@ -24,7 +26,9 @@ pub(super) fn render(backends: &[BackendStatus]) -> String {
             (false, "down") => "down",
             _ => "off",
         };
-        let limit = backend.max_connections.map_or_else(|| "-".to_string(), |max| max.to_string());
+        let limit = backend
+            .max_connections
+            .map_or_else(|| "-".to_string(), |max| max.to_string());
         let _ = write!(
             page,
             "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td><td>{:?}</td><td>{}</td>\

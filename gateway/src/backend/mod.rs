@@ -25,7 +25,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use status::BackendStatus;
 
-use crate::config::{BackendConfig, BalancePolicy, CheckKind, FrontendConfig, OnMarkedDown, MAX_WEIGHT};
+use crate::config::{
+    BackendConfig, BalancePolicy, CheckKind, FrontendConfig, OnMarkedDown, MAX_WEIGHT,
+};
 use crate::health::{Health, HealthMachine, Transition};
 use crate::load::{least_connections_cost, peak_ewma_cost, slow_start_share, PeakEwma};
 use crate::metrics::BackendMetrics;
@@ -74,7 +76,11 @@ pub struct Backend {
 
 impl Backend {
     /// A backend of `frontend`, optimistically up until its first check.
-    pub fn new(frontend: &FrontendConfig, config: BackendConfig, metrics: BackendMetrics) -> Arc<Backend> {
+    pub fn new(
+        frontend: &FrontendConfig,
+        config: BackendConfig,
+        metrics: BackendMetrics,
+    ) -> Arc<Backend> {
         let now = Instant::now();
         metrics.up.set(1);
         Arc::new(Backend {
@@ -120,7 +126,10 @@ impl Backend {
 
     /// The address probed by health checks.
     pub fn check_address(&self) -> &str {
-        self.config.check_address.as_deref().unwrap_or(&self.config.address)
+        self.config
+            .check_address
+            .as_deref()
+            .unwrap_or(&self.config.address)
     }
 
     /// The configuration this backend was built from.
@@ -138,7 +147,8 @@ impl Backend {
     }
 
     fn bump(&self) {
-        self.changes.send_modify(|version| *version = version.wrapping_add(1));
+        self.changes
+            .send_modify(|version| *version = version.wrapping_add(1));
     }
 
     /// A receiver that changes whenever eligibility or readiness may have changed.
@@ -154,19 +164,29 @@ impl Backend {
     /// Whether the backend may take new connections, ignoring its connection limit.
     pub fn is_eligible(&self) -> bool {
         let state = self.state();
-        state.health.health() == Health::Up && state.admin == AdminState::Enabled && state.weight > 0 && !state.suspect
+        state.health.health() == Health::Up
+            && state.admin == AdminState::Enabled
+            && state.weight > 0
+            && !state.suspect
     }
 
     /// Whether the backend may take a new connection now.
     pub fn is_ready(&self) -> bool {
-        let under_limit = self.config.max_connections.is_none_or(|max| self.open_connections() < max);
+        let under_limit = self
+            .config
+            .max_connections
+            .is_none_or(|max| self.open_connections() < max);
         under_limit && self.is_eligible()
     }
 
     /// The weight scaled by slow start, at `now`.
     pub fn effective_weight(&self, now: Instant) -> f64 {
         let state = self.state();
-        f64::from(state.weight) * slow_start_share(now.saturating_duration_since(state.up_since), self.slow_start)
+        f64::from(state.weight)
+            * slow_start_share(
+                now.saturating_duration_since(state.up_since),
+                self.slow_start,
+            )
     }
 
     /// The balancing cost under the frontend's policy (lower is better).
@@ -175,8 +195,12 @@ impl Backend {
         let weight = self.effective_weight(now);
         let open = self.open_connections();
         match self.policy {
-            BalancePolicy::PeakEwma => peak_ewma_cost(self.state().latency.estimate(now), open, weight),
-            BalancePolicy::LeastConnections | BalancePolicy::RoundRobin => least_connections_cost(open, weight),
+            BalancePolicy::PeakEwma => {
+                peak_ewma_cost(self.state().latency.estimate(now), open, weight)
+            }
+            BalancePolicy::LeastConnections | BalancePolicy::RoundRobin => {
+                least_connections_cost(open, weight)
+            }
         }
     }
 
@@ -282,7 +306,10 @@ impl Backend {
 
     /// A token cancelled when this backend's established connections must close.
     pub fn session_token(&self) -> CancellationToken {
-        self.sessions.lock().expect("sessions lock poisoned").child_token()
+        self.sessions
+            .lock()
+            .expect("sessions lock poisoned")
+            .child_token()
     }
 
     /// Closes every established connection to this backend.
@@ -342,7 +369,11 @@ impl ConnectionSlot {
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         let before = self.backend.open.fetch_sub(1, Ordering::AcqRel);
-        assert!(before > 0, "backend {} open connection count underflow", self.backend.name());
+        assert!(
+            before > 0,
+            "backend {} open connection count underflow",
+            self.backend.name()
+        );
         self.backend.metrics.active.dec();
         if self.backend.config.max_connections.is_some() {
             self.backend.bump();
@@ -373,10 +404,17 @@ mod tests {
     async fn eligibility_follows_health_admin_and_limit() {
         let frontend = frontend();
         let metrics = Metrics::new();
-        let backend = Backend::new(&frontend, frontend.backends[0].clone(), metrics.backend("f", "b"));
+        let backend = Backend::new(
+            &frontend,
+            frontend.backends[0].clone(),
+            metrics.backend("f", "b"),
+        );
         assert!(backend.is_ready());
         let slot = backend.open_slot();
-        assert!(backend.is_eligible() && !backend.is_ready(), "at its limit of 1");
+        assert!(
+            backend.is_eligible() && !backend.is_ready(),
+            "at its limit of 1"
+        );
         drop(slot);
         backend.set_admin_state(AdminState::Draining);
         assert!(!backend.is_eligible());
@@ -385,14 +423,21 @@ mod tests {
         backend.record_connect_failure("refused");
         assert!(!backend.is_eligible(), "suspect after a failed connect");
         backend.record_check(Ok(()));
-        assert!(backend.is_eligible(), "a good check clears the suspect mark");
+        assert!(
+            backend.is_eligible(),
+            "a good check clears the suspect mark"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn recovered_backend_ramps_up() {
         let frontend = frontend();
         let metrics = Metrics::new();
-        let backend = Backend::new(&frontend, frontend.backends[0].clone(), metrics.backend("f", "b"));
+        let backend = Backend::new(
+            &frontend,
+            frontend.backends[0].clone(),
+            metrics.backend("f", "b"),
+        );
         assert_eq!(backend.effective_weight(Instant::now()), 100.0);
         backend.record_check(Err("down".into()));
         backend.record_check(Ok(()));

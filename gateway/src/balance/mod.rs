@@ -42,7 +42,9 @@ pub type BoxBalancer = BoxService<ConnectRequest, BackendConnection, BoxError>;
 
 /// A discovery stream announcing `endpoints`, and the sender that keeps it open (dropping it
 /// ends the stream; the balancer keeps its endpoints).
-pub fn discover(endpoints: Vec<(String, Endpoint)>) -> (EndpointDiscover, mpsc::Sender<EndpointChange>) {
+pub fn discover(
+    endpoints: Vec<(String, Endpoint)>,
+) -> (EndpointDiscover, mpsc::Sender<EndpointChange>) {
     assert!(
         endpoints.len() <= DISCOVERY_CAPACITY,
         "{} backends exceed the discovery capacity {DISCOVERY_CAPACITY}",
@@ -110,10 +112,19 @@ mod tests {
         let endpoints = [("light", 1.0), ("medium", 2.0), ("heavy", 3.0)]
             .into_iter()
             .map(|(name, load)| Ok::<_, Infallible>(Change::Insert(name, Fixed { name, load })));
-        let mut balancer = Balance::from_rng(futures::stream::iter(endpoints), SeededRng::new(seed));
+        let mut balancer =
+            Balance::from_rng(futures::stream::iter(endpoints), SeededRng::new(seed));
         let mut picks = Vec::with_capacity(count);
         for _ in 0..count {
-            picks.push(balancer.ready().await.expect("ready").call(()).await.expect("ok"));
+            picks.push(
+                balancer
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(())
+                    .await
+                    .expect("ok"),
+            );
         }
         picks
     }
@@ -122,10 +133,20 @@ mod tests {
     async fn p2c_is_reproducible_and_never_picks_the_most_loaded() {
         let first = picks(42, 200).await;
         assert_eq!(first, picks(42, 200).await, "same seed, same choices");
-        assert!(!first.contains(&"heavy"), "the heaviest endpoint loses every comparison");
+        assert!(
+            !first.contains(&"heavy"),
+            "the heaviest endpoint loses every comparison"
+        );
         let light = first.iter().filter(|pick| **pick == "light").count();
         // light wins 2 of the 3 possible pairs, medium 1: expect about 2/3 light.
-        assert!((100..=170).contains(&light), "light picked {light} of 200 times");
-        assert_ne!(first, picks(7, 200).await, "another seed gives another sequence");
+        assert!(
+            (100..=170).contains(&light),
+            "light picked {light} of 200 times"
+        );
+        assert_ne!(
+            first,
+            picks(7, 200).await,
+            "another seed gives another sequence"
+        );
     }
 }

@@ -17,7 +17,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
-        _ => return Err(format!("duration `{text}` has unknown unit `{unit}`: use ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "duration `{text}` has unknown unit `{unit}`: use ms, s, m or h"
+            ))
+        }
     };
     value
         .checked_mul(millis_per_unit)

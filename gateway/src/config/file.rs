@@ -87,27 +87,44 @@ impl Locator<'_> {
         }
     }
 
-    fn duration(&self, value: &Option<Spanned<String>>, default: Duration) -> Result<Duration, ConfigError> {
+    fn duration(
+        &self,
+        value: &Option<Spanned<String>>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
         match value {
             None => Ok(default),
-            Some(spanned) => parse_duration(spanned.get_ref()).map_err(|message| self.error(spanned.span(), message)),
+            Some(spanned) => parse_duration(spanned.get_ref())
+                .map_err(|message| self.error(spanned.span(), message)),
         }
     }
 
-    fn nonzero_duration(&self, value: &Option<Spanned<String>>, default: Duration, key: &str) -> Result<Duration, ConfigError> {
+    fn nonzero_duration(
+        &self,
+        value: &Option<Spanned<String>>,
+        default: Duration,
+        key: &str,
+    ) -> Result<Duration, ConfigError> {
         let duration = self.duration(value, default)?;
         match value {
-            Some(spanned) if duration.is_zero() => Err(self.error(spanned.span(), format!("`{key}` must be greater than zero"))),
+            Some(spanned) if duration.is_zero() => {
+                Err(self.error(spanned.span(), format!("`{key}` must be greater than zero")))
+            }
             _ => Ok(duration),
         }
     }
 }
 
 pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|error| ConfigError::Syntax(error.to_string()))?;
+    let raw: RawConfig =
+        toml::from_str(text).map_err(|error| ConfigError::Syntax(error.to_string()))?;
     let locator = Locator { text };
     let admin_listen = match &raw.admin {
-        None => Some(DEFAULT_ADMIN_LISTEN.parse().expect("default admin address parses")),
+        None => Some(
+            DEFAULT_ADMIN_LISTEN
+                .parse()
+                .expect("default admin address parses"),
+        ),
         Some(value) if value.get_ref() == "off" => None,
         Some(value) => Some(socket_addr(&locator, value)?),
     };
@@ -116,7 +133,10 @@ pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
         return Err(locator.error(0..0, "no [[frontend]] is defined"));
     }
     if raw.frontend.len() > MAX_ENTRIES {
-        return Err(locator.error(raw.frontend[MAX_ENTRIES].span(), format!("more than {MAX_ENTRIES} frontends")));
+        return Err(locator.error(
+            raw.frontend[MAX_ENTRIES].span(),
+            format!("more than {MAX_ENTRIES} frontends"),
+        ));
     }
     let mut names = HashSet::new();
     let mut listens = HashSet::new();
@@ -125,10 +145,16 @@ pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
         let frontend = frontend(&locator, spanned.get_ref())?;
         let raw_frontend = spanned.get_ref();
         if !names.insert(frontend.name.clone()) {
-            return Err(locator.error(raw_frontend.name.span(), format!("duplicate frontend name `{}`", frontend.name)));
+            return Err(locator.error(
+                raw_frontend.name.span(),
+                format!("duplicate frontend name `{}`", frontend.name),
+            ));
         }
         if !listens.insert(frontend.listen) {
-            return Err(locator.error(raw_frontend.listen.span(), format!("address {} is used by two frontends", frontend.listen)));
+            return Err(locator.error(
+                raw_frontend.listen.span(),
+                format!("address {} is used by two frontends", frontend.listen),
+            ));
         }
         frontends.push(frontend);
     }
@@ -140,19 +166,27 @@ pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
 }
 
 fn socket_addr(locator: &Locator, value: &Spanned<String>) -> Result<SocketAddr, ConfigError> {
-    value
-        .get_ref()
-        .parse()
-        .map_err(|_| locator.error(value.span(), format!("`{}` is not an IP:PORT address", value.get_ref())))
+    value.get_ref().parse().map_err(|_| {
+        locator.error(
+            value.span(),
+            format!("`{}` is not an IP:PORT address", value.get_ref()),
+        )
+    })
 }
 
 fn name(locator: &Locator, value: &Spanned<String>) -> Result<String, ConfigError> {
     let text = value.get_ref();
-    let valid = !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let valid = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if valid {
         Ok(text.clone())
     } else {
-        Err(locator.error(value.span(), format!("name `{text}` must be non-empty ASCII letters, digits, `-`, `_` or `.`")))
+        Err(locator.error(
+            value.span(),
+            format!("name `{text}` must be non-empty ASCII letters, digits, `-`, `_` or `.`"),
+        ))
     }
 }
 
@@ -163,28 +197,40 @@ fn frontend(locator: &Locator, raw: &RawFrontend) -> Result<FrontendConfig, Conf
             "least-connections" | "leastconn" => BalancePolicy::LeastConnections,
             "peak-ewma" => BalancePolicy::PeakEwma,
             "round-robin" | "roundrobin" => BalancePolicy::RoundRobin,
-            other => {
-                return Err(locator.error(
+            other => return Err(locator.error(
+                value.span(),
+                format!(
+                    "unknown balance `{other}`: use least-connections, peak-ewma or round-robin"
+                ),
+            )),
+        },
+    };
+    let on_marked_down =
+        match &raw.on_marked_down {
+            None => OnMarkedDown::KeepSessions,
+            Some(value) => match value.get_ref().as_str() {
+                "keep-sessions" => OnMarkedDown::KeepSessions,
+                "shutdown-sessions" => OnMarkedDown::ShutdownSessions,
+                other => return Err(locator.error(
                     value.span(),
-                    format!("unknown balance `{other}`: use least-connections, peak-ewma or round-robin"),
-                ))
-            }
-        },
-    };
-    let on_marked_down = match &raw.on_marked_down {
-        None => OnMarkedDown::KeepSessions,
-        Some(value) => match value.get_ref().as_str() {
-            "keep-sessions" => OnMarkedDown::KeepSessions,
-            "shutdown-sessions" => OnMarkedDown::ShutdownSessions,
-            other => {
-                return Err(locator.error(value.span(), format!("unknown on_marked_down `{other}`: use keep-sessions or shutdown-sessions")))
-            }
-        },
-    };
-    let max_connections = positive(locator, &raw.max_connections, DEFAULT_MAX_CONNECTIONS, "max_connections")?;
+                    format!(
+                        "unknown on_marked_down `{other}`: use keep-sessions or shutdown-sessions"
+                    ),
+                )),
+            },
+        };
+    let max_connections = positive(
+        locator,
+        &raw.max_connections,
+        DEFAULT_MAX_CONNECTIONS,
+        "max_connections",
+    )?;
     let retries = raw.retries.as_ref().map_or(Ok(DEFAULT_RETRIES), |value| {
         if *value.get_ref() > MAX_RETRIES {
-            Err(locator.error(value.span(), format!("`retries` must be at most {MAX_RETRIES}")))
+            Err(locator.error(
+                value.span(),
+                format!("`retries` must be at most {MAX_RETRIES}"),
+            ))
         } else {
             Ok(*value.get_ref())
         }
@@ -199,31 +245,59 @@ fn frontend(locator: &Locator, raw: &RawFrontend) -> Result<FrontendConfig, Conf
         listen: socket_addr(locator, &raw.listen)?,
         balance,
         max_connections,
-        connect_timeout: locator.nonzero_duration(&raw.connect_timeout, DEFAULT_CONNECT_TIMEOUT, "connect_timeout")?,
-        idle_timeout: locator.nonzero_duration(&raw.idle_timeout, DEFAULT_IDLE_TIMEOUT, "idle_timeout")?,
+        connect_timeout: locator.nonzero_duration(
+            &raw.connect_timeout,
+            DEFAULT_CONNECT_TIMEOUT,
+            "connect_timeout",
+        )?,
+        idle_timeout: locator.nonzero_duration(
+            &raw.idle_timeout,
+            DEFAULT_IDLE_TIMEOUT,
+            "idle_timeout",
+        )?,
         queue_timeout: locator.duration(&raw.queue_timeout, DEFAULT_QUEUE_TIMEOUT)?,
         retries,
-        tcp_keepalive: locator.nonzero_duration(&raw.tcp_keepalive, DEFAULT_TCP_KEEPALIVE, "tcp_keepalive")?,
+        tcp_keepalive: locator.nonzero_duration(
+            &raw.tcp_keepalive,
+            DEFAULT_TCP_KEEPALIVE,
+            "tcp_keepalive",
+        )?,
         on_marked_down,
         check,
         backends,
     })
 }
 
-fn positive(locator: &Locator, value: &Option<Spanned<usize>>, default: usize, key: &str) -> Result<usize, ConfigError> {
+fn positive(
+    locator: &Locator,
+    value: &Option<Spanned<usize>>,
+    default: usize,
+    key: &str,
+) -> Result<usize, ConfigError> {
     match value {
         None => Ok(default),
-        Some(spanned) if *spanned.get_ref() == 0 => Err(locator.error(spanned.span(), format!("`{key}` must be at least 1"))),
+        Some(spanned) if *spanned.get_ref() == 0 => {
+            Err(locator.error(spanned.span(), format!("`{key}` must be at least 1")))
+        }
         Some(spanned) => Ok(*spanned.get_ref()),
     }
 }
 
 fn backends(locator: &Locator, raw: &RawFrontend) -> Result<Vec<BackendConfig>, ConfigError> {
     if raw.backend.is_empty() {
-        return Err(locator.error(raw.name.span(), format!("frontend `{}` has no [[frontend.backend]]", raw.name.get_ref())));
+        return Err(locator.error(
+            raw.name.span(),
+            format!(
+                "frontend `{}` has no [[frontend.backend]]",
+                raw.name.get_ref()
+            ),
+        ));
     }
     if raw.backend.len() > MAX_ENTRIES {
-        return Err(locator.error(raw.backend[MAX_ENTRIES].span(), format!("more than {MAX_ENTRIES} backends")));
+        return Err(locator.error(
+            raw.backend[MAX_ENTRIES].span(),
+            format!("more than {MAX_ENTRIES} backends"),
+        ));
     }
     let mut names = HashSet::new();
     let mut backends = Vec::with_capacity(raw.backend.len());
@@ -231,20 +305,35 @@ fn backends(locator: &Locator, raw: &RawFrontend) -> Result<Vec<BackendConfig>, 
         let raw = spanned.get_ref();
         let backend_name = name(locator, &raw.name)?;
         if !names.insert(backend_name.clone()) {
-            return Err(locator.error(raw.name.span(), format!("duplicate backend name `{backend_name}`")));
+            return Err(locator.error(
+                raw.name.span(),
+                format!("duplicate backend name `{backend_name}`"),
+            ));
         }
         let address = host_port(locator, &raw.address)?;
-        let check_address = raw.check_address.as_ref().map(|value| host_port(locator, value)).transpose()?;
+        let check_address = raw
+            .check_address
+            .as_ref()
+            .map(|value| host_port(locator, value))
+            .transpose()?;
         let weight = match &raw.weight {
             None => DEFAULT_WEIGHT,
             Some(value) if *value.get_ref() > MAX_WEIGHT => {
-                return Err(locator.error(value.span(), format!("`weight` must be at most {MAX_WEIGHT}")))
+                return Err(locator.error(
+                    value.span(),
+                    format!("`weight` must be at most {MAX_WEIGHT}"),
+                ))
             }
             Some(value) => *value.get_ref(),
         };
         let max_connections = match &raw.max_connections {
             None => None,
-            Some(_) => Some(positive(locator, &raw.max_connections, 0, "max_connections")?),
+            Some(_) => Some(positive(
+                locator,
+                &raw.max_connections,
+                0,
+                "max_connections",
+            )?),
         };
         backends.push(BackendConfig {
             name: backend_name,
@@ -290,7 +379,10 @@ fn check(locator: &Locator, raw: &RawCheck) -> Result<CheckConfig, ConfigError> 
     check.interval = locator.duration(&raw.interval, DEFAULT_CHECK_INTERVAL)?;
     if check.interval < MIN_CHECK_INTERVAL {
         let span = raw.interval.as_ref().map_or(0..0, |value| value.span());
-        return Err(locator.error(span, format!("check `interval` must be at least {MIN_CHECK_INTERVAL:?}")));
+        return Err(locator.error(
+            span,
+            format!("check `interval` must be at least {MIN_CHECK_INTERVAL:?}"),
+        ));
     }
     check.timeout = locator.nonzero_duration(&raw.timeout, check.interval, "timeout")?;
     if check.timeout > check.interval {
@@ -306,9 +398,16 @@ fn check(locator: &Locator, raw: &RawCheck) -> Result<CheckConfig, ConfigError> 
             "none" => Verify::None,
             "ca" => match &raw.ca_file {
                 Some(file) => Verify::CaFile(PathBuf::from(file.get_ref())),
-                None => return Err(locator.error(value.span(), "`verify = \"ca\"` needs `ca_file`")),
+                None => {
+                    return Err(locator.error(value.span(), "`verify = \"ca\"` needs `ca_file`"))
+                }
             },
-            other => return Err(locator.error(value.span(), format!("unknown verify `{other}`: use none or ca"))),
+            other => {
+                return Err(locator.error(
+                    value.span(),
+                    format!("unknown verify `{other}`: use none or ca"),
+                ))
+            }
         },
     };
     if let (Some(file), Verify::None) = (&raw.ca_file, &check.tls.verify) {
@@ -316,19 +415,33 @@ fn check(locator: &Locator, raw: &RawCheck) -> Result<CheckConfig, ConfigError> 
     }
     check.tls.client_cert = match (&raw.client_cert, &raw.client_key) {
         (None, None) => None,
-        (Some(cert), Some(key)) => Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref()))),
-        (Some(cert), None) => return Err(locator.error(cert.span(), "`client_cert` needs `client_key`")),
-        (None, Some(key)) => return Err(locator.error(key.span(), "`client_key` needs `client_cert`")),
+        (Some(cert), Some(key)) => {
+            Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref())))
+        }
+        (Some(cert), None) => {
+            return Err(locator.error(cert.span(), "`client_cert` needs `client_key`"))
+        }
+        (None, Some(key)) => {
+            return Err(locator.error(key.span(), "`client_key` needs `client_cert`"))
+        }
     };
     check.tls.server_name = raw.server_name.clone();
     Ok(check)
 }
 
-fn fall_rise(locator: &Locator, value: &Option<Spanned<u32>>, default: u32, key: &str) -> Result<u32, ConfigError> {
+fn fall_rise(
+    locator: &Locator,
+    value: &Option<Spanned<u32>>,
+    default: u32,
+    key: &str,
+) -> Result<u32, ConfigError> {
     match value {
         None => Ok(default),
         Some(spanned) if (1..=MAX_FALL_RISE).contains(spanned.get_ref()) => Ok(*spanned.get_ref()),
-        Some(spanned) => Err(locator.error(spanned.span(), format!("`{key}` must be between 1 and {MAX_FALL_RISE}"))),
+        Some(spanned) => Err(locator.error(
+            spanned.span(),
+            format!("`{key}` must be between 1 and {MAX_FALL_RISE}"),
+        )),
     }
 }
 
@@ -405,7 +518,9 @@ address = "127.0.0.2:8443"
 
     #[test]
     fn duplicate_backend_names_are_refused() {
-        let text = format!("{MINIMAL}\n[[frontend.backend]]\nname = \"cp1\"\naddress = \"127.0.0.3:8443\"\n");
+        let text = format!(
+            "{MINIMAL}\n[[frontend.backend]]\nname = \"cp1\"\naddress = \"127.0.0.3:8443\"\n"
+        );
         let (line, message) = error_line(&text);
         assert_eq!(line, 11);
         assert!(message.contains("duplicate"), "{message}");

@@ -44,7 +44,10 @@ pub struct Endpoint {
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("Endpoint").field("backend", &self.backend.name()).finish()
+        formatter
+            .debug_struct("Endpoint")
+            .field("backend", &self.backend.name())
+            .finish()
     }
 }
 

@@ -38,7 +38,8 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = Either<InnerFuture<S::Future, S::Error>, future::Ready<Result<S::Response, BoxError>>>;
+    type Future =
+        Either<InnerFuture<S::Future, S::Error>, future::Ready<Result<S::Response, BoxError>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         if !(self.available)() {
@@ -57,7 +58,6 @@ where
         Either::Left(self.inner.call(request).map_err(to_box))
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -88,7 +88,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn refuses_at_once_when_nothing_is_available() {
         let mut service = FailFast::new(NeverReady, || false);
-        let error = service.ready().await.expect("ready").call(1).await.expect_err("refused");
+        let error = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(1)
+            .await
+            .expect_err("refused");
         assert!(error.is::<NoHealthyBackend>(), "{error}");
     }
 
@@ -103,7 +109,13 @@ mod tests {
         let waited = tokio::time::timeout(std::time::Duration::from_secs(1), service.ready()).await;
         assert!(waited.is_err(), "pending while a backend is available");
         available.store(false, Ordering::SeqCst);
-        let error = service.ready().await.expect("ready").call(1).await.expect_err("refused");
+        let error = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(1)
+            .await
+            .expect_err("refused");
         assert!(error.is::<NoHealthyBackend>());
     }
 
@@ -111,6 +123,15 @@ mod tests {
     async fn passes_through_when_ready() {
         let inner = tower::service_fn(|request: u8| async move { Ok::<_, BoxError>(request + 1) });
         let mut service = FailFast::new(inner, || true);
-        assert_eq!(service.ready().await.expect("ready").call(1).await.expect("ok"), 2);
+        assert_eq!(
+            service
+                .ready()
+                .await
+                .expect("ready")
+                .call(1)
+                .await
+                .expect("ok"),
+            2
+        );
     }
 }

@@ -39,7 +39,12 @@ pub const SUSPECT_HOLD_WITHOUT_CHECKS: Duration = Duration::from_secs(1);
 pub const MIN_PROBE_GAP: Duration = Duration::from_millis(100);
 
 /// Starts the check task of `backend`; it ends when `stop` is cancelled.
-pub fn spawn(backend: Arc<Backend>, prober: SharedProber, interval: Duration, stop: CancellationToken) {
+pub fn spawn(
+    backend: Arc<Backend>,
+    prober: SharedProber,
+    interval: Duration,
+    stop: CancellationToken,
+) {
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}

@@ -70,14 +70,19 @@ impl Prober {
     }
 
     async fn probe_unbounded(&self, address: &str) -> Result<(), ProbeError> {
-        let stream = TcpStream::connect(address).await.map_err(ProbeError::Connect)?;
+        let stream = TcpStream::connect(address)
+            .await
+            .map_err(ProbeError::Connect)?;
         let _ = stream.set_nodelay(true);
         match (self.kind, &self.tls) {
             (CheckKind::None | CheckKind::Tcp, _) => Ok(()),
             (_, None) => self.http(stream, address).await,
             (_, Some(connector)) => {
                 let name = self.server_name(address)?;
-                let stream = connector.connect(name, stream).await.map_err(ProbeError::Tls)?;
+                let stream = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(ProbeError::Tls)?;
                 self.http(stream, address).await
             }
         }
@@ -95,7 +100,8 @@ impl Prober {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         let driver = tokio::spawn(connection);
         let request = http::Request::get(self.path.as_str())
             .header(http::header::HOST, address)
@@ -135,11 +141,13 @@ fn etcd_health(status: u16, body: &[u8]) -> Result<(), ProbeError> {
     if status != 200 {
         return Err(ProbeError::Status(status));
     }
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|error| ProbeError::EtcdUnhealthy(format!("invalid JSON: {error}")))?;
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|error| ProbeError::EtcdUnhealthy(format!("invalid JSON: {error}")))?;
     match value.get("health").and_then(|health| health.as_str()) {
         Some("true") => Ok(()),
-        _ => Err(ProbeError::EtcdUnhealthy(String::from_utf8_lossy(body).into_owned())),
+        _ => Err(ProbeError::EtcdUnhealthy(
+            String::from_utf8_lossy(body).into_owned(),
+        )),
     }
 }
 

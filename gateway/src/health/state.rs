@@ -43,7 +43,10 @@ pub struct HealthMachine {
 impl HealthMachine {
     /// A machine that starts up and undecided; `fall` and `rise` are at least 1.
     pub fn new(fall: u32, rise: u32) -> Self {
-        assert!(fall >= 1 && rise >= 1, "fall ({fall}) and rise ({rise}) must be at least 1");
+        assert!(
+            fall >= 1 && rise >= 1,
+            "fall ({fall}) and rise ({rise}) must be at least 1"
+        );
         HealthMachine {
             health: Health::Up,
             streak: 0,
@@ -102,9 +105,22 @@ mod tests {
     #[test]
     fn worked_example_from_module_docs() {
         let mut machine = HealthMachine::new(3, 2);
-        let results = [true, true, false, false, true, false, false, false, true, true];
+        let results = [
+            true, true, false, false, true, false, false, false, true, true,
+        ];
         let transitions = run(&mut machine, &results);
-        let expected = [None, None, None, None, None, None, None, Some(Transition::WentDown), None, Some(Transition::WentUp)];
+        let expected = [
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some(Transition::WentDown),
+            None,
+            Some(Transition::WentUp),
+        ];
         assert_eq!(transitions, expected);
         assert_eq!(machine.health(), Health::Up);
     }
@@ -133,7 +149,10 @@ mod tests {
     fn interrupted_rise_starts_over() {
         let mut machine = HealthMachine::new(1, 3);
         machine.record(false);
-        assert_eq!(run(&mut machine, &[true, true, false, true, true]), vec![None; 5]);
+        assert_eq!(
+            run(&mut machine, &[true, true, false, true, true]),
+            vec![None; 5]
+        );
         assert_eq!(machine.record(true), Some(Transition::WentUp));
     }
 }

@@ -16,7 +16,8 @@ use crate::config::{CheckTls, Verify};
 /// Builds the rustls client configuration for HTTPS checks (ALPN `http/1.1`).
 pub fn client_config(tls: &CheckTls) -> Result<Arc<ClientConfig>, TlsSetupError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
     let builder = match &tls.verify {
         Verify::None => builder
             .dangerous()
@@ -33,7 +34,8 @@ pub fn client_config(tls: &CheckTls) -> Result<Arc<ClientConfig>, TlsSetupError>
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
             let chain = certificates(cert, "client certificate")?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|error| pem_error("client key", key, error))?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|error| pem_error("client key", key, error))?;
             builder.with_client_auth_cert(chain, key)?
         }
     };
@@ -41,7 +43,10 @@ pub fn client_config(tls: &CheckTls) -> Result<Arc<ClientConfig>, TlsSetupError>
     Ok(Arc::new(config))
 }
 
-fn certificates(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+fn certificates(
+    path: &Path,
+    what: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
     let certificates = CertificateDer::pem_file_iter(path)
         .map_err(|error| pem_error(what, path, error))?
         .collect::<Result<Vec<_>, _>>()
@@ -56,7 +61,11 @@ fn certificates(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'s
     Ok(certificates)
 }
 
-fn pem_error(what: &'static str, path: &Path, error: rustls::pki_types::pem::Error) -> TlsSetupError {
+fn pem_error(
+    what: &'static str,
+    path: &Path,
+    error: rustls::pki_types::pem::Error,
+) -> TlsSetupError {
     TlsSetupError::Pem {
         what,
         path: path.to_path_buf(),
@@ -89,7 +98,12 @@ impl ServerCertVerifier for AcceptAnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -98,10 +112,17 @@ impl ServerCertVerifier for AcceptAnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

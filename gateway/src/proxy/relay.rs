@@ -70,7 +70,11 @@ struct Metered<S> {
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         let read = buf.filled().len() - before;
@@ -83,7 +87,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -161,14 +169,24 @@ mod tests {
         let (mut client, client_end) = tokio::io::duplex(64);
         let (backend_end, mut backend) = tokio::io::duplex(64);
         let idle = Duration::from_secs(60);
-        let task = tokio::spawn(relay(client_end, backend_end, counters(), idle, CancellationToken::new(), CancellationToken::new()));
+        let task = tokio::spawn(relay(
+            client_end,
+            backend_end,
+            counters(),
+            idle,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        ));
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_secs(45)).await;
             client.write_all(b"x").await.unwrap();
             let mut byte = [0u8; 1];
             backend.read_exact(&mut byte).await.unwrap();
         }
-        assert!(!task.is_finished(), "activity every 45 s keeps a 60 s idle timeout at bay");
+        assert!(
+            !task.is_finished(),
+            "activity every 45 s keeps a 60 s idle timeout at bay"
+        );
         tokio::time::sleep(Duration::from_secs(61)).await;
         assert_eq!(task.await.unwrap().end, RelayEnd::IdleTimeout);
     }
@@ -205,7 +223,14 @@ mod tests {
         let (_client, client_end) = tokio::io::duplex(64);
         let (backend_end, _backend) = tokio::io::duplex(64);
         let closed = CancellationToken::new();
-        let task = tokio::spawn(relay(client_end, backend_end, counters(), Duration::from_secs(60), closed.clone(), CancellationToken::new()));
+        let task = tokio::spawn(relay(
+            client_end,
+            backend_end,
+            counters(),
+            Duration::from_secs(60),
+            closed.clone(),
+            CancellationToken::new(),
+        ));
         closed.cancel();
         assert_eq!(task.await.unwrap().end, RelayEnd::BackendClosed);
     }

@@ -25,7 +25,11 @@ impl Redispatch {
 impl<Response> Policy<ConnectRequest, Response, BoxError> for Redispatch {
     type Future = future::Ready<()>;
 
-    fn retry(&mut self, _request: &mut ConnectRequest, result: &mut Result<Response, BoxError>) -> Option<Self::Future> {
+    fn retry(
+        &mut self,
+        _request: &mut ConnectRequest,
+        result: &mut Result<Response, BoxError>,
+    ) -> Option<Self::Future> {
         let Err(error) = result else {
             return None;
         };

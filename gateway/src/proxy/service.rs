@@ -29,7 +29,10 @@ use crate::BoxError;
 pub const CONNECT_QUEUE_CAPACITY: usize = 1024;
 
 /// The shared connect path: redispatch over a buffered, fail-fast balancer.
-pub type Connector = Retry<Redispatch, Buffer<ConnectRequest, BoxFuture<'static, Result<BackendConnection, BoxError>>>>;
+pub type Connector = Retry<
+    Redispatch,
+    Buffer<ConnectRequest, BoxFuture<'static, Result<BackendConnection, BoxError>>>,
+>;
 
 /// Builds the connect path of a frontend; `available` says whether any backend is eligible.
 /// Must run inside a tokio runtime (the buffer spawns its worker task).
@@ -38,7 +41,10 @@ where
     A: Fn() -> bool + Send + 'static,
 {
     let guarded = BoxService::new(FailFast::new(balancer, available));
-    Retry::new(Redispatch::new(retries), Buffer::new(guarded, CONNECT_QUEUE_CAPACITY))
+    Retry::new(
+        Redispatch::new(retries),
+        Buffer::new(guarded, CONNECT_QUEUE_CAPACITY),
+    )
 }
 
 /// Timeouts of a frontend's connections.
@@ -81,7 +87,12 @@ pub struct ProxyService {
 
 impl ProxyService {
     /// A proxy that connects through `connector`; `shutdown` closes relays at the drain deadline.
-    pub fn new(connector: Connector, settings: ProxySettings, shutdown: CancellationToken, metrics: FrontendMetrics) -> Self {
+    pub fn new(
+        connector: Connector,
+        settings: ProxySettings,
+        shutdown: CancellationToken,
+        metrics: FrontendMetrics,
+    ) -> Self {
         ProxyService {
             connector,
             settings: Arc::new(settings),
@@ -116,13 +127,17 @@ impl ProxyService {
     /// The connect future, boxed outside any `async` body: boxing erases the retry and buffer
     /// future types, whose error conversions otherwise trip higher-ranked `Send` inference
     /// (rust-lang/rust#102211).
-    fn connect_attempt(&self, client: SocketAddr) -> BoxFuture<'static, Result<BackendConnection, BoxError>> {
+    fn connect_attempt(
+        &self,
+        client: SocketAddr,
+    ) -> BoxFuture<'static, Result<BackendConnection, BoxError>> {
         Box::pin(self.connector.clone().oneshot(ConnectRequest { client }))
     }
 
     async fn connect(&self, client: SocketAddr) -> Result<BackendConnection, ProxyError> {
         let attempt = self.connect_attempt(client);
-        let result = match tokio::time::timeout(self.settings.connect_stage_budget(), attempt).await {
+        let result = match tokio::time::timeout(self.settings.connect_stage_budget(), attempt).await
+        {
             Ok(Ok(connection)) => return Ok(connection),
             Err(_elapsed) => ProxyError::QueueTimeout,
             Ok(Err(error)) if error.is::<NoHealthyBackend>() => ProxyError::NoHealthyBackend,

@@ -38,7 +38,11 @@ pub fn next_loopback() -> IpAddr {
 
 /// A port that is free on `ip` right now.
 pub fn free_port(ip: IpAddr) -> u16 {
-    StdListener::bind((ip, 0)).expect("bind an ephemeral port").local_addr().unwrap().port()
+    StdListener::bind((ip, 0))
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A free address on 127.0.0.1.
@@ -58,7 +62,10 @@ where
         if condition().await {
             return;
         }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
@@ -80,7 +87,9 @@ impl Pki {
     pub fn new() -> Pki {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.distinguished_name.push(rcgen::DnType::CommonName, "gateway-test-ca");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "gateway-test-ca");
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let ca_cert = params.self_signed(&ca_key).unwrap();
         Pki { ca_cert, ca_key }
@@ -92,9 +101,15 @@ impl Pki {
 
     /// A server certificate for `localhost` and 127.0.0.1 with common name `name`.
     pub fn server(&self, name: &str, ip: IpAddr) -> ServerIdentity {
-        let sans = vec!["localhost".to_string(), "127.0.0.1".to_string(), ip.to_string()];
+        let sans = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            ip.to_string(),
+        ];
         let mut params = rcgen::CertificateParams::new(sans).unwrap();
-        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.ca_cert, &self.ca_key).unwrap();
         ServerIdentity {
@@ -140,10 +155,17 @@ impl Nginx {
         let ip = next_loopback();
         let address = SocketAddr::new(ip, free_port(ip));
         let identity = pki.server(name, ip);
-        let dir = tempfile::Builder::new().prefix("gateway-nginx-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gateway-nginx-")
+            .tempdir()
+            .unwrap();
         fs::write(dir.path().join("server.crt"), &identity.cert_pem).unwrap();
         fs::write(dir.path().join("server.key"), &identity.key_pem).unwrap();
-        fs::write(dir.path().join("nginx.conf"), nginx_conf(dir.path(), name, address, stream_upstream)).unwrap();
+        fs::write(
+            dir.path().join("nginx.conf"),
+            nginx_conf(dir.path(), name, address, stream_upstream),
+        )
+        .unwrap();
         let mut nginx = Nginx {
             name: name.to_string(),
             address,
@@ -179,13 +201,19 @@ impl Nginx {
         loop {
             if let Some(status) = child.try_wait().unwrap() {
                 let log = fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
-                let stderr = fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default();
+                let stderr =
+                    fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default();
                 panic!("nginx {} exited with {status}: {stderr}\n{log}", self.name);
             }
             if TcpStream::connect(self.address).await.is_ok() {
                 break;
             }
-            assert!(start.elapsed() < STARTUP_DEADLINE, "nginx {} did not listen on {}", self.name, self.address);
+            assert!(
+                start.elapsed() < STARTUP_DEADLINE,
+                "nginx {} did not listen on {}",
+                self.name,
+                self.address
+            );
             tokio::time::sleep(POLL_INTERVAL).await;
         }
         self.child = Some(child);
@@ -221,7 +249,12 @@ impl Drop for Nginx {
     }
 }
 
-fn nginx_conf(dir: &Path, name: &str, address: SocketAddr, stream_upstream: Option<SocketAddr>) -> String {
+fn nginx_conf(
+    dir: &Path,
+    name: &str,
+    address: SocketAddr,
+    stream_upstream: Option<SocketAddr>,
+) -> String {
     let dir = dir.display();
     let stream = match stream_upstream {
         Some(upstream) => format!(
@@ -279,7 +312,10 @@ pub struct Gateway {
 impl Gateway {
     /// Starts `gateway ARGS --admin ADMIN` and waits until admin and listener answer.
     pub async fn start_with_args(listen: SocketAddr, args: &[String]) -> Gateway {
-        let dir = tempfile::Builder::new().prefix("gateway-proc-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gateway-proc-")
+            .tempdir()
+            .unwrap();
         let admin = free_local_address();
         let mut all: Vec<String> = args.to_vec();
         all.extend(["--admin".to_string(), admin.to_string()]);
@@ -296,7 +332,10 @@ impl Gateway {
 
     /// Starts the gateway with the configuration file `config_text` (kept as `config_path()`).
     pub async fn start_with_config(listen: SocketAddr, config_text: &str) -> Gateway {
-        let dir = tempfile::Builder::new().prefix("gateway-proc-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gateway-proc-")
+            .tempdir()
+            .unwrap();
         let config = dir.path().join("gateway.toml");
         fs::write(&config, config_text).unwrap();
         let admin = free_local_address();
@@ -331,11 +370,17 @@ impl Gateway {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("gateway exited with {status}:\n{}", self.log());
             }
-            let admin_up = http_get(self.admin, "/healthz").await.is_ok_and(|(status, _)| status == 200);
+            let admin_up = http_get(self.admin, "/healthz")
+                .await
+                .is_ok_and(|(status, _)| status == 200);
             if admin_up && TcpStream::connect(self.listen).await.is_ok() {
                 return;
             }
-            assert!(start.elapsed() < STARTUP_DEADLINE, "gateway did not start:\n{}", self.log());
+            assert!(
+                start.elapsed() < STARTUP_DEADLINE,
+                "gateway did not start:\n{}",
+                self.log()
+            );
             tokio::time::sleep(POLL_INTERVAL).await;
         }
     }
@@ -355,21 +400,34 @@ impl Gateway {
                 self.child = None;
                 return status;
             }
-            assert!(start.elapsed() < deadline, "gateway did not exit within {deadline:?}:\n{}", self.log());
+            assert!(
+                start.elapsed() < deadline,
+                "gateway did not exit within {deadline:?}:\n{}",
+                self.log()
+            );
             tokio::time::sleep(POLL_INTERVAL).await;
         }
     }
 
     /// The backends as the admin API reports them.
     pub async fn backends(&self) -> Vec<serde_json::Value> {
-        let (status, body) = http_get(self.admin, "/api/backends").await.expect("admin API answers");
+        let (status, body) = http_get(self.admin, "/api/backends")
+            .await
+            .expect("admin API answers");
         assert_eq!(status, 200, "{body}");
-        serde_json::from_str::<serde_json::Value>(&body).unwrap().as_array().unwrap().clone()
+        serde_json::from_str::<serde_json::Value>(&body)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
     }
 
     /// The admin API's view of the backend named `name`.
     pub async fn backend(&self, name: &str) -> Option<serde_json::Value> {
-        self.backends().await.into_iter().find(|backend| backend["name"] == name)
+        self.backends()
+            .await
+            .into_iter()
+            .find(|backend| backend["name"] == name)
     }
 
     /// Waits until the backend `name` is (or is not) serving new connections.
@@ -377,7 +435,9 @@ impl Gateway {
         let what = format!("backend {name} serving={serving}");
         wait_for(&what, STARTUP_DEADLINE, || async {
             self.backend(name).await.is_some_and(|backend| {
-                let up = backend["health"] == "up" && backend["admin"] == "enabled" && backend["suspect"] == false;
+                let up = backend["health"] == "up"
+                    && backend["admin"] == "enabled"
+                    && backend["suspect"] == false;
                 up == serving
             })
         })
@@ -418,8 +478,16 @@ impl TlsClient {
             let tcp = TcpStream::connect(address).await?;
             let name = ServerName::try_from("localhost").unwrap();
             let stream = pki.connector().connect(name, tcp).await?;
-            let peer_certificate = stream.get_ref().1.peer_certificates().expect("server sent a certificate")[0].clone();
-            Ok(TlsClient { stream, peer_certificate })
+            let peer_certificate = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .expect("server sent a certificate")[0]
+                .clone();
+            Ok(TlsClient {
+                stream,
+                peer_certificate,
+            })
         })
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS connect timed out"))?
@@ -443,14 +511,23 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> std::
     loop {
         let read = stream.read(&mut chunk).await?;
         if read == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed mid-response"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed mid-response",
+            ));
         }
         buffer.extend_from_slice(&chunk[..read]);
         let text = String::from_utf8_lossy(&buffer).into_owned();
-        let Some(header_end) = text.find("\r\n\r\n") else { continue };
+        let Some(header_end) = text.find("\r\n\r\n") else {
+            continue;
+        };
         let length = text[..header_end]
             .lines()
-            .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+            .find_map(|line| {
+                line.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap())
+            })
             .expect("response has Content-Length");
         if buffer.len() >= header_end + 4 + length {
             return Ok(text[header_end + 4..header_end + 4 + length].to_string());
@@ -460,7 +537,11 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> std::
 
 /// One request on a new connection through the gateway: returns the backend name that answered
 /// and checks that the certificate seen by the client is that backend's own (TLS passthrough).
-pub async fn request_backend(pki: &Pki, gateway: SocketAddr, backends: &[&Nginx]) -> std::io::Result<String> {
+pub async fn request_backend(
+    pki: &Pki,
+    gateway: SocketAddr,
+    backends: &[&Nginx],
+) -> std::io::Result<String> {
     let mut client = TlsClient::connect(pki, gateway).await?;
     let body = client.get("/").await?;
     let name = body.trim().to_string();
@@ -476,7 +557,12 @@ pub async fn request_backend(pki: &Pki, gateway: SocketAddr, backends: &[&Nginx]
 }
 
 /// A plain HTTP/1.1 request to the admin API; returns status and body.
-pub async fn http_request(address: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+pub async fn http_request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
     tokio::time::timeout(REQUEST_DEADLINE, async {
         let mut stream = TcpStream::connect(address).await?;
         let request = format!(
@@ -500,7 +586,12 @@ pub async fn http_get(address: SocketAddr, path: &str) -> std::io::Result<(u16, 
 }
 
 /// A TOML configuration with one frontend, fast checks and the given backends.
-pub fn config_toml(listen: SocketAddr, backends: &[&Nginx], extra_frontend: &str, extra_check: &str) -> String {
+pub fn config_toml(
+    listen: SocketAddr,
+    backends: &[&Nginx],
+    extra_frontend: &str,
+    extra_check: &str,
+) -> String {
     let mut text = format!(
         "shutdown_grace = \"30s\"\n\n[[frontend]]\nname = \"api\"\nlisten = \"{listen}\"\n{extra_frontend}\n\n\
          [frontend.check]\nkind = \"https\"\npath = \"/readyz\"\ninterval = \"{}ms\"\nfall = {}\nrise = {}\nslow_start = \"0s\"\n{extra_check}\n",

@@ -54,7 +54,9 @@ where
     }
 
     fn update_from_discover(&mut self, cx: &mut Context<'_>) -> Result<(), BoxError> {
-        while let Poll::Ready(Some(change)) = std::pin::Pin::new(&mut self.discover).poll_discover(cx) {
+        while let Poll::Ready(Some(change)) =
+            std::pin::Pin::new(&mut self.discover).poll_discover(cx)
+        {
             match change.map_err(Into::into)? {
                 Change::Insert(key, service) => self.services.push(key, service),
                 Change::Remove(key) => {
@@ -79,7 +81,10 @@ where
         let mut total = 0.0;
         let mut best: Option<(usize, f64)> = None;
         for index in 0..self.services.ready_len() {
-            let (key, service) = self.services.get_ready_index(index).expect("index below ready_len");
+            let (key, service) = self
+                .services
+                .get_ready_index(index)
+                .expect("index below ready_len");
             let weight = service.weight().max(0.0);
             total += weight;
             let score = self.scores.entry(key.clone()).or_insert(0.0);
@@ -89,7 +94,10 @@ where
             }
         }
         let (index, _) = best?;
-        let (key, _) = self.services.get_ready_index(index).expect("index below ready_len");
+        let (key, _) = self
+            .services
+            .get_ready_index(index)
+            .expect("index below ready_len");
         *self.scores.get_mut(key).expect("score inserted above") -= total;
         Some(index)
     }
@@ -105,7 +113,10 @@ where
 {
     type Response = <D::Service as Service<Request>>::Response;
     type Error = BoxError;
-    type Future = MapErr<<D::Service as Service<Request>>::Future, fn(<D::Service as Service<Request>>::Error) -> BoxError>;
+    type Future = MapErr<
+        <D::Service as Service<Request>>::Future,
+        fn(<D::Service as Service<Request>>::Error) -> BoxError,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.update_from_discover(cx)?;
@@ -125,9 +136,14 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let index = self.chosen.take().expect("RoundRobin::call before poll_ready returned Ready");
+        let index = self
+            .chosen
+            .take()
+            .expect("RoundRobin::call before poll_ready returned Ready");
         let to_box: fn(<D::Service as Service<Request>>::Error) -> BoxError = Into::into;
-        self.services.call_ready_index(index, request).map_err(to_box)
+        self.services
+            .call_ready_index(index, request)
+            .map_err(to_box)
     }
 }
 
@@ -169,17 +185,30 @@ mod tests {
     async fn smooth_weighted_sequence() {
         let endpoints = [("a", 5.0), ("b", 1.0), ("c", 1.0)]
             .into_iter()
-            .map(|(name, weight)| Ok::<_, Infallible>(Change::Insert(name, Named { name, weight })));
+            .map(|(name, weight)| {
+                Ok::<_, Infallible>(Change::Insert(name, Named { name, weight }))
+            });
         let mut balancer = RoundRobin::new(futures::stream::iter(endpoints));
         let mut picks = Vec::new();
         for _ in 0..7 {
-            picks.push(balancer.ready().await.expect("ready").call(()).await.expect("ok"));
+            picks.push(
+                balancer
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(())
+                    .await
+                    .expect("ok"),
+            );
         }
         // Ties are broken by ready-set order, which calls permute; the shape is fixed:
         // five a, one b, one c, and never three a in a row (plain weighted RR gives five).
         let count = |name| picks.iter().filter(|pick| **pick == name).count();
         assert_eq!((count("a"), count("b"), count("c")), (5, 1, 1), "{picks:?}");
-        assert!(!picks.windows(3).any(|w| w.iter().all(|pick| *pick == "a")), "{picks:?}");
+        assert!(
+            !picks.windows(3).any(|w| w.iter().all(|pick| *pick == "a")),
+            "{picks:?}"
+        );
         assert_eq!(picks[..2], ["a", "a"]);
     }
 }
