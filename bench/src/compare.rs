@@ -111,24 +111,42 @@ pub fn parse_spec(text: &str) -> Result<Spec> {
     let name = parts.next().unwrap_or_default();
     let mut kv = BTreeMap::new();
     for p in parts {
-        let (k, v) = p.split_once('=').with_context(|| format!("bad option {p:?} in workload {text:?}"))?;
+        let (k, v) = p
+            .split_once('=')
+            .with_context(|| format!("bad option {p:?} in workload {text:?}"))?;
         kv.insert(k, v);
     }
     let num = |k: &str, d: f64| -> Result<f64> {
-        kv.get(k).map_or(Ok(d), |v| v.parse().with_context(|| format!("bad {k}={v} in {text:?}")))
+        kv.get(k).map_or(Ok(d), |v| {
+            v.parse()
+                .with_context(|| format!("bad {k}={v} in {text:?}"))
+        })
     };
     let clients = num("c", 1.0)? as usize;
     let workload = match name {
         "put" => Workload::Put,
-        "range-l" => Workload::Range { serializable: false },
+        "range-l" => Workload::Range {
+            serializable: false,
+        },
         "range-s" => Workload::Range { serializable: true },
-        "txn-put" => Workload::TxnPut { ops: num("ops", 1.0)? as usize },
-        "txn-mixed" => Workload::TxnMixed { ops: num("ops", 1.0)? as usize, rw_ratio: num("rw", 1.0)? },
-        "watch" => Workload::Watch { watchers: num("w", 10.0)? as usize, streams: num("s", 1.0)? as usize },
+        "txn-put" => Workload::TxnPut {
+            ops: num("ops", 1.0)? as usize,
+        },
+        "txn-mixed" => Workload::TxnMixed {
+            ops: num("ops", 1.0)? as usize,
+            rw_ratio: num("rw", 1.0)?,
+        },
+        "watch" => Workload::Watch {
+            watchers: num("w", 10.0)? as usize,
+            streams: num("s", 1.0)? as usize,
+        },
         "lease-keepalive" => Workload::LeaseKeepalive,
         _ => bail!("unknown workload {name:?} in {text:?}"),
     };
-    if let Some(bad) = kv.keys().find(|k| !["c", "conns", "rate", "ks", "ops", "rw", "w", "s"].contains(k)) {
+    if let Some(bad) = kv
+        .keys()
+        .find(|k| !["c", "conns", "rate", "ks", "ops", "rw", "w", "s"].contains(k))
+    {
         bail!("unknown option {bad:?} in workload {text:?}");
     }
     Ok(Spec {
@@ -186,20 +204,31 @@ pub async fn run(args: &CompareArgs, seed: u64, progress: bool) -> Result<Compar
     let specs: Vec<Spec> = texts.iter().map(|t| parse_spec(t)).collect::<Result<_>>()?;
     let rounds = if args.smoke { 1 } else { args.rounds.max(1) };
     let stop = match (args.smoke, args.total) {
-        (true, t) => Stop::new(Some(t.unwrap_or(SMOKE_TOTAL).min(SMOKE_TOTAL)), Some(args.duration)),
+        (true, t) => Stop::new(
+            Some(t.unwrap_or(SMOKE_TOTAL).min(SMOKE_TOTAL)),
+            Some(args.duration),
+        ),
         (false, Some(t)) => Stop::new(Some(t), None),
         (false, None) => Stop::new(None, Some(args.duration)),
     };
     let (ours_spec, etcd_spec) = args.systems.specs(DEFAULT_SUBNET)?;
     let (ours, etcd) = start_both(&ours_spec, &etcd_spec).await?;
-    let mut results: Vec<(Vec<RunResult>, Vec<RunResult>)> = vec![(Vec::new(), Vec::new()); specs.len()];
+    let mut results: Vec<(Vec<RunResult>, Vec<RunResult>)> =
+        vec![(Vec::new(), Vec::new()); specs.len()];
     for round in 0..rounds {
         for (i, spec) in specs.iter().enumerate() {
             let ours_first = (round + i) % 2 == 0;
             for turn in 0..2 {
                 let is_ours = (turn == 0) == ours_first;
                 let cluster = if is_ours { &ours } else { &etcd };
-                let run = Run { args, spec, stop, seed, progress, prefix: format!("cmp/{round}/{i}/") };
+                let run = Run {
+                    args,
+                    spec,
+                    stop,
+                    seed,
+                    progress,
+                    prefix: format!("cmp/{round}/{i}/"),
+                };
                 let result = run.exec(cluster).await?;
                 eprintln!(
                     "bench: round {}/{rounds} {:<26} {:<5} {:>10.1} ops/s p99 {:.3} ms",
@@ -210,14 +239,23 @@ pub async fn run(args: &CompareArgs, seed: u64, progress: bool) -> Result<Compar
                     result.main().latency.p99_ms
                 );
                 let slot = &mut results[i];
-                if is_ours { slot.0.push(result) } else { slot.1.push(result) }
+                if is_ours {
+                    slot.0.push(result)
+                } else {
+                    slot.1.push(result)
+                }
             }
         }
     }
     let workloads = specs
         .into_iter()
         .zip(results)
-        .map(|(spec, (ours, etcd))| WorkloadComparison { summary: summarize(&ours, &etcd), spec, ours, etcd })
+        .map(|(spec, (ours, etcd))| WorkloadComparison {
+            summary: summarize(&ours, &etcd),
+            spec,
+            ours,
+            etcd,
+        })
         .collect();
     Ok(CompareOutcome {
         seed,
@@ -262,11 +300,17 @@ impl Run<'_> {
 }
 
 fn summarize(ours: &[RunResult], etcd: &[RunResult]) -> Summary {
-    let med = |runs: &[RunResult], f: &dyn Fn(&RunResult) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
+    let med = |runs: &[RunResult], f: &dyn Fn(&RunResult) -> f64| {
+        median(&mut runs.iter().map(f).collect::<Vec<_>>())
+    };
     let tput = |r: &RunResult| r.main().throughput_ops_s;
     let p50 = |r: &RunResult| r.main().latency.p50_ms;
     let p99 = |r: &RunResult| r.main().latency.p99_ms;
-    let errors = |runs: &[RunResult]| runs.iter().map(|r| r.ops.iter().map(|o| o.errors).sum::<u64>()).sum();
+    let errors = |runs: &[RunResult]| {
+        runs.iter()
+            .map(|r| r.ops.iter().map(|o| o.errors).sum::<u64>())
+            .sum()
+    };
     let (ot, et) = (med(ours, &tput), med(etcd, &tput));
     let (o50, e50) = (med(ours, &p50), med(etcd, &p50));
     let (o99, e99) = (med(ours, &p99), med(etcd, &p99));
@@ -288,9 +332,16 @@ fn summarize(ours: &[RunResult], etcd: &[RunResult]) -> Summary {
 /// The run whose throughput is the median of `runs` (for plotting its CDF).
 fn median_run(runs: &[RunResult]) -> Option<&RunResult> {
     let mut sorted: Vec<&RunResult> = runs.iter().collect();
-    sorted.sort_by(|a, b| a.main().throughput_ops_s.total_cmp(&b.main().throughput_ops_s));
+    sorted.sort_by(|a, b| {
+        a.main()
+            .throughput_ops_s
+            .total_cmp(&b.main().throughput_ops_s)
+    });
     sorted.get(sorted.len() / 2).copied()
 }
+
+/// (clients, store ops/s, etcd ops/s).
+type ScalingPoint = (f64, f64, f64);
 
 const HEADERS: [&str; 9] = [
     "workload",
@@ -325,15 +376,16 @@ impl CompareOutcome {
             .collect()
     }
 
-    /// Closed-loop workloads run at several client counts: (name, [(clients, ours, etcd)]).
-    fn scaling(&self) -> Vec<(String, Vec<(f64, f64, f64)>)> {
-        let mut by_name: BTreeMap<String, Vec<(f64, f64, f64)>> = BTreeMap::new();
+    /// Closed-loop workloads run at several client counts, by workload name.
+    fn scaling(&self) -> Vec<(String, Vec<ScalingPoint>)> {
+        let mut by_name: BTreeMap<String, Vec<ScalingPoint>> = BTreeMap::new();
         for w in self.workloads.iter().filter(|w| w.spec.rate.is_none()) {
             let s = &w.summary;
-            by_name
-                .entry(w.spec.workload.name())
-                .or_default()
-                .push((w.spec.clients as f64, s.ours_ops_s, s.etcd_ops_s));
+            by_name.entry(w.spec.workload.name()).or_default().push((
+                w.spec.clients as f64,
+                s.ours_ops_s,
+                s.etcd_ops_s,
+            ));
         }
         by_name
             .into_iter()
@@ -345,14 +397,26 @@ impl CompareOutcome {
             .collect()
     }
 
-    fn scaling_plot(&self, dir: &Path, name: &str, pts: &[(f64, f64, f64)]) -> Result<String> {
+    fn scaling_plot(&self, dir: &Path, name: &str, pts: &[ScalingPoint]) -> Result<String> {
         let series = [
-            Series { name: OURS.into(), points: pts.iter().map(|p| (p.0, p.1)).collect() },
-            Series { name: ETCD.into(), points: pts.iter().map(|p| (p.0, p.2)).collect() },
+            Series {
+                name: OURS.into(),
+                points: pts.iter().map(|p| (p.0, p.1)).collect(),
+            },
+            Series {
+                name: ETCD.into(),
+                points: pts.iter().map(|p| (p.0, p.2)).collect(),
+            },
         ];
         let title = format!("{name}: throughput vs clients");
         let file = format!("compare-{name}-throughput.svg");
-        let chart = Chart { title: &title, x_label: "clients", y_label: "ops/s", log_x: true, series: &series };
+        let chart = Chart {
+            title: &title,
+            x_label: "clients",
+            y_label: "ops/s",
+            log_x: true,
+            series: &series,
+        };
         line_chart(&dir.join(&file), &chart)?;
         Ok(image(&title, &file))
     }
@@ -361,13 +425,27 @@ impl CompareOutcome {
         let mut series = Vec::new();
         for (label, runs) in [(OURS, &w.ours), (ETCD, &w.etcd)] {
             if let Some(run) = median_run(runs) {
-                let points = run.main().cdf.iter().map(|p| (p.latency_ms, p.quantile)).collect();
-                series.push(Series { name: label.into(), points });
+                let points = run
+                    .main()
+                    .cdf
+                    .iter()
+                    .map(|p| (p.latency_ms, p.quantile))
+                    .collect();
+                series.push(Series {
+                    name: label.into(),
+                    points,
+                });
             }
         }
         let title = format!("{}: latency CDF", w.spec.text);
         let file = format!("compare-{i:02}-cdf.svg");
-        let chart = Chart { title: &title, x_label: "latency (ms)", y_label: "quantile", log_x: true, series: &series };
+        let chart = Chart {
+            title: &title,
+            x_label: "latency (ms)",
+            y_label: "quantile",
+            log_x: true,
+            series: &series,
+        };
         line_chart(&dir.join(&file), &chart)?;
         Ok(image(&title, &file))
     }
@@ -416,7 +494,13 @@ mod tests {
         assert_eq!(s.workload, Workload::Put);
         assert_eq!((s.clients, s.conns, s.rate), (64, 4, Some(1000.0)));
         let w = parse_spec("watch:w=5:s=2").unwrap();
-        assert_eq!(w.workload, Workload::Watch { watchers: 5, streams: 2 });
+        assert_eq!(
+            w.workload,
+            Workload::Watch {
+                watchers: 5,
+                streams: 2
+            }
+        );
         assert!(parse_spec("nope").is_err());
         assert!(parse_spec("put:x=1").is_err());
         for s in DEFAULT_WORKLOADS.iter().chain(SMOKE_WORKLOADS) {

@@ -139,15 +139,33 @@ struct Plan {
 /// Runs every kill.
 pub async fn run(args: &FailoverArgs, seed: u64, progress: bool) -> Result<FailoverOutcome> {
     let plan = if args.smoke {
-        Plan { rate: SMOKE_RATE, clients: SMOKE_CLIENTS, before: SMOKE_BEFORE, after: SMOKE_AFTER, seed, progress }
+        Plan {
+            rate: SMOKE_RATE,
+            clients: SMOKE_CLIENTS,
+            before: SMOKE_BEFORE,
+            after: SMOKE_AFTER,
+            seed,
+            progress,
+        }
     } else {
-        Plan { rate: args.rate, clients: args.clients.max(1), before: args.before, after: args.after, seed, progress }
+        Plan {
+            rate: args.rate,
+            clients: args.clients.max(1),
+            before: args.before,
+            after: args.after,
+            seed,
+            progress,
+        }
     };
     let (ours, etcd) = args.systems.specs(DEFAULT_SUBNET)?;
     let rounds = if args.smoke { 1 } else { args.rounds.max(1) };
     let mut runs = Vec::new();
     for round in 0..rounds {
-        let order = if round % 2 == 0 { [&ours, &etcd] } else { [&etcd, &ours] };
+        let order = if round % 2 == 0 {
+            [&ours, &etcd]
+        } else {
+            [&etcd, &ours]
+        };
         for spec in order {
             let r = run_one(spec, &plan, round).await?;
             eprintln!(
@@ -176,17 +194,32 @@ async fn run_one(spec: &ClusterSpec, plan: &Plan, round: usize) -> Result<Failov
     let mut cluster = Cluster::start(spec).await?;
     let endpoints = cluster.endpoints();
     let stop = Stop::new(None, Some(plan.before + plan.after));
-    let pacer = Arc::new(Pacer::new(Some(plan.rate), stop, plan.progress, &format!("failover {}", spec.label)));
+    let pacer = Arc::new(Pacer::new(
+        Some(plan.rate),
+        stop,
+        plan.progress,
+        &format!("failover {}", spec.label),
+    ));
     let mut writers = Vec::with_capacity(plan.clients);
     for w in 0..plan.clients {
         let kvs = member_clients(&endpoints).await?;
-        let keys = KeyGen::new(&format!("failover/{round}/"), KEY_SIZE, KEY_SPACE, false, plan.seed, w as u64);
+        let keys = KeyGen::new(
+            &format!("failover/{round}/"),
+            KEY_SIZE,
+            KEY_SPACE,
+            false,
+            plan.seed,
+            w as u64,
+        );
         writers.push(tokio::spawn(writer(kvs, w, keys, pacer.clone())));
     }
     tokio::time::sleep_until((pacer.start() + plan.before).into()).await;
     let leader = cluster.leader_index().await?;
     let killed_member = cluster.members[leader].name.clone();
-    let kill_at = cluster.kill9(leader).duration_since(pacer.start()).as_secs_f64();
+    let kill_at = cluster
+        .kill9(leader)
+        .duration_since(pacer.start())
+        .as_secs_f64();
     let mut log = Vec::new();
     let mut rec = Recorder::new();
     for w in writers {
@@ -196,7 +229,15 @@ async fn run_one(spec: &ClusterSpec, plan: &Plan, round: usize) -> Result<Failov
     }
     pacer.finish();
     let elapsed = plan.before + plan.after;
-    Ok(analyze(spec.label.clone(), round, killed_member, &log, kill_at, plan.before, rec.result("put", elapsed)))
+    Ok(analyze(
+        spec.label.clone(),
+        round,
+        killed_member,
+        &log,
+        kill_at,
+        plan.before,
+        rec.result("put", elapsed),
+    ))
 }
 
 /// One connection per member.
@@ -209,7 +250,12 @@ async fn member_clients(endpoints: &[String]) -> Result<Vec<KvClient>> {
     Ok(kvs)
 }
 
-async fn writer(mut kvs: Vec<KvClient>, w: usize, mut keys: KeyGen, pacer: Arc<Pacer>) -> (Vec<Write>, Recorder) {
+async fn writer(
+    mut kvs: Vec<KvClient>,
+    w: usize,
+    mut keys: KeyGen,
+    pacer: Arc<Pacer>,
+) -> (Vec<Write>, Recorder) {
     let mut member = w % kvs.len();
     let mut log = Vec::new();
     let mut rec = Recorder::new();
@@ -233,7 +279,11 @@ async fn writer(mut kvs: Vec<KvClient>, w: usize, mut keys: KeyGen, pacer: Arc<P
             member = (member + 1) % kvs.len();
         }
         let secs = |i: Instant| i.duration_since(start).as_secs_f64();
-        log.push(Write { intended: secs(t.intended), done: secs(Instant::now()), ok });
+        log.push(Write {
+            intended: secs(t.intended),
+            done: secs(Instant::now()),
+            ok,
+        });
         pacer.done();
     }
     (log, rec)
@@ -250,7 +300,10 @@ pub fn analyze(
     writes: OpResult,
 ) -> FailoverRun {
     let steady_from = kill_at - before.as_secs_f64() / 2.0;
-    let steady = log.iter().filter(|w| w.ok && w.done >= steady_from && w.done < kill_at).count();
+    let steady = log
+        .iter()
+        .filter(|w| w.ok && w.done >= steady_from && w.done < kill_at)
+        .count();
     let steady_ops_s = steady as f64 / (kill_at - steady_from).max(f64::EPSILON);
     let first_ok = log
         .iter()
@@ -280,7 +333,11 @@ fn timeline(log: &[Write], kill_at: f64) -> Vec<TimelinePoint> {
     let mut err = vec![0u64; buckets];
     for w in log {
         let b = ((w.done / width) as usize).min(buckets - 1);
-        if w.ok { ok[b] += 1 } else { err[b] += 1 }
+        if w.ok {
+            ok[b] += 1
+        } else {
+            err[b] += 1
+        }
     }
     (0..buckets)
         .map(|b| TimelinePoint {
@@ -358,7 +415,13 @@ impl FailoverOutcome {
             .collect();
         let title = "failover: writes/s around the leader kill (t = 0)";
         let file = "failover-timeline.svg";
-        let chart = Chart { title, x_label: "seconds since kill", y_label: "writes/s", log_x: false, series: &series };
+        let chart = Chart {
+            title,
+            x_label: "seconds since kill",
+            y_label: "writes/s",
+            log_x: false,
+            series: &series,
+        };
         line_chart(&dir.join(file), &chart)?;
         Ok(image(title, file))
     }
@@ -414,7 +477,11 @@ mod tests {
             .map(|i| {
                 let t = i as f64 / 100.0;
                 let ok = !(2.0..2.5).contains(&t);
-                Write { intended: t, done: if ok { t + 0.001 } else { t + 0.2 }, ok }
+                Write {
+                    intended: t,
+                    done: if ok { t + 0.001 } else { t + 0.2 },
+                    ok,
+                }
             })
             .collect()
     }
@@ -422,7 +489,15 @@ mod tests {
     #[test]
     fn outage_metrics() {
         let empty = Recorder::new().result("put", Duration::from_secs(1));
-        let r = analyze("etcd".into(), 0, "m1".into(), &log_with_outage(), 2.0, Duration::from_secs(2), empty);
+        let r = analyze(
+            "etcd".into(),
+            0,
+            "m1".into(),
+            &log_with_outage(),
+            2.0,
+            Duration::from_secs(2),
+            empty,
+        );
         assert!((r.steady_ops_s - 100.0).abs() < 2.0);
         let u = r.unavailability_ms.unwrap();
         assert!((500.0..=510.0).contains(&u), "{u}");

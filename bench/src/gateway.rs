@@ -183,11 +183,20 @@ pub async fn run(args: &GatewayArgs, seed: u64, progress: bool) -> Result<Gatewa
     check_binaries(args)?;
     let fd_limit = raise_fd_limit(FD_LIMIT)?;
     let plan = plan(args, progress, fd_limit);
-    let dir = tempfile::Builder::new().prefix("bench-gateway-").tempdir()?;
-    let backends = [addr(&args.subnet, 2, BACKEND_PORT)?, addr(&args.subnet, 3, BACKEND_PORT)?];
+    let dir = tempfile::Builder::new()
+        .prefix("bench-gateway-")
+        .tempdir()?;
+    let backends = [
+        addr(&args.subnet, 2, BACKEND_PORT)?,
+        addr(&args.subnet, 3, BACKEND_PORT)?,
+    ];
     let tls = connector()?;
     let _nginx = start_nginx(&args.nginx_bin, dir.path(), &backends, &tls, fd_limit).await?;
-    let mut paths = vec![Route { name: "direct", addrs: backends.to_vec(), proxy: None }];
+    let mut paths = vec![Route {
+        name: "direct",
+        addrs: backends.to_vec(),
+        proxy: None,
+    }];
     if !args.skip.contains(&Side::Gateway) {
         paths.push(start_gateway(args, dir.path(), &backends, &tls).await?);
     }
@@ -254,7 +263,11 @@ fn haproxy_maxconn(fd_limit: u64) -> u64 {
 fn check_binaries(args: &GatewayArgs) -> Result<()> {
     require_executable(&args.nginx_bin, "nginx", "apt-get install nginx-light")?;
     if !args.skip.contains(&Side::Haproxy) {
-        require_executable(&args.haproxy_bin, "HAProxy", "apt-get install haproxy, or pass --skip haproxy")?;
+        require_executable(
+            &args.haproxy_bin,
+            "HAProxy",
+            "apt-get install haproxy, or pass --skip haproxy",
+        )?;
     }
     if !args.skip.contains(&Side::Gateway) {
         require_executable(
@@ -267,13 +280,30 @@ fn check_binaries(args: &GatewayArgs) -> Result<()> {
 }
 
 fn addr(subnet: &str, host: u8, port: u16) -> Result<SocketAddr> {
-    format!("{subnet}.{host}:{port}").parse().context("bad address")
+    format!("{subnet}.{host}:{port}")
+        .parse()
+        .context("bad address")
 }
 
 fn make_cert(dir: &Path) -> Result<()> {
     let out = Command::new("openssl")
-        .args(["req", "-x509", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
-        .args(["-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"])
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args([
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
         .arg("-keyout")
         .arg(dir.join("key.pem"))
         .arg("-out")
@@ -289,7 +319,10 @@ fn make_cert(dir: &Path) -> Result<()> {
 fn nginx_conf(dir: &Path, backends: &[SocketAddr], fd_limit: u64) -> String {
     let d = dir.display();
     let worker_connections = fd_limit.saturating_sub(FD_RESERVE);
-    let listens: String = backends.iter().map(|b| format!("    listen {b} ssl;\n")).collect();
+    let listens: String = backends
+        .iter()
+        .map(|b| format!("    listen {b} ssl;\n"))
+        .collect();
     format!(
         "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\n\
          worker_rlimit_nofile {fd_limit};\nevents {{ worker_connections {worker_connections}; }}\nhttp {{\n\
@@ -312,7 +345,12 @@ async fn start_nginx(
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_conf(dir, backends, fd_limit))?;
     let mut cmd = Command::new(bin);
-    cmd.arg("-p").arg(dir).arg("-c").arg(&conf).arg("-e").arg(dir.join("nginx-error.log"));
+    cmd.arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(&conf)
+        .arg("-e")
+        .arg(dir.join("nginx-error.log"));
     let mut proc = Proc::spawn("nginx", cmd, &dir.join("nginx.log"))?;
     for b in backends {
         wait_serving(&mut proc, *b, tls).await?;
@@ -320,7 +358,12 @@ async fn start_nginx(
     Ok(proc)
 }
 
-async fn start_gateway(args: &GatewayArgs, dir: &Path, backends: &[SocketAddr], tls: &TlsConnector) -> Result<Route> {
+async fn start_gateway(
+    args: &GatewayArgs,
+    dir: &Path,
+    backends: &[SocketAddr],
+    tls: &TlsConnector,
+) -> Result<Route> {
     let listen = addr(&args.subnet, 1, GATEWAY_PORT)?;
     let admin = addr(&args.subnet, 1, GATEWAY_ADMIN_PORT)?;
     let mut cmd = Command::new(&args.gateway_bin);
@@ -331,7 +374,11 @@ async fn start_gateway(args: &GatewayArgs, dir: &Path, backends: &[SocketAddr], 
     cmd.args(["--check", "https:/readyz", "--admin", &admin.to_string()]);
     let mut proc = Proc::spawn("gateway", cmd, &dir.join("gateway.log"))?;
     wait_serving(&mut proc, listen, tls).await?;
-    Ok(Route { name: "gateway", addrs: vec![listen], proxy: Some(proc) })
+    Ok(Route {
+        name: "gateway",
+        addrs: vec![listen],
+        proxy: Some(proc),
+    })
 }
 
 fn haproxy_conf(listen: SocketAddr, backends: &[SocketAddr], maxconn: u64) -> String {
@@ -356,12 +403,19 @@ async fn start_haproxy(
 ) -> Result<Route> {
     let listen = addr(&args.subnet, 1, HAPROXY_PORT)?;
     let conf = dir.join("haproxy.cfg");
-    std::fs::write(&conf, haproxy_conf(listen, backends, haproxy_maxconn(fd_limit)))?;
+    std::fs::write(
+        &conf,
+        haproxy_conf(listen, backends, haproxy_maxconn(fd_limit)),
+    )?;
     let mut cmd = Command::new(&args.haproxy_bin);
     cmd.arg("-db").arg("-f").arg(&conf);
     let mut proc = Proc::spawn("haproxy", cmd, &dir.join("haproxy.log"))?;
     wait_serving(&mut proc, listen, tls).await?;
-    Ok(Route { name: "haproxy", addrs: vec![listen], proxy: Some(proc) })
+    Ok(Route {
+        name: "haproxy",
+        addrs: vec![listen],
+        proxy: Some(proc),
+    })
 }
 
 /// Waits until an HTTPS GET through `addr` succeeds, failing early if `proc` exits.
@@ -370,7 +424,11 @@ async fn wait_serving(proc: &mut Proc, addr: SocketAddr, tls: &TlsConnector) -> 
     let mut last_err = String::new();
     while Instant::now() < deadline {
         if !proc.is_running() {
-            bail!("{} exited while starting; last output:\n{}", proc.name(), proc.log_tail());
+            bail!(
+                "{} exited while starting; last output:\n{}",
+                proc.name(),
+                proc.log_tail()
+            );
         }
         match try_get(addr, tls).await {
             Ok(()) => return Ok(()),
@@ -396,23 +454,44 @@ async fn measure(path: &Route, plan: &Plan, tls: &TlsConnector) -> Result<PathRe
     let mut rates = Vec::new();
     for &rate in &plan.rates {
         let label = format!("{} @{rate}/s", path.name);
-        let (rec, elapsed) = keepalive_load(&path.addrs, tls, plan.conns, Some(rate), plan, &label).await;
+        let (rec, elapsed) =
+            keepalive_load(&path.addrs, tls, plan.conns, Some(rate), plan, &label).await;
         let result = rec.result("request", elapsed);
-        eprintln!("bench: gateway {label}: p50 {:.3} ms p99 {:.3} ms", result.latency.p50_ms, result.latency.p99_ms);
-        rates.push(RatePoint { rate, result, added_p50_ms: 0.0, added_p99_ms: 0.0 });
+        eprintln!(
+            "bench: gateway {label}: p50 {:.3} ms p99 {:.3} ms",
+            result.latency.p50_ms, result.latency.p99_ms
+        );
+        rates.push(RatePoint {
+            rate,
+            result,
+            added_p50_ms: 0.0,
+            added_p99_ms: 0.0,
+        });
     }
     let label = format!("{} max", path.name);
     let (rec, elapsed) = keepalive_load(&path.addrs, tls, plan.conns, None, plan, &label).await;
     let max_throughput = rec.result("request", elapsed);
-    eprintln!("bench: gateway {label}: {:.0} req/s", max_throughput.throughput_ops_s);
+    eprintln!(
+        "bench: gateway {label}: {:.0} req/s",
+        max_throughput.throughput_ops_s
+    );
     let (rec, elapsed) = new_conn_load(&path.addrs, tls, plan).await;
     let new_conns = rec.result("connection", elapsed);
-    eprintln!("bench: gateway {} new connections: {:.0}/s", path.name, new_conns.throughput_ops_s);
+    eprintln!(
+        "bench: gateway {} new connections: {:.0}/s",
+        path.name, new_conns.throughput_ops_s
+    );
     let memory = match &path.proxy {
         Some(proxy) => Some(idle_memory(proxy.pid(), path.addrs[0], plan.idle_conns).await?),
         None => None,
     };
-    Ok(PathResult { path: path.name.to_string(), rates, max_throughput, new_conns, memory })
+    Ok(PathResult {
+        path: path.name.to_string(),
+        rates,
+        max_throughput,
+        new_conns,
+        memory,
+    })
 }
 
 /// Keep-alive GETs over `conns` connections; open loop with `rate`.
@@ -424,9 +503,20 @@ async fn keepalive_load(
     plan: &Plan,
     label: &str,
 ) -> (Recorder, Duration) {
-    let pacer = Arc::new(Pacer::new(rate, Stop::new(None, Some(plan.duration)), plan.progress, label));
+    let pacer = Arc::new(Pacer::new(
+        rate,
+        Stop::new(None, Some(plan.duration)),
+        plan.progress,
+        label,
+    ));
     let tasks: Vec<_> = (0..conns)
-        .map(|i| tokio::spawn(keepalive_conn(addrs[i % addrs.len()], tls.clone(), pacer.clone())))
+        .map(|i| {
+            tokio::spawn(keepalive_conn(
+                addrs[i % addrs.len()],
+                tls.clone(),
+                pacer.clone(),
+            ))
+        })
         .collect();
     let rec = join_recorders(tasks).await;
     pacer.finish();
@@ -442,7 +532,9 @@ async fn keepalive_conn(addr: SocketAddr, tls: TlsConnector, pacer: Arc<Pacer>) 
                 conn = Some(connect(addr, &tls).await?);
             }
             let c = conn.as_mut().context("no connection")?;
-            tokio::time::timeout(crate::load::OP_TIMEOUT, c.get(REQUEST_PATH)).await.context("timeout")?
+            tokio::time::timeout(crate::load::OP_TIMEOUT, c.get(REQUEST_PATH))
+                .await
+                .context("timeout")?
         }
         .await;
         match outcome {
@@ -461,9 +553,18 @@ async fn keepalive_conn(addr: SocketAddr, tls: TlsConnector, pacer: Arc<Pacer>) 
 }
 
 /// Connect, handshake, one GET, close — in `conn_clients` closed loops.
-async fn new_conn_load(addrs: &[SocketAddr], tls: &TlsConnector, plan: &Plan) -> (Recorder, Duration) {
+async fn new_conn_load(
+    addrs: &[SocketAddr],
+    tls: &TlsConnector,
+    plan: &Plan,
+) -> (Recorder, Duration) {
     let label = "new connections";
-    let pacer = Arc::new(Pacer::new(None, Stop::new(None, Some(plan.duration)), plan.progress, label));
+    let pacer = Arc::new(Pacer::new(
+        None,
+        Stop::new(None, Some(plan.duration)),
+        plan.progress,
+        label,
+    ));
     let tasks: Vec<_> = (0..plan.conn_clients)
         .map(|i| {
             let (addr, tls, pacer) = (addrs[i % addrs.len()], tls.clone(), pacer.clone());
@@ -505,7 +606,12 @@ async fn idle_memory(pid: u32, addr: SocketAddr, n: usize) -> Result<Memory> {
     for chunk_start in (0..n).step_by(IDLE_CONNECT_CONCURRENCY) {
         let batch = IDLE_CONNECT_CONCURRENCY.min(n - chunk_start);
         let connects: Vec<_> = (0..batch)
-            .map(|_| tokio::spawn(tokio::time::timeout(IDLE_CONNECT_TIMEOUT, TcpStream::connect(addr))))
+            .map(|_| {
+                tokio::spawn(tokio::time::timeout(
+                    IDLE_CONNECT_TIMEOUT,
+                    TcpStream::connect(addr),
+                ))
+            })
             .collect();
         for c in connects {
             match c.await {
@@ -571,8 +677,16 @@ impl GatewayOutcome {
                     format!("{:.0}", p.max_throughput.throughput_ops_s),
                     format!("{:.0}", p.new_conns.throughput_ops_s),
                     format!("{:.3}", p.new_conns.latency.p99_ms),
-                    mem.map_or("-".into(), |m| format!("{:.1}", m.rss_before_kib as f64 / 1024.0)),
-                    mem.map_or("-".into(), |m| format!("{:.1} ({} conns)", m.rss_idle_kib as f64 / 1024.0, m.idle_conns_opened)),
+                    mem.map_or("-".into(), |m| {
+                        format!("{:.1}", m.rss_before_kib as f64 / 1024.0)
+                    }),
+                    mem.map_or("-".into(), |m| {
+                        format!(
+                            "{:.1} ({} conns)",
+                            m.rss_idle_kib as f64 / 1024.0,
+                            m.idle_conns_opened
+                        )
+                    }),
                     mem.map_or("-".into(), |m| format!("{:.2}", m.kib_per_conn)),
                     (p.max_throughput.errors + p.new_conns.errors).to_string(),
                 ]
@@ -587,19 +701,42 @@ impl GatewayOutcome {
             .filter_map(|p| p.rates.get(rate_index).map(|r| (p, r)))
             .map(|(p, r)| Series {
                 name: p.path.clone(),
-                points: r.result.cdf.iter().map(|c| (c.latency_ms, c.quantile)).collect(),
+                points: r
+                    .result
+                    .cdf
+                    .iter()
+                    .map(|c| (c.latency_ms, c.quantile))
+                    .collect(),
             })
             .collect();
-        let rate = self.paths.first().and_then(|p| p.rates.get(rate_index)).map_or(0.0, |r| r.rate);
+        let rate = self
+            .paths
+            .first()
+            .and_then(|p| p.rates.get(rate_index))
+            .map_or(0.0, |r| r.rate);
         let title = format!("HTTPS GET latency CDF at {rate:.0} req/s");
         let file = format!("gateway-cdf-{rate:.0}.svg");
-        let chart = Chart { title: &title, x_label: "latency (ms)", y_label: "quantile", log_x: true, series: &series };
+        let chart = Chart {
+            title: &title,
+            x_label: "latency (ms)",
+            y_label: "quantile",
+            log_x: true,
+            series: &series,
+        };
         line_chart(&dir.join(&file), &chart)?;
         Ok(image(&title, &file))
     }
 }
 
-const LATENCY_HEADERS: [&str; 7] = ["path", "rate req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "errors"];
+const LATENCY_HEADERS: [&str; 7] = [
+    "path",
+    "rate req/s",
+    "p50 ms",
+    "p99 ms",
+    "added p50 ms",
+    "added p99 ms",
+    "errors",
+];
 const CAPACITY_HEADERS: [&str; 8] = [
     "path",
     "max req/s",
@@ -662,7 +799,10 @@ mod tests {
 
     #[test]
     fn configs_mention_every_backend() {
-        let b: Vec<SocketAddr> = vec!["127.0.70.2:8443".parse().unwrap(), "127.0.70.3:8443".parse().unwrap()];
+        let b: Vec<SocketAddr> = vec![
+            "127.0.70.2:8443".parse().unwrap(),
+            "127.0.70.3:8443".parse().unwrap(),
+        ];
         let n = nginx_conf(Path::new("/tmp/x"), &b, 20_000);
         assert!(n.contains("listen 127.0.70.2:8443 ssl;") && n.contains("daemon off;"));
         let h = haproxy_conf("127.0.70.1:6444".parse().unwrap(), &b, 9_000);

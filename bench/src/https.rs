@@ -50,7 +50,12 @@ impl ServerCertVerifier for AnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -59,7 +64,12 @@ impl ServerCertVerifier for AnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -104,7 +114,8 @@ pub async fn connect(addr: SocketAddr, tls: &TlsConnector) -> Result<HttpsConn> 
 impl HttpsConn {
     /// Sends `GET path` and reads the whole response; fails unless it is a 200.
     pub async fn get(&mut self, path: &str) -> Result<()> {
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {SERVER_NAME}\r\nUser-Agent: bench\r\n\r\n");
+        let req =
+            format!("GET {path} HTTP/1.1\r\nHost: {SERVER_NAME}\r\nUser-Agent: bench\r\n\r\n");
         self.stream.get_mut().write_all(req.as_bytes()).await?;
         let (status, length) = self.read_head().await?;
         if length > MAX_BODY_BYTES {
@@ -139,7 +150,11 @@ impl HttpsConn {
                 return Ok((status, length));
             }
             if status == 0 {
-                status = l.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("bad status line")?;
+                status = l
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .context("bad status line")?;
             } else if let Some((name, value)) = l.split_once(':') {
                 if name.eq_ignore_ascii_case("content-length") {
                     length = value.trim().parse().context("bad content-length")?;

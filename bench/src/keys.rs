@@ -28,7 +28,14 @@ pub struct KeyGen {
 
 impl KeyGen {
     /// A generator for client number `client` of a run seeded with `seed`.
-    pub fn new(prefix: &str, key_size: usize, key_space: u64, sequential: bool, seed: u64, client: u64) -> KeyGen {
+    pub fn new(
+        prefix: &str,
+        key_size: usize,
+        key_space: u64,
+        sequential: bool,
+        seed: u64,
+        client: u64,
+    ) -> KeyGen {
         KeyGen {
             prefix: prefix.to_string(),
             key_size,
@@ -46,6 +53,20 @@ impl KeyGen {
             self.rng.gen_range(0..self.key_space)
         };
         self.key_of(n)
+    }
+
+    /// Up to `count` distinct keys for operation `index` (fewer if the key space is smaller):
+    /// consecutive numbers starting at the one [`KeyGen::key`] would pick.
+    pub fn distinct_keys(&mut self, index: u64, count: usize) -> Vec<Vec<u8>> {
+        let first = if self.sequential {
+            index.wrapping_mul(count as u64) % self.key_space
+        } else {
+            self.rng.gen_range(0..self.key_space)
+        };
+        let count = (count as u64).min(self.key_space);
+        (0..count)
+            .map(|j| self.key_of((first + j) % self.key_space))
+            .collect()
     }
 
     /// The key holding number `n` of the key space.
@@ -114,6 +135,18 @@ mod tests {
         for i in 0..100 {
             let k = r.key(i);
             assert!(k == b"k/00" || k == b"k/01" || k == b"k/02");
+        }
+    }
+
+    #[test]
+    fn distinct_keys_never_repeat() {
+        let mut g = KeyGen::new("k/", 4, 3, false, 1, 0);
+        for i in 0..50 {
+            let mut ks = g.distinct_keys(i, 5);
+            assert_eq!(ks.len(), 3);
+            ks.sort();
+            ks.dedup();
+            assert_eq!(ks.len(), 3);
         }
     }
 

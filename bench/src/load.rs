@@ -4,7 +4,8 @@
 //! * `range`: one single-key Range over a pre-filled key space, linearizable
 //!   (`--consistency l`, a read-index round trip through the leader) or
 //!   serializable (`s`, served by the member the client talks to).
-//! * `txn-put`: a Txn whose success branch holds `--txn-ops` Puts.
+//! * `txn-put`: a Txn whose success branch holds `--txn-ops` Puts of
+//!   distinct keys (etcd rejects duplicate keys in one Txn).
 //! * `txn-mixed`: Txns that either read (`--txn-ops` Ranges) or write
 //!   (`--txn-ops` Puts), `--rw-ratio` reads per write, over a pre-filled key space.
 //! * `watch`: see [`crate::watch`].
@@ -82,7 +83,9 @@ impl Workload {
     pub fn name(&self) -> String {
         match self {
             Workload::Put => "put".into(),
-            Workload::Range { serializable: false } => "range-linearizable".into(),
+            Workload::Range {
+                serializable: false,
+            } => "range-linearizable".into(),
             Workload::Range { serializable: true } => "range-serializable".into(),
             Workload::TxnPut { .. } => "txn-put".into(),
             Workload::TxnMixed { .. } => "txn-mixed".into(),
@@ -118,7 +121,9 @@ pub async fn run(cfg: &LoadConfig, workload: &Workload) -> Result<RunResult> {
     }
     let started = Instant::now();
     let (recs, counters) = match workload {
-        Workload::Watch { watchers, streams } => crate::watch::run(cfg, &conns, *watchers, *streams).await?,
+        Workload::Watch { watchers, streams } => {
+            crate::watch::run(cfg, &conns, *watchers, *streams).await?
+        }
         Workload::LeaseKeepalive => (run_leases(cfg, &conns).await, BTreeMap::new()),
         _ => (run_kv(cfg, &conns, workload).await, BTreeMap::new()),
     };
@@ -194,11 +199,23 @@ async fn prefill(conn: &Client, cfg: &LoadConfig) -> Result<()> {
 }
 
 pub(crate) async fn run_kv(cfg: &LoadConfig, conns: &[Client], workload: &Workload) -> Recorders {
-    let pacer = Arc::new(Pacer::new(cfg.rate, cfg.stop, cfg.progress, &workload.name()));
+    let pacer = Arc::new(Pacer::new(
+        cfg.rate,
+        cfg.stop,
+        cfg.progress,
+        &workload.name(),
+    ));
     let mut tasks = Vec::with_capacity(cfg.clients);
     for c in 0..cfg.clients.max(1) {
         let kv = conns[c % conns.len()].kv_client();
-        let keys = KeyGen::new(&cfg.prefix, cfg.key_size, cfg.key_space, cfg.sequential, cfg.seed, c as u64);
+        let keys = KeyGen::new(
+            &cfg.prefix,
+            cfg.key_size,
+            cfg.key_space,
+            cfg.sequential,
+            cfg.seed,
+            c as u64,
+        );
         let task = KvTask {
             kv,
             keys,
@@ -283,7 +300,11 @@ impl KvTask {
             }
             Workload::TxnMixed { ops, rw_ratio } => {
                 let read = self.keys.rng().gen_bool(rw_ratio / (1.0 + rw_ratio));
-                let txn = if read { self.read_txn(index, ops) } else { self.put_txn(index, ops) };
+                let txn = if read {
+                    self.read_txn(index, ops)
+                } else {
+                    self.put_txn(index, ops)
+                };
                 self.kv.txn(txn).await?;
                 Ok(Some(if read { "txn-read" } else { "txn-write" }))
             }
@@ -292,20 +313,27 @@ impl KvTask {
     }
 
     fn put_txn(&mut self, index: u64, ops: usize) -> Txn {
-        let puts: Vec<TxnOp> = (0..ops.max(1))
-            .map(|_| TxnOp::put(self.keys.key(index), stamped_value(self.val_size), None))
+        let puts: Vec<TxnOp> = (self.keys.distinct_keys(index, ops.max(1)).into_iter())
+            .map(|key| TxnOp::put(key, stamped_value(self.val_size), None))
             .collect();
         Txn::new().and_then(puts)
     }
 
     fn read_txn(&mut self, index: u64, ops: usize) -> Txn {
-        let gets: Vec<TxnOp> = (0..ops.max(1)).map(|_| TxnOp::get(self.keys.key(index), None)).collect();
+        let gets: Vec<TxnOp> = (self.keys.distinct_keys(index, ops.max(1)).into_iter())
+            .map(|key| TxnOp::get(key, None))
+            .collect();
         Txn::new().and_then(gets)
     }
 }
 
 async fn run_leases(cfg: &LoadConfig, conns: &[Client]) -> Recorders {
-    let pacer = Arc::new(Pacer::new(cfg.rate, cfg.stop, cfg.progress, "lease-keepalive"));
+    let pacer = Arc::new(Pacer::new(
+        cfg.rate,
+        cfg.stop,
+        cfg.progress,
+        "lease-keepalive",
+    ));
     let mut tasks = Vec::with_capacity(cfg.clients);
     for c in 0..cfg.clients.max(1) {
         let conn = conns[c % conns.len()].clone();

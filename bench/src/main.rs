@@ -39,7 +39,11 @@ use cli::{Format, LoadArgs, DEFAULT_SEED};
 use load::Workload;
 
 #[derive(Parser, Debug)]
-#[command(name = "bench", version, about = "Benchmarks for the store and gateway vs etcd 3.5 and HAProxy")]
+#[command(
+    name = "bench",
+    version,
+    about = "Benchmarks for the store and gateway vs etcd 3.5 and HAProxy"
+)]
 struct Cli {
     /// Seed of every random choice (printed with the results).
     #[arg(long, global = true, default_value_t = DEFAULT_SEED)]
@@ -121,7 +125,9 @@ struct WatchArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         procs::install_cleanup_handlers();
         let result = dispatch(cli).await;
@@ -138,13 +144,32 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Compare(a) => return report::emit(&compare::run(&a, seed, progress).await?, &a.out),
         Cmd::Failover(a) => return report::emit(&failover::run(&a, seed, progress).await?, &a.out),
         Cmd::Gateway(a) => return report::emit(&gateway::run(&a, seed, progress).await?, &a.out),
-        Cmd::Apiserver(a) => return report::emit(&apiserver::run(&a, seed, progress).await?, &a.out),
+        Cmd::Apiserver(a) => {
+            return report::emit(&apiserver::run(&a, seed, progress).await?, &a.out)
+        }
         Cmd::All(a) => return all::run(&a, seed, progress).await,
         Cmd::Put(a) => (a, Workload::Put),
-        Cmd::Range(a) => (a.load, Workload::Range { serializable: a.consistency == "s" }),
+        Cmd::Range(a) => (
+            a.load,
+            Workload::Range {
+                serializable: a.consistency == "s",
+            },
+        ),
         Cmd::TxnPut(a) => (a.load, Workload::TxnPut { ops: a.txn_ops }),
-        Cmd::TxnMixed(a) => (a.load, Workload::TxnMixed { ops: a.txn_ops, rw_ratio: a.rw_ratio }),
-        Cmd::Watch(a) => (a.load, Workload::Watch { watchers: a.watchers, streams: a.streams }),
+        Cmd::TxnMixed(a) => (
+            a.load,
+            Workload::TxnMixed {
+                ops: a.txn_ops,
+                rw_ratio: a.rw_ratio,
+            },
+        ),
+        Cmd::Watch(a) => (
+            a.load,
+            Workload::Watch {
+                watchers: a.watchers,
+                streams: a.streams,
+            },
+        ),
         Cmd::LeaseKeepalive(a) => (a, Workload::LeaseKeepalive),
     };
     run_load(&args, &workload, seed, progress).await

@@ -99,7 +99,8 @@ impl Pacer {
             self.progress.inc(1);
         } else {
             let elapsed = self.start.elapsed().as_millis();
-            self.progress.set_position(u64::try_from(elapsed).unwrap_or(u64::MAX));
+            self.progress
+                .set_position(u64::try_from(elapsed).unwrap_or(u64::MAX));
         }
     }
 
@@ -120,7 +121,10 @@ fn progress_bar(stop: Stop, show: bool, label: &str) -> ProgressBar {
     }
     let (len, unit) = match stop.total {
         Some(t) => (t, "ops"),
-        None => (u64::try_from(stop.duration.as_millis()).unwrap_or(u64::MAX), "ms"),
+        None => (
+            u64::try_from(stop.duration.as_millis()).unwrap_or(u64::MAX),
+            "ms",
+        ),
     };
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
     let template = format!("{{prefix}} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {unit}");

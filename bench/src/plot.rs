@@ -38,7 +38,13 @@ pub struct Chart<'a> {
 
 /// Draws `chart` to the SVG file `path`.
 pub fn line_chart(path: &Path, chart: &Chart) -> Result<()> {
-    let tx = |x: f64| if chart.log_x { x.max(f64::MIN_POSITIVE).log10() } else { x };
+    let tx = |x: f64| {
+        if chart.log_x {
+            x.max(f64::MIN_POSITIVE).log10()
+        } else {
+            x
+        }
+    };
     let all: Vec<(f64, f64)> = chart
         .series
         .iter()
@@ -72,7 +78,9 @@ pub fn line_chart(path: &Path, chart: &Chart) -> Result<()> {
         ctx.draw_series(LineSeries::new(pts, color.stroke_width(2)))
             .map_err(|e| anyhow!("{e}"))?
             .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     ctx.configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -85,7 +93,9 @@ pub fn line_chart(path: &Path, chart: &Chart) -> Result<()> {
 }
 
 fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
     if !lo.is_finite() || !hi.is_finite() {
         return (0.0, 1.0);
     }
@@ -122,10 +132,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.svg");
         let series = [
-            Series { name: "a".into(), points: vec![(1.0, 1.0), (10.0, 5.0), (100.0, 7.0)] },
-            Series { name: "b".into(), points: vec![(1.0, 2.0), (100.0, 3.0)] },
+            Series {
+                name: "a".into(),
+                points: vec![(1.0, 1.0), (10.0, 5.0), (100.0, 7.0)],
+            },
+            Series {
+                name: "b".into(),
+                points: vec![(1.0, 2.0), (100.0, 3.0)],
+            },
         ];
-        let chart = Chart { title: "t", x_label: "x", y_label: "y", log_x: true, series: &series };
+        let chart = Chart {
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            log_x: true,
+            series: &series,
+        };
         line_chart(&path, &chart).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("polyline"));

@@ -38,7 +38,9 @@ impl Proc {
     /// Spawns `cmd` with stdout and stderr appended to `log`.
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Proc> {
         let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+        cmd.stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
         // SAFETY: setsid and prctl are async-signal-safe and touch no memory of the parent.
         unsafe {
             cmd.pre_exec(|| {
@@ -50,7 +52,9 @@ impl Proc {
             });
         }
         let program = cmd.get_program().to_string_lossy().into_owned();
-        let child = cmd.spawn().with_context(|| format!("starting {name} ({program})"))?;
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {name} ({program})"))?;
         let pid = i32::try_from(child.id()).context("pid out of range")?;
         CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
         Ok(Proc {
@@ -89,7 +93,10 @@ impl Proc {
         let _ = self.child.kill();
         reap(&mut self.child);
         self.exited = true;
-        CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| *p != pid);
+        CHILDREN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| *p != pid);
     }
 
     /// The last [`LOG_TAIL_LINES`] lines of the child's output.
@@ -140,7 +147,9 @@ pub fn install_cleanup_handlers() {
         default_hook(info);
     }));
     tokio::spawn(async {
-        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
             return;
         };
         tokio::select! {
@@ -200,8 +209,17 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
 pub fn version_line(program: &Path, args: &[&str]) -> String {
     match Command::new(program).args(args).output() {
         Ok(out) => {
-            let text = if out.stdout.is_empty() { out.stderr } else { out.stdout };
-            String::from_utf8_lossy(&text).lines().next().unwrap_or("").trim().to_string()
+            let text = if out.stdout.is_empty() {
+                out.stderr
+            } else {
+                out.stdout
+            };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
         }
         Err(e) => format!("unavailable ({e})"),
     }

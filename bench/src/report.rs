@@ -57,7 +57,10 @@ pub fn emit(outcome: &impl Outcome, out: &OutArgs) -> Result<()> {
         let section = outcome.markdown(&ensure_dir(dir)?)?;
         write_report(dir, &[(outcome.title(), section)])?;
         write_json(&dir.join(RESULTS_FILE), outcome)?;
-        eprintln!("bench: report written to {}", dir.join(REPORT_FILE).display());
+        eprintln!(
+            "bench: report written to {}",
+            dir.join(REPORT_FILE).display()
+        );
     }
     Ok(())
 }
@@ -91,7 +94,10 @@ pub fn machine_description() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_else(|| "unknown".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -111,11 +117,23 @@ pub fn machine_description() -> String {
     let etcd = crate::bins::etcd35_dir().join("etcd");
     let mut md = String::new();
     md.push_str(&format!("- CPU: {cpu}, {cores} logical cores\n"));
-    md.push_str(&format!("- Memory: {:.1} GiB\n", mem_kib as f64 / 1024.0 / 1024.0));
+    md.push_str(&format!(
+        "- Memory: {:.1} GiB\n",
+        mem_kib as f64 / 1024.0 / 1024.0
+    ));
     md.push_str(&format!("- OS: {os}, kernel {}\n", kernel.trim()));
-    md.push_str(&format!("- etcd: {}\n", version_line(&etcd, &["--version"])));
-    md.push_str(&format!("- HAProxy: {}\n", version_line(Path::new(crate::bins::DEFAULT_HAPROXY), &["-v"])));
-    md.push_str(&format!("- nginx: {}\n", version_line(Path::new(crate::bins::DEFAULT_NGINX), &["-v"])));
+    md.push_str(&format!(
+        "- etcd: {}\n",
+        version_line(&etcd, &["--version"])
+    ));
+    md.push_str(&format!(
+        "- HAProxy: {}\n",
+        version_line(Path::new(crate::bins::DEFAULT_HAPROXY), &["-v"])
+    ));
+    md.push_str(&format!(
+        "- nginx: {}\n",
+        version_line(Path::new(crate::bins::DEFAULT_NGINX), &["-v"])
+    ));
     md
 }
 
@@ -138,7 +156,11 @@ pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         format!("{}\n", padded.join("  ").trim_end())
     };
     let mut out = line(headers.to_vec());

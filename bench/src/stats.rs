@@ -51,7 +51,9 @@ impl Recorder {
 
     /// Records one successful operation that took `latency`.
     pub fn record(&mut self, latency: Duration) {
-        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1);
+        let us = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
         self.hist.saturating_record(us);
     }
 
@@ -201,7 +203,9 @@ impl RunResult {
 
     /// Renders the run as human-readable text.
     pub fn to_text(&self) -> String {
-        let rate = self.rate.map_or("closed-loop".to_string(), |r| format!("{r} ops/s"));
+        let rate = self
+            .rate
+            .map_or("closed-loop".to_string(), |r| format!("{r} ops/s"));
         let mut out = format!(
             "{} against {}: clients={} conns={} rate={} seed={} elapsed={:.2}s\n",
             self.workload, self.target, self.clients, self.conns, rate, self.seed, self.elapsed_s
@@ -243,7 +247,10 @@ mod tests {
         assert_eq!(res.ok, 1000);
         assert_eq!(res.errors, 1);
         assert!(res.latency.p50_ms <= res.latency.p99_ms);
-        assert!(res.cdf.windows(2).all(|w| w[0].latency_ms <= w[1].latency_ms));
+        assert!(res
+            .cdf
+            .windows(2)
+            .all(|w| w[0].latency_ms <= w[1].latency_ms));
         assert_eq!(res.cdf.last().unwrap().quantile, 1.0);
     }
 

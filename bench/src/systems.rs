@@ -41,7 +41,10 @@ pub struct SystemArgs {
 impl SystemArgs {
     /// Cluster specs for (ours, etcd); installs etcd 3.5 if needed.
     pub fn specs(&self, default_subnet: &str) -> Result<(ClusterSpec, ClusterSpec)> {
-        let subnet = self.subnet.clone().unwrap_or_else(|| default_subnet.to_string());
+        let subnet = self
+            .subnet
+            .clone()
+            .unwrap_or_else(|| default_subnet.to_string());
         check_loopback_subnet(&subnet)?;
         let etcd_bin = ensure_etcd35(&self.etcd_dir)?;
         let spec = |label: &str, bin: PathBuf, first_host| ClusterSpec {
@@ -61,7 +64,8 @@ impl SystemArgs {
 /// Accepts only `127.x.y` (three octets inside the loopback range).
 pub fn check_loopback_subnet(subnet: &str) -> Result<()> {
     let octets: Vec<&str> = subnet.split('.').collect();
-    let valid = octets.len() == 3 && octets[0] == "127" && octets.iter().all(|o| o.parse::<u8>().is_ok());
+    let valid =
+        octets.len() == 3 && octets[0] == "127" && octets.iter().all(|o| o.parse::<u8>().is_ok());
     if !valid {
         bail!("--subnet must be three octets inside 127.0.0.0/8, like 127.0.50 (got {subnet:?})");
     }
@@ -70,9 +74,17 @@ pub fn check_loopback_subnet(subnet: &str) -> Result<()> {
 
 /// Starts both clusters, ours first.
 pub async fn start_both(ours: &ClusterSpec, etcd: &ClusterSpec) -> Result<(Cluster, Cluster)> {
-    eprintln!("bench: starting {} cluster ({})", ours.label, ours.bin.display());
+    eprintln!(
+        "bench: starting {} cluster ({})",
+        ours.label,
+        ours.bin.display()
+    );
     let a = Cluster::start(ours).await?;
-    eprintln!("bench: starting {} cluster ({})", etcd.label, etcd.bin.display());
+    eprintln!(
+        "bench: starting {} cluster ({})",
+        etcd.label,
+        etcd.bin.display()
+    );
     let b = Cluster::start(etcd).await?;
     Ok((a, b))
 }

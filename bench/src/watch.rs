@@ -71,10 +71,15 @@ pub async fn run(
     }
     let expected = events * watchers.max(1) as u64;
     let missing = expected.saturating_sub(delivered);
-    recs.entry("watch-delivery").or_default().error_n("missing delivery", missing);
+    recs.entry("watch-delivery")
+        .or_default()
+        .error_n("missing delivery", missing);
     let counters = BTreeMap::from([
         ("watchers".to_string(), watchers.max(1) as f64),
-        ("streams".to_string(), streams.clamp(1, watchers.max(1)) as f64),
+        (
+            "streams".to_string(),
+            streams.clamp(1, watchers.max(1)) as f64,
+        ),
         ("events_put".to_string(), events as f64),
         ("deliveries".to_string(), delivered as f64),
         ("missing_deliveries".to_string(), missing as f64),
@@ -96,9 +101,12 @@ pub async fn open_streams(
     for s in 0..streams {
         let on_stream = watchers / streams + usize::from(s < watchers % streams);
         let mut client = conns[s % conns.len()].watch_client();
-        let mut stream = tokio::time::timeout(CREATE_TIMEOUT, client.watch(key.to_vec(), Some(opts.clone())))
-            .await
-            .context("creating watch stream timed out")??;
+        let mut stream = tokio::time::timeout(
+            CREATE_TIMEOUT,
+            client.watch(key.to_vec(), Some(opts.clone())),
+        )
+        .await
+        .context("creating watch stream timed out")??;
         await_created(&mut stream).await?;
         for _ in 1..on_stream {
             stream.watch(key.to_vec(), Some(opts.clone())).await?;
@@ -162,7 +170,9 @@ pub async fn receive(
         let resp = match msg {
             Ok(Some(resp)) => resp,
             Ok(None) => {
-                recs.entry("watch-delivery").or_default().error("watch stream closed");
+                recs.entry("watch-delivery")
+                    .or_default()
+                    .error("watch stream closed");
                 break;
             }
             Err(e) => {
@@ -171,13 +181,19 @@ pub async fn receive(
             }
         };
         if resp.canceled() {
-            let reason = format!("watch canceled: {} (compact rev {})", resp.cancel_reason(), resp.compact_revision());
+            let reason = format!(
+                "watch canceled: {} (compact rev {})",
+                resp.cancel_reason(),
+                resp.compact_revision()
+            );
             recs.entry("watch-delivery").or_default().error(reason);
             break;
         }
         if resp.events().is_empty() && !resp.created() {
             if let Some(sent) = progress_sent.take() {
-                recs.entry("watch-progress").or_default().record(sent.elapsed());
+                recs.entry("watch-progress")
+                    .or_default()
+                    .record(sent.elapsed());
                 next_progress = progress_every.map(|p| Instant::now() + p);
             }
             continue;
