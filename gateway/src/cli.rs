@@ -90,18 +90,19 @@ fn parse_check(text: &str) -> Result<CheckSpec, String> {
         Some((kind, path)) => (kind, Some(path)),
         None => (text, None),
     };
-    let kind =
-        match kind_text {
-            "none" => CheckKind::None,
-            "tcp" => CheckKind::Tcp,
-            "http" => CheckKind::Http,
-            "https" => CheckKind::Https,
-            "etcd" | "etcd-https" => CheckKind::EtcdHttps,
-            "etcd-http" => CheckKind::EtcdHttp,
-            other => return Err(format!(
+    let kind = match kind_text {
+        "none" => CheckKind::None,
+        "tcp" => CheckKind::Tcp,
+        "http" => CheckKind::Http,
+        "https" => CheckKind::Https,
+        "etcd" | "etcd-https" => CheckKind::EtcdHttps,
+        "etcd-http" => CheckKind::EtcdHttp,
+        other => {
+            return Err(format!(
                 "unknown check `{other}`: use https:PATH, http:PATH, tcp, none, etcd or etcd-http"
-            )),
-        };
+            ))
+        }
+    };
     let path = match path {
         Some(path) if !path.starts_with('/') => {
             return Err(format!("check path `{path}` must start with `/`"))

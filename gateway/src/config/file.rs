@@ -197,28 +197,31 @@ fn frontend(locator: &Locator, raw: &RawFrontend) -> Result<FrontendConfig, Conf
             "least-connections" | "leastconn" => BalancePolicy::LeastConnections,
             "peak-ewma" => BalancePolicy::PeakEwma,
             "round-robin" | "roundrobin" => BalancePolicy::RoundRobin,
-            other => return Err(locator.error(
-                value.span(),
-                format!(
+            other => {
+                return Err(locator.error(
+                    value.span(),
+                    format!(
                     "unknown balance `{other}`: use least-connections, peak-ewma or round-robin"
                 ),
-            )),
+                ))
+            }
         },
     };
-    let on_marked_down =
-        match &raw.on_marked_down {
-            None => OnMarkedDown::KeepSessions,
-            Some(value) => match value.get_ref().as_str() {
-                "keep-sessions" => OnMarkedDown::KeepSessions,
-                "shutdown-sessions" => OnMarkedDown::ShutdownSessions,
-                other => return Err(locator.error(
+    let on_marked_down = match &raw.on_marked_down {
+        None => OnMarkedDown::KeepSessions,
+        Some(value) => match value.get_ref().as_str() {
+            "keep-sessions" => OnMarkedDown::KeepSessions,
+            "shutdown-sessions" => OnMarkedDown::ShutdownSessions,
+            other => {
+                return Err(locator.error(
                     value.span(),
                     format!(
                         "unknown on_marked_down `{other}`: use keep-sessions or shutdown-sessions"
                     ),
-                )),
-            },
-        };
+                ))
+            }
+        },
+    };
     let max_connections = positive(
         locator,
         &raw.max_connections,
