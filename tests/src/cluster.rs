@@ -33,7 +33,7 @@ use tempfile::TempDir;
 use crate::binary::Binary;
 use crate::client::connect;
 use crate::net::{allocate_ip, client_url, peer_url};
-use crate::wait::retry_until;
+use crate::wait::{permanent, retry_until};
 
 /// Deadline for a whole cluster (or a restarted member) to become healthy.
 /// Generous: a loaded 2-core machine may run several clusters at once.
@@ -116,10 +116,7 @@ impl Cluster {
     /// Starts a cluster of `binary` and waits until every member is healthy.
     pub async fn start(binary: Binary, config: ClusterConfig) -> Result<Cluster> {
         let cluster = Self::spawn(binary, &config)?;
-        cluster
-            .wait_healthy()
-            .await
-            .with_context(|| cluster.log_tails())?;
+        cluster.wait_healthy().await?;
         Ok(cluster)
     }
 
@@ -278,6 +275,7 @@ impl Cluster {
             },
         )
         .await
+        .with_context(|| self.log_tails())
     }
 
     /// Waits until member `i` knows a leader and serves a linearizable read
@@ -331,6 +329,7 @@ impl Cluster {
             || self.leader_once(),
         )
         .await
+        .with_context(|| self.log_tails())
     }
 
     async fn leader_once(&self) -> Result<usize> {
@@ -407,13 +406,20 @@ impl Cluster {
         }
     }
 
+    /// A [`permanent`] error if member `i`'s process is gone: waiting longer
+    /// cannot make it healthy.
     fn ensure_running(&self, i: usize) -> Result<()> {
-        ensure!(
-            self.is_running(i),
-            "member {i} is not running (exited or killed)\n{}",
-            self.log_tail(i)
-        );
-        Ok(())
+        let mut child = self.members[i].child.lock().expect("member lock");
+        match child.as_mut().map(Child::try_wait) {
+            Some(Ok(None)) => Ok(()),
+            Some(Ok(Some(status))) => Err(permanent(format!("member {i} exited: {status}"))),
+            Some(Err(error)) => Err(permanent(format!(
+                "member {i} cannot be waited for: {error}"
+            ))),
+            None => Err(permanent(format!(
+                "member {i} was killed and not restarted"
+            ))),
+        }
     }
 
     /// Running members; an error if a member that should run has exited.

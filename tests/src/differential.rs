@@ -142,12 +142,11 @@ impl Differential {
             actual.unwrap_or_else(|e| panic!("step {step}: {what} on the candidate: {e:#}"));
         let (expected, actual) = (expected.normalized(), actual.normalized());
         if expected != actual {
-            panic!(
-                "step {step}: {what} differs (stdin {} bytes)\n\
-                 ===== oracle (reference etcd) =====\n{expected}\n\
-                 ===== candidate ({}) =====\n{actual}",
-                stdin.len(),
-                self.candidate.cluster.binary().path.display()
+            self.report(
+                step,
+                &format!("{what} (stdin {} bytes)", stdin.len()),
+                &expected.to_string(),
+                &actual.to_string(),
             );
         }
         expected
@@ -168,13 +167,83 @@ impl Differential {
         let actual = op(self.candidate.client.clone()).await;
         let (expected_text, actual_text) = (describe(&expected), describe(&actual));
         if expected_text != actual_text {
-            panic!(
-                "step {step}: etcd-client {what} differs\n\
-                 ===== oracle (reference etcd) =====\n{expected_text}\n\
-                 ===== candidate ({}) =====\n{actual_text}",
-                self.candidate.cluster.binary().path.display()
+            self.report(
+                step,
+                &format!("etcd-client {what}"),
+                &expected_text,
+                &actual_text,
             );
         }
         expected
+    }
+
+    /// Panics with the first differing line and (bounded) excerpts of both results.
+    fn report(&self, step: usize, what: &str, expected: &str, actual: &str) -> ! {
+        panic!(
+            "step {step}: {what} differs\n{}\n\
+             ===== oracle (reference etcd) =====\n{}\n\
+             ===== candidate ({}) =====\n{}",
+            first_difference(expected, actual),
+            excerpt(expected),
+            self.candidate.cluster.binary().path.display(),
+            excerpt(actual),
+        )
+    }
+}
+
+/// Characters of each result shown in a mismatch report.
+const REPORT_EXCERPT_CHARS: usize = 8_000;
+
+/// The first line where `expected` and `actual` differ, for a mismatch report.
+fn first_difference(expected: &str, actual: &str) -> String {
+    let mut expected_lines = expected.lines();
+    let mut actual_lines = actual.lines();
+    for line in 1.. {
+        match (expected_lines.next(), actual_lines.next()) {
+            (None, None) => break,
+            (left, right) if left != right => {
+                return format!(
+                "first difference at line {line}:\n  oracle:    {left:?}\n  candidate: {right:?}"
+            )
+            }
+            _ => {}
+        }
+    }
+    "the results differ only in line endings".to_string()
+}
+
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(REPORT_EXCERPT_CHARS) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}\n[... {} more bytes]", &text[..cut], text.len() - cut),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_difference_names_the_line() {
+        let report = first_difference("a\nb\nc", "a\nx\nc");
+        assert!(report.contains("line 2"), "{report}");
+        assert!(
+            report.contains("\"b\"") && report.contains("\"x\""),
+            "{report}"
+        );
+        let report = first_difference("a\nb", "a");
+        assert!(
+            report.contains("line 2") && report.contains("None"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn excerpts_are_bounded() {
+        let long = "x".repeat(REPORT_EXCERPT_CHARS * 2);
+        let shown = excerpt(&long);
+        assert!(shown.len() < REPORT_EXCERPT_CHARS + 100);
+        assert!(shown.ends_with(&format!("[... {REPORT_EXCERPT_CHARS} more bytes]")));
+        assert_eq!(excerpt("short"), "short");
     }
 }
