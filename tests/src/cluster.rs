@@ -163,7 +163,7 @@ impl Cluster {
             dir: Some(dir),
         };
         for i in 0..cluster.size() {
-            cluster.restart(i)?;
+            cluster.launch(i)?;
         }
         Ok(cluster)
     }
@@ -245,6 +245,11 @@ impl Cluster {
     /// Starts member `i` again with the flags of its first start (same data
     /// directory, `--initial-cluster-state new`). Does not wait for health.
     pub fn restart(&self, i: usize) -> Result<()> {
+        self.launch(i)
+    }
+
+    /// Starts member `i`'s process with its fixed flags, unless it is running.
+    fn launch(&self, i: usize) -> Result<()> {
         let member = &self.members[i];
         let mut slot = member.child.lock().expect("member lock");
         if let Some(child) = slot.as_mut() {
