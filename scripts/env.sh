@@ -1,0 +1,9 @@
+# Sourced by the scripts: one cargo target dir outside the clone, shared by
+# every build (the bundled RocksDB takes ~17 minutes to compile per profile,
+# so everything uses the release profile, once).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/etcd-rs/target}"
+export ETCD35_DIR="${ETCD35_DIR:-/opt/etcd-3.5}"
+if [[ -f "$HOME/.cargo/env" ]]; then
+  # shellcheck disable=SC1091
+  source "$HOME/.cargo/env"
+fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs (see setup.sh), builds every
+# crate once in the release profile, then runs unit tests, the engine and
+# openraft conformance suites, the differential tests against a real etcd
+# 3.5, the multi-process cluster and crash tests, the gateway tests against
+# real nginx, and the benchmark smoke tests.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$here/.."
+source "$here/env.sh"
+bash "$here/setup.sh"
+cd "$root"
+echo "== build (release profile, target dir $CARGO_TARGET_DIR)"
+cargo build --release --workspace --all-targets
+echo "== clippy"
+cargo clippy --release --workspace --all-targets -- -D warnings
+echo "== tests"
+export STORE_BIN="${STORE_BIN:-$CARGO_TARGET_DIR/release/store}"
+export GATEWAY_BIN="${GATEWAY_BIN:-$CARGO_TARGET_DIR/release/gateway}"
+cargo test --release --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-2}"

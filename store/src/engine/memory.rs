@@ -1,0 +1,178 @@
+//! In-memory engine: one `BTreeMap` per table behind a lock.
+//!
+//! Nothing is persisted: `sync` is a no-op and a restart loses everything.
+//! Used by unit tests, the engine conformance suite, and embedders that want
+//! a throwaway member. Snapshots copy the maps (O(data)), which is fine for
+//! the sizes it is meant for.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::{Arc, RwLock};
+
+use super::{BatchOp, Engine, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch};
+
+type Tables = HashMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+/// A non-persistent engine.
+#[derive(Default)]
+pub struct MemoryEngine {
+    tables: RwLock<Tables>,
+}
+
+impl MemoryEngine {
+    /// An empty engine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// A frozen copy of the tables.
+struct MemorySnapshot {
+    tables: Tables,
+}
+
+fn bounds<'a>(start: &'a [u8], end: Option<&'a [u8]>) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    let upper = match end {
+        Some(e) => Bound::Excluded(e),
+        None => Bound::Unbounded,
+    };
+    (Bound::Included(start), upper)
+}
+
+fn empty_range(start: &[u8], end: Option<&[u8]>) -> bool {
+    matches!(end, Some(e) if e <= start)
+}
+
+fn get_in(tables: &Tables, table: Table, key: &[u8]) -> Option<Vec<u8>> {
+    tables.get(&table).and_then(|t| t.get(key).cloned())
+}
+
+fn scan_in(
+    tables: &Tables,
+    table: Table,
+    start: &[u8],
+    end: Option<&[u8]>,
+    reverse: bool,
+    visit: &mut ScanVisitor<'_>,
+) {
+    let Some(map) = tables.get(&table) else { return };
+    if empty_range(start, end) {
+        return;
+    }
+    let range = map.range::<[u8], _>(bounds(start, end));
+    let mut step = |(k, v): (&Vec<u8>, &Vec<u8>)| visit(k, v);
+    if reverse {
+        for kv in range.rev() {
+            if step(kv).is_break() {
+                return;
+            }
+        }
+    } else {
+        for kv in range {
+            if step(kv).is_break() {
+                return;
+            }
+        }
+    }
+}
+
+impl EngineRead for MemoryEngine {
+    fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
+        Ok(get_in(&self.tables.read().expect("memory engine lock"), table, key))
+    }
+
+    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()> {
+        scan_in(&self.tables.read().expect("memory engine lock"), table, start, end, false, visit);
+        Ok(())
+    }
+
+    fn scan_reverse(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()> {
+        scan_in(&self.tables.read().expect("memory engine lock"), table, start, end, true, visit);
+        Ok(())
+    }
+}
+
+impl EngineRead for MemorySnapshot {
+    fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
+        Ok(get_in(&self.tables, table, key))
+    }
+
+    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()> {
+        scan_in(&self.tables, table, start, end, false, visit);
+        Ok(())
+    }
+
+    fn scan_reverse(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()> {
+        scan_in(&self.tables, table, start, end, true, visit);
+        Ok(())
+    }
+}
+
+impl Engine for MemoryEngine {
+    fn write(&self, batch: WriteBatch, _sync: bool) -> EngineResult<()> {
+        let mut tables = self.tables.write().expect("memory engine lock");
+        for op in batch.ops {
+            match op {
+                BatchOp::Put(t, k, v) => {
+                    tables.entry(t).or_default().insert(k, v);
+                }
+                BatchOp::Delete(t, k) => {
+                    tables.entry(t).or_default().remove(&k);
+                }
+                BatchOp::DeleteRange(t, start, end) => {
+                    let map = tables.entry(t).or_default();
+                    if start < end {
+                        let doomed: Vec<Vec<u8>> =
+                            map.range::<[u8], _>(bounds(&start, Some(&end))).map(|(k, _)| k.clone()).collect();
+                        for k in doomed {
+                            map.remove(&k);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> EngineResult<()> {
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Arc<dyn EngineRead> {
+        let tables = self.tables.read().expect("memory engine lock").clone();
+        Arc::new(MemorySnapshot { tables })
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.size_in_use_bytes()
+    }
+
+    fn size_in_use_bytes(&self) -> u64 {
+        let tables = self.tables.read().expect("memory engine lock");
+        tables.values().flat_map(|t| t.iter()).map(|(k, v)| (k.len() + v.len()) as u64).sum()
+    }
+
+    fn compact_files(&self) -> EngineResult<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn conformance() {
+        super::super::conformance::run_all(&|| Box::new(super::MemoryEngine::new()));
+    }
+}

@@ -1,0 +1,202 @@
+//! The storage engine trait: ordered key-value tables, atomic batches,
+//! point-in-time snapshots. Nothing here names RocksDB.
+//!
+//! The store keeps everything (Raft log, vote, MVCC data, metadata) in one
+//! engine so that one atomic, synced batch can cover what must change
+//! together: for example an applied entry's data and the applied log id.
+//!
+//! Two engines implement the trait: [`rocks::RocksEngine`] (the real one;
+//! one RocksDB column family per [`Table`]) and [`memory::MemoryEngine`]
+//! (BTreeMaps; for tests and for embedding without persistence). The same
+//! conformance suite ([`conformance`]) runs against both.
+
+pub mod conformance;
+pub mod memory;
+pub mod rocks;
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// The logical tables. Each is an independent ordered key space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// Raft log entries: key = log index (8 bytes big-endian).
+    RaftLog,
+    /// Raft's own persistent state: vote, last purged log id, committed.
+    RaftState,
+    /// MVCC data in etcd's layout: key = revision (see `mvcc::revision`),
+    /// value = `mvccpb.KeyValue`.
+    Kv,
+    /// State machine metadata: applied log id, membership, compaction marks.
+    Meta,
+    /// Leases: key = lease id (8 bytes big-endian).
+    Lease,
+}
+
+impl Table {
+    /// Every table, in a fixed order.
+    pub const ALL: [Table; 5] = [Table::RaftLog, Table::RaftState, Table::Kv, Table::Meta, Table::Lease];
+
+    /// Stable on-disk name of the table (the RocksDB column family name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::RaftLog => "raft_log",
+            Table::RaftState => "raft_state",
+            Table::Kv => "kv",
+            Table::Meta => "meta",
+            Table::Lease => "lease",
+        }
+    }
+
+    /// Tables that belong to the replicated state machine (what a Raft
+    /// snapshot carries); the rest are this member's Raft log and vote.
+    pub const STATE_MACHINE: [Table; 3] = [Table::Kv, Table::Meta, Table::Lease];
+}
+
+/// One change inside a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOp {
+    /// Set `key` to `value`.
+    Put(Table, Vec<u8>, Vec<u8>),
+    /// Remove `key`.
+    Delete(Table, Vec<u8>),
+    /// Remove every key in `[start, end)`.
+    DeleteRange(Table, Vec<u8>, Vec<u8>),
+}
+
+/// Changes applied atomically: all or none survive a crash.
+#[derive(Debug, Default, Clone)]
+pub struct WriteBatch {
+    ops: Vec<BatchOp>,
+    bytes: usize,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a put.
+    pub fn put(&mut self, table: Table, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        let (key, value) = (key.into(), value.into());
+        self.bytes += key.len() + value.len();
+        self.ops.push(BatchOp::Put(table, key, value));
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, table: Table, key: impl Into<Vec<u8>>) {
+        let key = key.into();
+        self.bytes += key.len();
+        self.ops.push(BatchOp::Delete(table, key));
+    }
+
+    /// Adds a range delete of `[start, end)`.
+    pub fn delete_range(&mut self, table: Table, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
+        let (start, end) = (start.into(), end.into());
+        self.bytes += start.len() + end.len();
+        self.ops.push(BatchOp::DeleteRange(table, start, end));
+    }
+
+    /// The changes, in order.
+    pub fn ops(&self) -> &[BatchOp] {
+        &self.ops
+    }
+
+    /// Number of changes.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True if the batch holds no change.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Sum of key and value sizes, in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Appends another batch's changes after this one's.
+    pub fn extend(&mut self, other: WriteBatch) {
+        self.bytes += other.bytes;
+        self.ops.extend(other.ops);
+    }
+}
+
+/// An engine failure. Engines are expected to be reliable: the store treats
+/// any of these as fatal for the operation (and for Raft, for the member).
+#[derive(Debug, thiserror::Error)]
+#[error("storage engine: {0}")]
+pub struct EngineError(pub String);
+
+/// Result of engine calls.
+pub type EngineResult<T> = Result<T, EngineError>;
+
+/// Visitor for scans: return `ControlFlow::Break(())` to stop early.
+pub type ScanVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+
+/// Reads of an ordered key-value space: the live engine or a snapshot.
+pub trait EngineRead: Send + Sync {
+    /// The value of `key`, if present.
+    fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>>;
+
+    /// Visits keys in `[start, end)` in ascending order (`end = None`:
+    /// to the end of the table) until the visitor breaks.
+    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()>;
+
+    /// Visits keys in `[start, end)` in descending order.
+    fn scan_reverse(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()>;
+}
+
+/// A storage engine. Implementations are internally synchronized.
+pub trait Engine: EngineRead + 'static {
+    /// Applies `batch` atomically. With `sync`, it is durable (fsynced)
+    /// before this returns, together with every batch written before it.
+    fn write(&self, batch: WriteBatch, sync: bool) -> EngineResult<()>;
+
+    /// Makes every batch written so far durable (one fsync for all of them:
+    /// the group-commit primitive).
+    fn sync(&self) -> EngineResult<()>;
+
+    /// A consistent point-in-time view that later writes do not change.
+    fn snapshot(&self) -> Arc<dyn EngineRead>;
+
+    /// Approximate bytes the engine uses on disk (or in memory).
+    fn size_bytes(&self) -> u64;
+
+    /// Approximate bytes of live data (what `size_bytes` would become
+    /// after a full compaction of the files).
+    fn size_in_use_bytes(&self) -> u64;
+
+    /// Reclaims space left by deleted data (etcd's defragment).
+    fn compact_files(&self) -> EngineResult<()>;
+}
+
+/// Collects `[start, end)` of `table` into a vector, at most `limit` pairs
+/// (0 = no limit). A convenience for small scans.
+pub fn scan_collect(
+    reader: &dyn EngineRead,
+    table: Table,
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+) -> EngineResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    reader.scan(table, start, end, &mut |k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        if limit != 0 && out.len() >= limit {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    Ok(out)
+}

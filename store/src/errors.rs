@@ -1,0 +1,206 @@
+//! etcd's wire errors: the one table of gRPC code + byte-exact message.
+//!
+//! etcd clients match errors by their message text (clientv3's
+//! `rpctypes.Error` compares `ErrorDesc(err)`), so every message here is
+//! exactly etcd 3.5's `api/v3rpc/rpctypes` string. Everything inside the store
+//! returns typed errors; conversion to [`tonic::Status`] happens only at the
+//! gRPC edge, through [`EtcdError::to_status`].
+//!
+//! The enum is serializable because apply-time errors (for example
+//! `LeaseNotFound` found while applying a Put) are decided on the leader's
+//! state machine and travel back to a follower that forwarded the write.
+
+use serde::{Deserialize, Serialize};
+use tonic::Code;
+
+/// Every error etcd returns to clients, by etcd's own name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[allow(missing_docs)]
+pub enum EtcdError {
+    // Request validation.
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    #[error("etcdserver: too many operations in txn request")]
+    TooManyOps,
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("etcdserver: invalid sort option")]
+    InvalidSortOption,
+    #[error("etcdserver: request is too large")]
+    RequestTooLarge,
+    #[error("etcdserver: too many requests")]
+    TooManyRequests,
+
+    // MVCC.
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRev,
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+
+    // Lease.
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExist,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
+
+    // Watch.
+    #[error("etcdserver: watch canceled")]
+    WatchCanceled,
+
+    // Cluster membership.
+    #[error("etcdserver: member ID already exist")]
+    MemberExist,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExist,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    MemberNotEnoughStarted,
+    #[error("etcdserver: given member URLs are invalid")]
+    MemberBadUrls,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
+
+    // Auth.
+    #[error("etcdserver: root user does not exist")]
+    RootUserNotExist,
+    #[error("etcdserver: root user does not have root role")]
+    RootRoleNotExist,
+    #[error("etcdserver: user name already exists")]
+    UserAlreadyExist,
+    #[error("etcdserver: user name is empty")]
+    UserEmpty,
+    #[error("etcdserver: user name not found")]
+    UserNotFound,
+    #[error("etcdserver: role name already exists")]
+    RoleAlreadyExist,
+    #[error("etcdserver: role name not found")]
+    RoleNotFound,
+    #[error("etcdserver: role name is empty")]
+    RoleEmpty,
+    #[error("etcdserver: authentication failed, invalid user ID or password")]
+    AuthFailed,
+    #[error("etcdserver: permission denied")]
+    PermissionDenied,
+    #[error("etcdserver: role is not granted to the user")]
+    RoleNotGranted,
+    #[error("etcdserver: permission is not granted to the role")]
+    PermissionNotGranted,
+    #[error("etcdserver: authentication is not enabled")]
+    AuthNotEnabled,
+    #[error("etcdserver: invalid auth token")]
+    InvalidAuthToken,
+
+    // Server state.
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: not leader")]
+    NotLeader,
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
+    #[error("etcdserver: not capable")]
+    NotCapable,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: request timed out, possibly due to previous leader failure")]
+    TimeoutDueToLeaderFail,
+    #[error("etcdserver: request timed out, possibly due to connection lost")]
+    TimeoutDueToConnectionLost,
+    #[error("etcdserver: unhealthy cluster")]
+    Unhealthy,
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
+    #[error("etcdserver: rpc not supported for learner")]
+    NotSupportedForLearner,
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+}
+
+impl EtcdError {
+    /// The gRPC status code etcd 3.5 sends with this error.
+    pub fn code(self) -> Code {
+        use EtcdError::*;
+        match self {
+            EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
+            | InvalidSortOption | RequestTooLarge | MemberBadUrls | UserEmpty | RoleEmpty
+            | AuthFailed => Code::InvalidArgument,
+            // etcd maps ErrTooManyRequests to a client-side error value rather
+            // than a gRPC status, so grpc-go sends it with code Unknown.
+            TooManyRequests => Code::Unknown,
+            Compacted | FutureRev | LeaseTtlTooLarge => Code::OutOfRange,
+            NoSpace => Code::ResourceExhausted,
+            LeaseNotFound | MemberNotFound => Code::NotFound,
+            LeaseExist | MemberExist | PeerUrlExist | MemberNotEnoughStarted | MemberNotLearner
+            | LearnerNotReady | TooManyLearners | RootUserNotExist | RootRoleNotExist
+            | UserAlreadyExist | UserNotFound | RoleAlreadyExist | RoleNotFound
+            | RoleNotGranted | PermissionNotGranted | AuthNotEnabled | NotLeader
+            | BadLeaderTransferee => Code::FailedPrecondition,
+            WatchCanceled => Code::Cancelled,
+            PermissionDenied => Code::PermissionDenied,
+            InvalidAuthToken => Code::Unauthenticated,
+            NoLeader | LeaderChanged | NotCapable | Stopped | Timeout | TimeoutDueToLeaderFail
+            | TimeoutDueToConnectionLost | Unhealthy | NotSupportedForLearner => Code::Unavailable,
+            Corrupt => Code::DataLoss,
+        }
+    }
+
+    /// The status sent on the wire: etcd's code and byte-exact message.
+    pub fn to_status(self) -> tonic::Status {
+        tonic::Status::new(self.code(), self.to_string())
+    }
+}
+
+impl From<EtcdError> for tonic::Status {
+    fn from(e: EtcdError) -> Self {
+        e.to_status()
+    }
+}
+
+/// grpc-go's text for a message over the server's receive limit. etcd sets
+/// that limit to `--max-request-bytes` + [`crate::limits::GRPC_OVERHEAD_BYTES`];
+/// clients see this exact text with code `ResourceExhausted`.
+pub fn grpc_message_too_large(found_bytes: usize, limit_bytes: usize) -> tonic::Status {
+    tonic::Status::new(
+        Code::ResourceExhausted,
+        format!("grpc: received message larger than max ({found_bytes} vs. {limit_bytes})"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_and_codes_match_etcd() {
+        let cases = [
+            (EtcdError::Compacted, Code::OutOfRange, "etcdserver: mvcc: required revision has been compacted"),
+            (EtcdError::FutureRev, Code::OutOfRange, "etcdserver: mvcc: required revision is a future revision"),
+            (EtcdError::NoLeader, Code::Unavailable, "etcdserver: no leader"),
+            (EtcdError::TooManyOps, Code::InvalidArgument, "etcdserver: too many operations in txn request"),
+            (EtcdError::LeaseNotFound, Code::NotFound, "etcdserver: requested lease not found"),
+            (EtcdError::NoSpace, Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded"),
+            (EtcdError::TooManyRequests, Code::Unknown, "etcdserver: too many requests"),
+        ];
+        for (err, code, msg) in cases {
+            let status = err.to_status();
+            assert_eq!(status.code(), code, "{err:?}");
+            assert_eq!(status.message(), msg, "{err:?}");
+        }
+    }
+}

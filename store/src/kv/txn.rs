@@ -1,0 +1,237 @@
+//! Put, DeleteRange and Txn applied inside one MVCC write transaction.
+//!
+//! A Txn runs in two phases, as etcd's `applierV3backend.Txn`:
+//! 1. Decide the path: evaluate the compares of the outer txn, then of every
+//!    nested txn on the chosen branch, all against the state *before* any
+//!    write. Then check every request on that path (leases exist, ignore_*
+//!    keys exist, read revisions are valid) so that no error can happen
+//!    half-way through.
+//! 2. Execute the path; reads see the writes made before them.
+//!
+//! A key that does not exist compares as a zero `KeyValue`, except that a
+//! VALUE compare on a missing key is always false.
+
+use std::cmp::Ordering;
+
+use etcd_proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use etcd_proto::etcdserverpb::request_op::Request;
+use etcd_proto::etcdserverpb::response_op::Response;
+use etcd_proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RequestOp,
+    ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+};
+use etcd_proto::mvccpb::KeyValue;
+
+use super::{range::range, KvError, LeaseLookup};
+use crate::errors::EtcdError;
+use crate::mvcc::{KeyRange, RangeOptions, WriteTxn};
+
+fn header(revision: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader { revision, ..Default::default() })
+}
+
+/// Applies a top-level Put.
+pub fn put(txn: &mut WriteTxn<'_>, leases: &dyn LeaseLookup, req: &PutRequest) -> Result<PutResponse, KvError> {
+    check_put(txn, leases, req)?;
+    exec_put(txn, req)
+}
+
+/// Applies a top-level DeleteRange.
+pub fn delete_range(txn: &mut WriteTxn<'_>, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse, KvError> {
+    exec_delete(txn, req)
+}
+
+/// Applies a Txn.
+pub fn txn(txn: &mut WriteTxn<'_>, leases: &dyn LeaseLookup, req: &TxnRequest) -> Result<TxnResponse, KvError> {
+    let path = choose_path(txn, req)?;
+    check_path(txn, leases, req, &path)?;
+    let mut cursor = path.iter();
+    let mut resp = exec_txn(txn, req, &mut cursor)?;
+    resp.header = header(current_rev(txn));
+    Ok(resp)
+}
+
+fn current_rev(txn: &WriteTxn<'_>) -> i64 {
+    if txn.has_changes() {
+        txn.write_rev()
+    } else {
+        txn.write_rev() - 1
+    }
+}
+
+/// The branch taken by the outer txn and by each nested txn on the path,
+/// in execution (pre-order) order.
+fn choose_path(txn: &WriteTxn<'_>, req: &TxnRequest) -> Result<Vec<bool>, KvError> {
+    let mut path = Vec::new();
+    push_path(txn, req, &mut path)?;
+    Ok(path)
+}
+
+fn push_path(txn: &WriteTxn<'_>, req: &TxnRequest, path: &mut Vec<bool>) -> Result<(), KvError> {
+    let mut succeeded = true;
+    for c in &req.compare {
+        if !compare(txn, c)? {
+            succeeded = false;
+            break;
+        }
+    }
+    path.push(succeeded);
+    for op in branch(req, succeeded) {
+        if let Some(Request::RequestTxn(nested)) = &op.request {
+            push_path(txn, nested, path)?;
+        }
+    }
+    Ok(())
+}
+
+fn branch(req: &TxnRequest, succeeded: bool) -> &[RequestOp] {
+    if succeeded {
+        &req.success
+    } else {
+        &req.failure
+    }
+}
+
+/// Walks the chosen path checking each request before anything is written.
+fn check_path(txn: &WriteTxn<'_>, leases: &dyn LeaseLookup, req: &TxnRequest, path: &[bool]) -> Result<(), KvError> {
+    let mut cursor = path.iter();
+    check_txn_path(txn, leases, req, &mut cursor)
+}
+
+fn check_txn_path(
+    txn: &WriteTxn<'_>,
+    leases: &dyn LeaseLookup,
+    req: &TxnRequest,
+    cursor: &mut std::slice::Iter<'_, bool>,
+) -> Result<(), KvError> {
+    let succeeded = *cursor.next().expect("path has an entry per txn");
+    for op in branch(req, succeeded) {
+        match &op.request {
+            Some(Request::RequestPut(p)) => check_put(txn, leases, p)?,
+            Some(Request::RequestRange(r)) => check_range_revision(txn, r)?,
+            Some(Request::RequestTxn(t)) => check_txn_path(txn, leases, t, cursor)?,
+            Some(Request::RequestDeleteRange(_)) | None => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_put(txn: &WriteTxn<'_>, leases: &dyn LeaseLookup, req: &PutRequest) -> Result<(), KvError> {
+    if req.lease != 0 && !leases.lease_exists(req.lease) {
+        return Err(EtcdError::LeaseNotFound.into());
+    }
+    if (req.ignore_value || req.ignore_lease) && txn.get(&req.key)?.is_none() {
+        return Err(EtcdError::KeyNotFound.into());
+    }
+    Ok(())
+}
+
+fn check_range_revision(txn: &WriteTxn<'_>, req: &RangeRequest) -> Result<(), KvError> {
+    let opts = RangeOptions { rev: req.revision, count_only: true, ..Default::default() };
+    txn.range(&KeyRange::new(&req.key, &req.range_end), opts)?;
+    Ok(())
+}
+
+fn exec_txn(
+    txn: &mut WriteTxn<'_>,
+    req: &TxnRequest,
+    cursor: &mut std::slice::Iter<'_, bool>,
+) -> Result<TxnResponse, KvError> {
+    let succeeded = *cursor.next().expect("path has an entry per txn");
+    let ops = branch(req, succeeded);
+    let mut responses = Vec::with_capacity(ops.len());
+    for op in ops {
+        let response = match &op.request {
+            Some(Request::RequestRange(r)) => Some(Response::ResponseRange(range(txn, r)?)),
+            Some(Request::RequestPut(p)) => Some(Response::ResponsePut(exec_put(txn, p)?)),
+            Some(Request::RequestDeleteRange(d)) => Some(Response::ResponseDeleteRange(exec_delete(txn, d)?)),
+            Some(Request::RequestTxn(t)) => {
+                let mut nested = exec_txn(txn, t, cursor)?;
+                nested.header = header(current_rev(txn));
+                Some(Response::ResponseTxn(nested))
+            }
+            None => None,
+        };
+        responses.push(ResponseOp { response });
+    }
+    Ok(TxnResponse { header: None, succeeded, responses })
+}
+
+fn exec_put(txn: &mut WriteTxn<'_>, req: &PutRequest) -> Result<PutResponse, KvError> {
+    let prev = txn.get(&req.key)?;
+    let value = match (&prev, req.ignore_value) {
+        (Some(p), true) => p.value.clone(),
+        _ => req.value.clone(),
+    };
+    let lease = match (&prev, req.ignore_lease) {
+        (Some(p), true) => p.lease,
+        _ => req.lease,
+    };
+    txn.put(&req.key, value, lease)?;
+    Ok(PutResponse { header: header(txn.write_rev()), prev_kv: if req.prev_kv { prev } else { None } })
+}
+
+fn exec_delete(txn: &mut WriteTxn<'_>, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse, KvError> {
+    let deleted = txn.delete_range(&KeyRange::new(&req.key, &req.range_end))?;
+    let rev = current_rev(txn);
+    Ok(DeleteRangeResponse {
+        header: header(rev),
+        deleted: deleted.len() as i64,
+        prev_kvs: if req.prev_kv { deleted } else { Vec::new() },
+    })
+}
+
+/// etcd's `applyCompare`: true if every key in the compare's range passes.
+fn compare(txn: &WriteTxn<'_>, c: &Compare) -> Result<bool, KvError> {
+    let result = txn.range(&KeyRange::new(&c.key, &c.range_end), RangeOptions::default());
+    let kvs = match result {
+        Ok(r) => r.kvs,
+        // etcd treats a failed read as a failed compare.
+        Err(crate::mvcc::MvccError::Engine(e)) => return Err(KvError::Storage(e)),
+        Err(_) => return Ok(false),
+    };
+    let target = CompareTarget::try_from(c.target).unwrap_or(CompareTarget::Version);
+    if kvs.is_empty() {
+        if target == CompareTarget::Value {
+            return Ok(false);
+        }
+        return Ok(compare_kv(c, target, &KeyValue::default()));
+    }
+    Ok(kvs.iter().all(|kv| compare_kv(c, target, kv)))
+}
+
+fn compare_kv(c: &Compare, target: CompareTarget, kv: &KeyValue) -> bool {
+    let int = |want: Option<i64>, have: i64| have.cmp(&want.unwrap_or(0));
+    let ord = match target {
+        CompareTarget::Value => {
+            let want: &[u8] = match &c.target_union {
+                Some(TargetUnion::Value(v)) => v,
+                _ => &[],
+            };
+            kv.value.as_slice().cmp(want)
+        }
+        CompareTarget::Create => int(target_int(c, CompareTarget::Create), kv.create_revision),
+        CompareTarget::Mod => int(target_int(c, CompareTarget::Mod), kv.mod_revision),
+        CompareTarget::Version => int(target_int(c, CompareTarget::Version), kv.version),
+        CompareTarget::Lease => int(target_int(c, CompareTarget::Lease), kv.lease),
+    };
+    match CompareResult::try_from(c.result) {
+        Ok(CompareResult::Equal) => ord == Ordering::Equal,
+        Ok(CompareResult::NotEqual) => ord != Ordering::Equal,
+        Ok(CompareResult::Greater) => ord == Ordering::Greater,
+        Ok(CompareResult::Less) => ord == Ordering::Less,
+        Err(_) => true,
+    }
+}
+
+/// The integer operand of a compare, only if the union holds the member
+/// that matches `target` (etcd reads 0 otherwise).
+fn target_int(c: &Compare, target: CompareTarget) -> Option<i64> {
+    match (&c.target_union, target) {
+        (Some(TargetUnion::CreateRevision(v)), CompareTarget::Create) => Some(*v),
+        (Some(TargetUnion::ModRevision(v)), CompareTarget::Mod) => Some(*v),
+        (Some(TargetUnion::Version(v)), CompareTarget::Version) => Some(*v),
+        (Some(TargetUnion::Lease(v)), CompareTarget::Lease) => Some(*v),
+        _ => None,
+    }
+}

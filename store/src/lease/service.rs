@@ -1,0 +1,197 @@
+//! `etcdserverpb.Lease` and the leader's lease duties.
+//!
+//! Grant and Revoke go through Raft. KeepAlive and TimeToLive need the
+//! leader's deadlines, so a follower forwards them to the leader over the
+//! peer protocol (as etcd forwards them over HTTP). Leases lists the local
+//! lease table.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_proto::etcdserverpb::lease_server::Lease;
+use etcd_proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest,
+    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse,
+};
+use openraft::ServerState;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{Lessor, MAX_LEASE_TTL_SECONDS};
+use crate::errors::EtcdError;
+use crate::raft::{Command, CommandResponse};
+use crate::server::core::{Core, LeaderReply, LeaderRequest};
+
+/// How often the leader looks for expired leases (etcd: 500 ms).
+pub const EXPIRY_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Most leases revoked per check; etcd rate-limits revocations the same way
+/// so a mass expiry does not flood Raft.
+pub const MAX_REVOKES_PER_CHECK: usize = 500;
+
+/// KeepAlive answers queued per stream before the server waits for the
+/// client to read.
+pub const KEEPALIVE_OUTPUT_QUEUE: usize = 16;
+
+/// Serves the Lease API of one member.
+pub struct LeaseService {
+    core: Arc<Core>,
+}
+
+impl LeaseService {
+    /// A service over `core`.
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+}
+
+fn lessor(core: &Core) -> &Lessor {
+    &core.lessor
+}
+
+async fn keep_alive_once(core: &Core, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
+    let ttl = match core.on_leader(LeaderRequest::LeaseRenew(id)).await? {
+        LeaderReply::LeaseRenewed(ttl) => ttl.unwrap_or(0),
+        other => return Err(Status::internal(format!("unexpected leader reply {other:?}"))),
+    };
+    Ok(LeaseKeepAliveResponse { header: Some(core.header(core.mvcc.current_revision())), id, ttl })
+}
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(&self, req: Request<LeaseGrantRequest>) -> Result<Response<LeaseGrantResponse>, Status> {
+        let req = req.into_inner();
+        if req.ttl > MAX_LEASE_TTL_SECONDS {
+            return Err(EtcdError::LeaseTtlTooLarge.into());
+        }
+        let id = if req.id == 0 { random_lease_id() } else { req.id };
+        let ttl = lessor(&self.core).effective_ttl(req.ttl);
+        match self.core.propose(Command::LeaseGrant(LeaseGrantRequest { ttl, id })).await? {
+            CommandResponse::LeaseGrant(mut resp) => {
+                self.core.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            CommandResponse::Error(e) => Err(e.into()),
+            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn lease_revoke(&self, req: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
+        match self.core.propose(Command::LeaseRevoke(req.into_inner())).await? {
+            CommandResponse::LeaseRevoke(mut resp) => {
+                self.core.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            CommandResponse::Error(e) => Err(e.into()),
+            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    type LeaseKeepAliveStream = ReceiverStream<Result<LeaseKeepAliveResponse, Status>>;
+
+    async fn lease_keep_alive(
+        &self,
+        req: Request<Streaming<LeaseKeepAliveRequest>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        let mut requests = req.into_inner();
+        let (tx, rx) = mpsc::channel(KEEPALIVE_OUTPUT_QUEUE);
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(r)) = requests.message().await {
+                let answer = keep_alive_once(&core, r.id).await;
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        let req = req.into_inner();
+        let found = match self.core.on_leader(LeaderRequest::LeaseTimeToLive(req.id)).await? {
+            LeaderReply::LeaseTtl(found) => found,
+            other => return Err(Status::internal(format!("unexpected leader reply {other:?}"))),
+        };
+        let header = Some(self.core.header(self.core.mvcc.current_revision()));
+        let resp = match found {
+            Some((granted_ttl, ttl, keys)) => LeaseTimeToLiveResponse {
+                header,
+                id: req.id,
+                ttl,
+                granted_ttl,
+                keys: if req.keys { keys } else { Vec::new() },
+            },
+            None => LeaseTimeToLiveResponse { header, id: req.id, ttl: -1, ..Default::default() },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(&self, _req: Request<LeaseLeasesRequest>) -> Result<Response<LeaseLeasesResponse>, Status> {
+        let leases = lessor(&self.core).ids().into_iter().map(|id| LeaseStatus { id }).collect();
+        Ok(Response::new(LeaseLeasesResponse {
+            header: Some(self.core.header(self.core.mvcc.current_revision())),
+            leases,
+        }))
+    }
+}
+
+/// A positive, non-zero lease id chosen by the proposing member.
+fn random_lease_id() -> i64 {
+    loop {
+        let id = rand::random::<i64>() & i64::MAX;
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// Starts the leader duties: follow leadership (promote/demote the lessor)
+/// and revoke expired leases while leader. Ends when `stop` fires.
+pub fn spawn_lease_tasks(core: Arc<Core>, election_timeout: Duration, stop: tokio::sync::watch::Receiver<bool>) {
+    let leader_core = core.clone();
+    let mut leader_stop = stop.clone();
+    tokio::spawn(async move {
+        let mut metrics = leader_core.raft.metrics();
+        loop {
+            let leading = metrics.borrow().state == ServerState::Leader;
+            if leading && !leader_core.lessor.is_primary() {
+                leader_core.lessor.promote(election_timeout);
+            } else if !leading && leader_core.lessor.is_primary() {
+                leader_core.lessor.demote();
+            }
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return },
+                _ = leader_stop.changed() => return,
+            }
+        }
+    });
+    let mut expiry_stop = stop;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EXPIRY_CHECK_INTERVAL);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = expiry_stop.changed() => return,
+            }
+            if !core.lessor.is_primary() {
+                continue;
+            }
+            for id in core.lessor.expired(MAX_REVOKES_PER_CHECK) {
+                match core.propose(Command::LeaseRevoke(LeaseRevokeRequest { id })).await {
+                    Ok(_) => tracing::debug!(lease = id, "revoked expired lease"),
+                    Err(e) => {
+                        tracing::warn!(lease = id, error = %e, "could not revoke expired lease");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}

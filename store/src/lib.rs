@@ -1,0 +1,27 @@
+//! A Raft-replicated key-value store that speaks the etcd v3 API.
+//!
+//! The crate is a library first: [`Member::start`] runs a member in-process
+//! and returns a handle; the `store` binary is a thin wrapper that parses
+//! etcd's flags into a [`Config`]. See `docs/architecture.md` for how the
+//! pieces fit: [`engine`] (storage trait, RocksDB and in-memory engines),
+//! [`mvcc`] (revisions, key index, compaction), [`kv`] (etcd's request
+//! semantics), [`raft`] (openraft log, state machine, peer network),
+//! [`server`] (gRPC services), [`errors`] (etcd's wire errors) and
+//! [`limits`] (every bound).
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod engine;
+pub mod errors;
+pub mod kv;
+pub mod lease;
+pub mod limits;
+pub mod member;
+pub mod mvcc;
+pub mod raft;
+pub mod server;
+pub mod watch;
+
+pub use config::Config;
+pub use member::Member;

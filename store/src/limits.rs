@@ -1,0 +1,81 @@
+//! Every bound the store enforces, with its unit and why it has that value.
+//!
+//! Defaults that clients can observe are etcd 3.5's; internal bounds keep
+//! memory and work per step finite (nothing in the store is unbounded).
+
+/// Default `--max-request-bytes`: etcd's `DefaultMaxRequestBytes` (1.5 MiB).
+/// Writes larger than this are refused with "etcdserver: request is too large".
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 * 1024;
+
+/// etcd lets gRPC accept this much more than `--max-request-bytes`, so that a
+/// request slightly over the limit gets etcd's own error instead of grpc's.
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// Largest message our gRPC transport decodes. Above etcd's receive limit
+/// on purpose: the services check etcd's limit themselves and answer with
+/// grpc-go's exact error text, which clients may match on.
+pub const TRANSPORT_MAX_DECODE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Largest message we send to a client: grpc-go's default `math.MaxInt32`
+/// in etcd; we bound it to 2 GiB - 1 as well.
+pub const MAX_SEND_BYTES: usize = i32::MAX as usize;
+
+/// Default `--max-txn-ops`: the maximum of len(compare), len(success),
+/// len(failure) in one Txn (not their sum), as etcd.
+pub const DEFAULT_MAX_TXN_OPS: usize = 128;
+
+/// Default `--quota-backend-bytes`: etcd's 2 GiB.
+pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+/// Default `--snapshot-count`: etcd 3.5's 100,000 applied entries between
+/// snapshots (and log purges).
+pub const DEFAULT_SNAPSHOT_COUNT: u64 = 100_000;
+
+/// Entries kept in the log behind a snapshot so a briefly lagging follower
+/// catches up from the log rather than a full snapshot: etcd's
+/// `SnapshotCatchUpEntries`.
+pub const SNAPSHOT_CATCH_UP_ENTRIES: u64 = 5_000;
+
+/// Default `--heartbeat-interval` in milliseconds (etcd: 100 ms).
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 100;
+
+/// Default `--election-timeout` in milliseconds (etcd: 1000 ms).
+pub const DEFAULT_ELECTION_TIMEOUT_MS: u64 = 1000;
+
+/// etcd refuses proposals while this many committed entries wait to be
+/// applied ("etcdserver: too many requests").
+pub const MAX_GAP_BETWEEN_APPLY_AND_COMMIT_ENTRIES: u64 = 5_000;
+
+/// How long a client request may wait for Raft before "request timed out":
+/// etcd's `ReqTimeout` = 5 s + 2 x election timeout; we use the 5 s base plus
+/// twice the configured election timeout at runtime.
+pub const REQUEST_TIMEOUT_BASE_MS: u64 = 5_000;
+
+/// Revisions physically deleted per write batch by the background compactor
+/// (etcd: `compactionBatchLimit`), so compaction never holds the engine long.
+pub const COMPACTION_BATCH_REVISIONS: usize = 1_000;
+
+/// Pause between compaction batches (etcd: 10 ms `compactionSleepInterval`),
+/// letting foreground writes through.
+pub const COMPACTION_BATCH_PAUSE_MS: u64 = 10;
+
+/// Largest snapshot chunk sent to a follower in one InstallSnapshot RPC.
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
+
+/// Largest batch of log entries sent in one AppendEntries RPC.
+pub const MAX_APPEND_ENTRIES_PER_RPC: u64 = 512;
+
+/// Deadline for one peer RPC (append, vote); snapshots get a longer one.
+pub const PEER_RPC_TIMEOUT_MS: u64 = 3_000;
+
+/// Deadline for one snapshot chunk RPC.
+pub const PEER_SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 30_000;
+
+/// How long the bootstrapping member waits for every member of
+/// `--initial-cluster` to answer before initializing Raft anyway (etcd
+/// waits for peers too; a majority is enough to elect).
+pub const BOOTSTRAP_PEER_WAIT_MS: u64 = 2_000;
+
+/// Most log entries the group-commit flusher acknowledges with one fsync;
+/// bounds the callbacks held in memory while a sync is in flight.
+pub const GROUP_COMMIT_MAX_PENDING: usize = 4_096;

@@ -1,0 +1,345 @@
+//! Starting and stopping a member: the embedding API.
+//!
+//! ```no_run
+//! # async fn run() -> anyhow::Result<()> {
+//! use clap::Parser;
+//! let config = store::Config::parse_from(["store", "--data-dir", "/tmp/m1.etcd"]);
+//! let member = store::Member::start(config).await?;
+//! println!("serving etcd clients at {:?}", member.client_endpoints());
+//! member.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Start-up, in order: open the engine under `<data-dir>/member/db`;
+//! rebuild the MVCC index; on a fresh data directory record the member and
+//! cluster identity and (with `--initial-cluster-state new`) initialize Raft
+//! with the `--initial-cluster` membership, which every member does with
+//! the same configuration; start openraft; serve the peer protocol on
+//! `--listen-peer-urls` and the etcd API (gRPC plus the HTTP `/health` and
+//! `/version` endpoints) on `--listen-client-urls`. A restart reads
+//! everything from disk alone.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_proto::etcdserverpb::kv_server::KvServer;
+use etcd_proto::etcdserverpb::cluster_server::ClusterServer;
+use etcd_proto::etcdserverpb::lease_server::LeaseServer;
+use etcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use etcd_proto::etcdserverpb::watch_server::WatchServer;
+use etcd_proto::storepeer::raft_peer_server::RaftPeerServer;
+use openraft::SnapshotPolicy;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{listen_addrs, split_urls, Config};
+use crate::engine::rocks::RocksEngine;
+use crate::engine::{Engine, Table, WriteBatch};
+use crate::limits::{
+    GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, TRANSPORT_MAX_DECODE_BYTES, MAX_SEND_BYTES, REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES,
+    SNAPSHOT_CHUNK_BYTES,
+};
+use crate::lease::service::{spawn_lease_tasks, LeaseService};
+use crate::lease::Lessor;
+use crate::mvcc::MvccStore;
+use crate::raft::log_store::LogStore;
+use crate::raft::network::{PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
+use crate::raft::peer_service::PeerService;
+use crate::raft::state_machine::{reload_lessor, spawn_compactor, StateMachine};
+use crate::raft::types::cluster_id;
+use crate::raft::types::MemberAttributes;
+use crate::raft::{Command, MemberInfo, NodeId, Raft};
+use crate::server::cluster::ClusterService;
+use crate::server::core::{Core, CoreConfig};
+use crate::server::http;
+use crate::server::kv::KvService;
+use crate::server::maintenance::MaintenanceService;
+use crate::watch::{WatchHub, WatchService};
+
+const KEY_MEMBER_ID: &[u8] = b"identity/member_id";
+const KEY_CLUSTER_ID: &[u8] = b"identity/cluster_id";
+
+/// A running member.
+pub struct Member {
+    core: Arc<Core>,
+    client_addrs: Vec<SocketAddr>,
+    peer_addrs: Vec<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Identity persisted in the data directory on first start.
+struct Identity {
+    member_id: NodeId,
+    cluster_id: u64,
+    fresh: bool,
+}
+
+fn load_identity(engine: &dyn Engine, config: &Config) -> anyhow::Result<(Identity, BTreeMap<NodeId, MemberInfo>)> {
+    let members: BTreeMap<NodeId, MemberInfo> = config.initial_members()?.into_iter().collect();
+    let stored = engine.get(Table::RaftState, KEY_MEMBER_ID)?;
+    if let Some(id) = stored {
+        let member_id = u64::from_be_bytes(id.as_slice().try_into()?);
+        let cid = engine.get(Table::RaftState, KEY_CLUSTER_ID)?.unwrap_or_default();
+        let cluster_id = u64::from_be_bytes(cid.as_slice().try_into()?);
+        return Ok((Identity { member_id, cluster_id, fresh: false }, members));
+    }
+    let member_id = config.member_id();
+    let ids: Vec<NodeId> = members.keys().copied().collect();
+    let cid = cluster_id(&ids);
+    let mut b = WriteBatch::new();
+    b.put(Table::RaftState, KEY_MEMBER_ID.to_vec(), member_id.to_be_bytes().to_vec());
+    b.put(Table::RaftState, KEY_CLUSTER_ID.to_vec(), cid.to_be_bytes().to_vec());
+    engine.write(b, true)?;
+    Ok((Identity { member_id, cluster_id: cid, fresh: true }, members))
+}
+
+fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
+    let raft = openraft::Config {
+        cluster_name: config.initial_cluster_token.clone(),
+        heartbeat_interval: config.heartbeat_interval,
+        election_timeout_min: config.election_timeout,
+        election_timeout_max: config.election_timeout * 2,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_count.max(1)),
+        max_in_snapshot_log_to_keep: SNAPSHOT_CATCH_UP_ENTRIES.min(config.snapshot_count),
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        max_payload_entries: MAX_APPEND_ENTRIES_PER_RPC,
+        install_snapshot_timeout: crate::limits::PEER_SNAPSHOT_CHUNK_TIMEOUT_MS,
+        ..Default::default()
+    };
+    Ok(raft.validate()?)
+}
+
+async fn bind_all(addrs: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
+    let mut out = Vec::new();
+    for a in addrs {
+        let l = TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("listen on {a}: {e}"))?;
+        out.push(l);
+    }
+    Ok(out)
+}
+
+fn create_dirs(data_dir: &Path) -> anyhow::Result<()> {
+    for d in ["member/db", "member/snap"] {
+        std::fs::create_dir_all(data_dir.join(d))?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+impl Member {
+    /// Starts a member as `config` says; returns once it is serving.
+    pub async fn start(config: Config) -> anyhow::Result<Member> {
+        let data_dir = config.data_dir();
+        create_dirs(&data_dir)?;
+        let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(&data_dir.join("member/db"))?);
+        let (identity, members) = load_identity(engine.as_ref(), &config)?;
+        let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
+        let mvcc = Arc::new(mvcc);
+        let compactor = spawn_compactor(mvcc.clone(), pending);
+        let log_store = LogStore::new(engine.clone());
+        let hub = WatchHub::new();
+        let election_timeout = Duration::from_millis(config.election_timeout);
+        let lessor = Arc::new(Lessor::new(election_timeout));
+        reload_lessor(&mvcc, &lessor)?;
+        let sm = StateMachine::new(mvcc.clone(), data_dir.join("member/snap"), compactor, hub.clone(), lessor.clone());
+        let raft = Raft::new(identity.member_id, Arc::new(raft_config(&config)?), PeerNetworkFactory::default(), log_store, sm)
+            .await?;
+
+        let peer_listeners = bind_all(&listen_addrs("listen-peer-urls", &config.listen_peer_urls)?).await?;
+        let client_listeners = bind_all(&listen_addrs("listen-client-urls", &config.listen_client_urls)?).await?;
+        if identity.fresh && config.initial_cluster_state == "new" {
+            initialize(&raft, members).await?;
+        }
+        let core = Core::new(
+            CoreConfig {
+                member_id: identity.member_id,
+                cluster_id: identity.cluster_id,
+                request_timeout: Duration::from_millis(REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout),
+                max_request_bytes: config.max_request_bytes,
+                max_txn_ops: config.max_txn_ops,
+                quota_bytes: config.quota_bytes(),
+            },
+            raft,
+            mvcc,
+            lessor,
+        );
+        let (shutdown, _) = watch::channel(false);
+        let mut member = Member {
+            core: core.clone(),
+            client_addrs: client_listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?,
+            peer_addrs: peer_listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?,
+            shutdown,
+            tasks: Vec::new(),
+        };
+        spawn_lease_tasks(core.clone(), election_timeout, member.shutdown.subscribe());
+        spawn_publish(
+            core.clone(),
+            MemberAttributes {
+                id: identity.member_id,
+                name: config.name.clone(),
+                client_urls: split_urls(&config.advertise_client_urls),
+            },
+            member.shutdown.subscribe(),
+        );
+        for l in peer_listeners {
+            member.tasks.push(tokio::spawn(serve_peer(l, core.clone(), member.shutdown.subscribe())));
+        }
+        for l in client_listeners {
+            let services = ClientServices {
+                core: core.clone(),
+                hub: hub.clone(),
+                max_request_bytes: config.max_request_bytes,
+                progress_interval: config.progress_notify_interval()?,
+                election_timeout,
+            };
+            member.tasks.push(tokio::spawn(serve_client(l, services, member.shutdown.subscribe())));
+        }
+        tracing::info!(
+            name = %config.name,
+            member_id = format_args!("{:x}", identity.member_id),
+            cluster_id = format_args!("{:x}", identity.cluster_id),
+            clients = ?member.client_addrs,
+            peers = ?member.peer_addrs,
+            "member started"
+        );
+        Ok(member)
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> NodeId {
+        self.core.config.member_id
+    }
+
+    /// The cluster's id.
+    pub fn cluster_id(&self) -> u64 {
+        self.core.config.cluster_id
+    }
+
+    /// The addresses clients can reach this member at (`http://ip:port`).
+    pub fn client_endpoints(&self) -> Vec<String> {
+        self.client_addrs.iter().map(|a| format!("http://{a}")).collect()
+    }
+
+    /// The addresses peers reach this member at.
+    pub fn peer_addrs(&self) -> &[SocketAddr] {
+        &self.peer_addrs
+    }
+
+    /// The Raft handle (metrics, leadership).
+    pub fn raft(&self) -> &Raft {
+        &self.core.raft
+    }
+
+    /// Stops serving, then stops Raft. In-flight requests are cut off.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Err(e) = self.core.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+}
+
+async fn initialize(raft: &Raft, members: BTreeMap<NodeId, MemberInfo>) -> anyhow::Result<()> {
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        // Another member's initialization reached us first: same config.
+        Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Pause between attempts to publish this member's attributes while the
+/// cluster has no leader yet.
+const PUBLISH_RETRY_MS: u64 = 500;
+
+/// Publishes this member's name and client URLs through Raft once a leader
+/// exists (etcd's publish step), retrying until it succeeds or the member
+/// stops.
+fn spawn_publish(core: Arc<Core>, attrs: MemberAttributes, mut stop: watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                result = core.propose(Command::PublishMember(attrs.clone())) => match result {
+                    Ok(_) => return,
+                    Err(e) => tracing::debug!(error = %e, "publishing member attributes"),
+                },
+                _ = stop.changed() => return,
+            }
+            tokio::time::sleep(Duration::from_millis(PUBLISH_RETRY_MS)).await;
+        }
+    });
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+async fn serve_peer(listener: TcpListener, core: Arc<Core>, shutdown: watch::Receiver<bool>) {
+    let svc = RaftPeerServer::new(PeerService::new(core))
+        .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let result = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(incoming, stopped(shutdown))
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "peer server failed");
+    }
+}
+
+/// What the client port serves.
+struct ClientServices {
+    core: Arc<Core>,
+    hub: Arc<WatchHub>,
+    max_request_bytes: usize,
+    progress_interval: Duration,
+    election_timeout: Duration,
+}
+
+async fn serve_client(listener: TcpListener, services: ClientServices, shutdown: watch::Receiver<bool>) {
+    let ClientServices { core, hub, max_request_bytes, progress_interval, election_timeout } = services;
+    let max_recv = TRANSPORT_MAX_DECODE_BYTES.max(max_request_bytes + GRPC_OVERHEAD_BYTES);
+    let kv = KvServer::new(KvService::new(core.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
+    let maintenance = MaintenanceServer::new(MaintenanceService::new(core.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
+    let watch = WatchServer::new(WatchService::new(core.clone(), hub, progress_interval, election_timeout))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
+    let lease = LeaseServer::new(LeaseService::new(core.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
+    let cluster = ClusterServer::new(ClusterService::new(core.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
+    let grpc = tonic::service::Routes::new(kv)
+        .add_service(maintenance)
+        .add_service(watch)
+        .add_service(lease)
+        .add_service(cluster);
+    let app = http::routes(core).merge(grpc.into_axum_router());
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let result = axum::serve(listener, app).with_graceful_shutdown(stopped(shutdown)).await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "client server failed");
+    }
+}

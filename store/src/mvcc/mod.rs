@@ -1,0 +1,22 @@
+//! Multi-version concurrency control, in etcd's model.
+//!
+//! The store has one global revision, starting at 1. Every write
+//! transaction that changes something creates the next revision; each key
+//! keeps `create_revision` (when its current life began), `mod_revision`
+//! (its last change) and `version` (puts since creation). Deleting a key
+//! writes a tombstone; history stays readable at any revision that is not
+//! compacted.
+//!
+//! - [`revision`]: revisions and their on-disk encoding (etcd's layout).
+//! - [`key_index`]: one key's generations, with a worked example.
+//! - [`index`]: the ordered in-memory index over all keys.
+//! - [`store`]: reads, write transactions, compaction, rebuild at start-up.
+
+pub mod index;
+pub mod key_index;
+pub mod revision;
+pub mod store;
+
+pub use index::KeyRange;
+pub use revision::Revision;
+pub use store::{CompactionJob, MvccError, MvccStore, RangeOptions, RangeResult, WriteTxn};

@@ -1,0 +1,540 @@
+//! The MVCC store: the key index in memory, every revision in the engine.
+//!
+//! Write path: the Raft state machine opens a [`WriteTxn`] per applied entry
+//! (it holds the index write lock), performs puts/deletes/ranges, and
+//! commits with the applied log id in the same engine batch. A transaction
+//! that changes anything creates exactly one new main revision; read-only
+//! and failed transactions create none.
+//!
+//! Read path: [`MvccStore::range`] takes the read lock, resolves which
+//! revision of each key is visible at the read revision in the index, and
+//! fetches those values from the engine under the same lock, so compaction
+//! cannot remove a value between the two steps.
+//!
+//! Compaction: [`WriteTxn::compact`] compacts the index at once (so reads
+//! below the compaction revision fail immediately, as in etcd) and records
+//! the scheduled revision; [`MvccStore::run_physical_compaction`] then
+//! deletes unneeded revisions from the engine in bounded batches, and
+//! records the finished revision. A restart finishes an interrupted job.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use etcd_proto::mvccpb::{event::EventType, Event, KeyValue};
+use prost::Message;
+use tokio::sync::watch;
+
+use super::index::{KeyRange, TreeIndex};
+use super::revision::Revision;
+use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
+use crate::errors::EtcdError;
+use crate::limits::{COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS};
+
+/// Meta key: the last revision any committed transaction created.
+const META_CURRENT_REV: &[u8] = b"mvcc/currentRev";
+/// Meta key: the revision of the newest compaction (index side done).
+const META_SCHEDULED_COMPACT_REV: &[u8] = b"mvcc/scheduledCompactRev";
+/// Meta key: the revision of the newest finished physical compaction.
+const META_FINISHED_COMPACT_REV: &[u8] = b"mvcc/finishedCompactRev";
+
+/// A fresh store's revision, as in etcd (the first write creates 2).
+pub const INITIAL_REVISION: i64 = 1;
+
+/// MVCC failures.
+#[derive(Debug, thiserror::Error)]
+pub enum MvccError {
+    /// The read or compaction revision is at or below the compaction point.
+    #[error("required revision has been compacted")]
+    Compacted,
+    /// The read or compaction revision is in the future.
+    #[error("required revision is a future revision")]
+    FutureRev,
+    /// The engine failed or returned data that breaks an invariant.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl MvccError {
+    /// The client-facing error, if this is one; engine failures are not.
+    pub fn to_etcd(&self) -> Option<EtcdError> {
+        match self {
+            MvccError::Compacted => Some(EtcdError::Compacted),
+            MvccError::FutureRev => Some(EtcdError::FutureRev),
+            MvccError::Engine(_) => None,
+        }
+    }
+}
+
+/// Options of a ranged read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RangeOptions {
+    /// Most key-values to return (0 = all); `count` is exact regardless.
+    pub limit: usize,
+    /// Read revision (<= 0: current).
+    pub rev: i64,
+    /// Only count, return no key-value.
+    pub count_only: bool,
+}
+
+/// Result of a ranged read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RangeResult {
+    /// Key-values in key order, at most `limit`.
+    pub kvs: Vec<KeyValue>,
+    /// Number of keys in the range at the read revision.
+    pub count: usize,
+    /// The store's current revision (what the response header carries).
+    pub rev: i64,
+}
+
+#[derive(Debug)]
+struct State {
+    index: TreeIndex,
+    current_rev: i64,
+    compact_rev: i64,
+}
+
+/// Work left for the physical compactor.
+#[derive(Debug, Clone)]
+pub struct CompactionJob {
+    /// Compaction revision.
+    pub rev: i64,
+    /// Revisions `<= rev` that must not be deleted.
+    pub keep: Arc<HashSet<Revision>>,
+}
+
+/// The MVCC key-value store.
+pub struct MvccStore {
+    engine: Arc<dyn Engine>,
+    state: RwLock<State>,
+    finished_compact_tx: watch::Sender<i64>,
+}
+
+fn read_i64(engine: &dyn EngineRead, key: &[u8]) -> Result<i64, MvccError> {
+    Ok(match engine.get(Table::Meta, key)? {
+        Some(v) => i64::from_be_bytes(
+            v.as_slice().try_into().map_err(|_| EngineError(format!("bad meta value for {key:?}")))?,
+        ),
+        None => 0,
+    })
+}
+
+fn decode_kv(bytes: &[u8]) -> Result<KeyValue, MvccError> {
+    KeyValue::decode(bytes).map_err(|e| MvccError::Engine(EngineError(format!("corrupt key-value: {e}"))))
+}
+
+impl MvccStore {
+    /// Opens the store on `engine`, rebuilding the index from it.
+    pub fn open(engine: Arc<dyn Engine>) -> Result<Self, MvccError> {
+        Ok(Self::open_with_pending(engine)?.0)
+    }
+
+    /// Opens the store and returns the physical compaction left unfinished
+    /// by a crash, if any (the caller runs it).
+    pub fn open_with_pending(engine: Arc<dyn Engine>) -> Result<(Self, Option<CompactionJob>), MvccError> {
+        let finished = read_i64(engine.as_ref(), META_FINISHED_COMPACT_REV)?;
+        let (finished_compact_tx, _) = watch::channel(finished);
+        let store = Self {
+            engine,
+            state: RwLock::new(State { index: TreeIndex::default(), current_rev: INITIAL_REVISION, compact_rev: 0 }),
+            finished_compact_tx,
+        };
+        let pending = store.reload()?;
+        Ok((store, pending))
+    }
+
+    /// Rebuilds the index from the engine (start-up, snapshot install).
+    /// Returns a compaction job if one was scheduled but not finished.
+    pub fn reload(&self) -> Result<Option<CompactionJob>, MvccError> {
+        let mut index = TreeIndex::default();
+        let mut max_rev = 0;
+        let mut failure = None;
+        self.engine.scan(Table::Kv, b"", None, &mut |k, v| match restore_one(&mut index, k, v) {
+            Ok(rev) => {
+                max_rev = max_rev.max(rev);
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let scheduled = read_i64(self.engine.as_ref(), META_SCHEDULED_COMPACT_REV)?;
+        let finished = read_i64(self.engine.as_ref(), META_FINISHED_COMPACT_REV)?;
+        let stored_current = read_i64(self.engine.as_ref(), META_CURRENT_REV)?;
+        let mut job = None;
+        if scheduled > 0 {
+            let keep = index.compact(scheduled);
+            if scheduled > finished {
+                job = Some(CompactionJob { rev: scheduled, keep: Arc::new(keep) });
+            }
+        }
+        let mut state = self.write_state();
+        state.index = index;
+        state.current_rev = INITIAL_REVISION.max(max_rev).max(stored_current).max(scheduled);
+        state.compact_rev = scheduled;
+        drop(state);
+        self.finished_compact_tx.send_replace(finished);
+        Ok(job)
+    }
+
+    fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().expect("mvcc state lock poisoned")
+    }
+
+    fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().expect("mvcc state lock poisoned")
+    }
+
+    /// The engine underneath.
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// The newest revision.
+    pub fn current_revision(&self) -> i64 {
+        self.read_state().current_rev
+    }
+
+    /// The compaction revision (0 if never compacted).
+    pub fn compact_revision(&self) -> i64 {
+        self.read_state().compact_rev
+    }
+
+    /// Reads `range` as of `opts.rev`.
+    pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
+        let state = self.read_state();
+        let current = state.current_rev;
+        range_in(&state, self.engine.as_ref(), &HashMap::new(), range, opts, current, current)
+    }
+
+    /// Starts a write transaction (blocks other writers and readers until
+    /// it commits or is dropped).
+    pub fn write(&self) -> WriteTxn<'_> {
+        let state = self.write_state();
+        let begin_rev = state.current_rev;
+        WriteTxn {
+            store: self,
+            state,
+            begin_rev,
+            batch: WriteBatch::new(),
+            pending: HashMap::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Every live key that has a lease, with its lease id.
+    pub fn live_leased_keys(&self) -> Result<Vec<(Vec<u8>, i64)>, MvccError> {
+        let all = self.range(&KeyRange::From(Vec::new()), RangeOptions::default())?;
+        Ok(all.kvs.into_iter().filter(|kv| kv.lease != 0).map(|kv| (kv.key, kv.lease)).collect())
+    }
+
+    /// Subscribes to the finished physical compaction revision.
+    pub fn finished_compaction(&self) -> watch::Receiver<i64> {
+        self.finished_compact_tx.subscribe()
+    }
+
+    /// The stored value of one revision (watch catch-up, prev_kv).
+    pub fn kv_at_revision(&self, rev: Revision, tombstone: bool) -> Result<Option<KeyValue>, MvccError> {
+        match self.engine.get(Table::Kv, &rev.to_key(tombstone))? {
+            Some(v) => Ok(Some(decode_kv(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Deletes the revisions a compaction made unreachable, in batches of
+    /// [`COMPACTION_BATCH_REVISIONS`] with a pause between them.
+    pub async fn run_physical_compaction(&self, job: CompactionJob) -> Result<(), MvccError> {
+        let end = Revision::start_key(job.rev + 1);
+        let mut start = Vec::new();
+        loop {
+            let mut doomed = Vec::new();
+            let mut next = None;
+            self.engine.scan(Table::Kv, &start, Some(&end), &mut |k, _| {
+                if doomed.len() >= COMPACTION_BATCH_REVISIONS {
+                    next = Some(k.to_vec());
+                    return ControlFlow::Break(());
+                }
+                if let Some((rev, _)) = Revision::from_key(k) {
+                    if !job.keep.contains(&rev) {
+                        doomed.push(k.to_vec());
+                    }
+                }
+                ControlFlow::Continue(())
+            })?;
+            let mut batch = WriteBatch::new();
+            for k in doomed {
+                batch.delete(Table::Kv, k);
+            }
+            let done = next.is_none();
+            if done {
+                batch.put(Table::Meta, META_FINISHED_COMPACT_REV.to_vec(), job.rev.to_be_bytes().to_vec());
+            }
+            {
+                // Exclude readers so none sees a half-deleted revision set.
+                let _guard = self.write_state();
+                self.engine.write(batch, false)?;
+            }
+            match next {
+                Some(k) => start = k,
+                None => break,
+            }
+            tokio::time::sleep(Duration::from_millis(COMPACTION_BATCH_PAUSE_MS)).await;
+        }
+        self.finished_compact_tx.send_modify(|f| *f = (*f).max(job.rev));
+        Ok(())
+    }
+
+    /// History for watchers catching up: the events of main revisions
+    /// `from..=to`, oldest first, each with its `prev_kv`. Stops after the
+    /// revision during which `max_events` was reached (a revision's events
+    /// are never split). Returns the events and the last revision covered.
+    pub fn events_between(&self, from: i64, to: i64, max_events: usize) -> Result<(Vec<Event>, i64), MvccError> {
+        let state = self.read_state();
+        if from < state.compact_rev {
+            return Err(MvccError::Compacted);
+        }
+        let to = to.min(state.current_rev);
+        let mut events = Vec::new();
+        let mut last = from - 1;
+        let mut failure = None;
+        let end = Revision::start_key(to + 1);
+        self.engine.scan(Table::Kv, &Revision::start_key(from), Some(&end), &mut |k, v| {
+            let Some((rev, tombstone)) = Revision::from_key(k) else { return ControlFlow::Continue(()) };
+            if rev.main != last && events.len() >= max_events {
+                return ControlFlow::Break(());
+            }
+            match history_event(&state, self.engine.as_ref(), rev, tombstone, v) {
+                Ok(e) => events.push(e),
+                Err(e) => {
+                    failure = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            last = rev.main;
+            ControlFlow::Continue(())
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if events.len() < max_events {
+            last = to;
+        }
+        Ok((events, last.max(from - 1)))
+    }
+
+    /// Revisions `<= rev` reachable at `rev` and the current compaction
+    /// revision, under one lock (for HashKV).
+    pub fn keep_at(&self, rev: i64) -> (HashSet<Revision>, i64) {
+        let state = self.read_state();
+        (state.index.keep_at(rev), state.compact_rev)
+    }
+}
+
+/// One stored revision as a watch event, with the key's previous value.
+fn history_event(
+    state: &State,
+    engine: &dyn EngineRead,
+    rev: Revision,
+    tombstone: bool,
+    value: &[u8],
+) -> Result<Event, MvccError> {
+    let mut kv = decode_kv(value)?;
+    let prev_kv = match state.index.get(&kv.key, rev.main - 1) {
+        Some(at) if rev.main - 1 >= state.compact_rev => match engine.get(Table::Kv, &at.modified.to_key(false))? {
+            Some(bytes) => Some(decode_kv(&bytes)?),
+            None => None,
+        },
+        _ => None,
+    };
+    let kind = if tombstone {
+        kv.mod_revision = rev.main;
+        EventType::Delete
+    } else {
+        EventType::Put
+    };
+    Ok(Event { r#type: kind as i32, kv: Some(kv), prev_kv })
+}
+
+/// Adds one stored revision to `index`; returns its main revision.
+fn restore_one(index: &mut TreeIndex, key: &[u8], value: &[u8]) -> Result<i64, MvccError> {
+    let (rev, tombstone) =
+        Revision::from_key(key).ok_or_else(|| EngineError(format!("bad revision key {key:?}")))?;
+    let kv = decode_kv(value)?;
+    if tombstone {
+        // A tombstone whose puts were all compacted away is harmless.
+        index.tombstone(&kv.key, rev);
+    } else {
+        index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
+    }
+    Ok(rev.main)
+}
+
+fn range_in(
+    state: &State,
+    engine: &dyn EngineRead,
+    pending: &HashMap<Revision, KeyValue>,
+    range: &KeyRange,
+    opts: RangeOptions,
+    read_rev_default: i64,
+    current_rev: i64,
+) -> Result<RangeResult, MvccError> {
+    let rev = if opts.rev <= 0 { read_rev_default } else { opts.rev };
+    if rev > read_rev_default {
+        return Err(MvccError::FutureRev);
+    }
+    if rev < state.compact_rev {
+        return Err(MvccError::Compacted);
+    }
+    let limit = if opts.count_only { 1 } else { opts.limit };
+    let (visible, count) = state.index.range(range, rev, limit);
+    if opts.count_only {
+        return Ok(RangeResult { kvs: Vec::new(), count, rev: current_rev });
+    }
+    let mut kvs = Vec::with_capacity(visible.len());
+    for v in visible {
+        let kv = match pending.get(&v.at.modified) {
+            Some(kv) => kv.clone(),
+            None => {
+                let bytes = engine.get(Table::Kv, &v.at.modified.to_key(false))?.ok_or_else(|| {
+                    EngineError(format!("revision {:?} of key {:?} missing", v.at.modified, v.key))
+                })?;
+                decode_kv(&bytes)?
+            }
+        };
+        kvs.push(kv);
+    }
+    Ok(RangeResult { kvs, count, rev: current_rev })
+}
+
+/// One write transaction: at most one new main revision.
+pub struct WriteTxn<'a> {
+    store: &'a MvccStore,
+    state: RwLockWriteGuard<'a, State>,
+    begin_rev: i64,
+    batch: WriteBatch,
+    /// Values written by this transaction, not yet in the engine.
+    pending: HashMap<Revision, KeyValue>,
+    events: Vec<Event>,
+}
+
+impl WriteTxn<'_> {
+    /// The revision this transaction creates if it changes anything.
+    pub fn write_rev(&self) -> i64 {
+        self.begin_rev + 1
+    }
+
+    /// The revision reads inside the transaction see: its own writes included.
+    fn read_rev(&self) -> i64 {
+        if self.events.is_empty() {
+            self.begin_rev
+        } else {
+            self.begin_rev + 1
+        }
+    }
+
+    /// True once the transaction has changed something.
+    pub fn has_changes(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Reads inside the transaction (sees its own earlier writes).
+    pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
+        let read_rev = self.read_rev();
+        let engine = self.store.engine.as_ref();
+        range_in(&self.state, engine, &self.pending, range, opts, read_rev, read_rev)
+    }
+
+    /// The live value of `key` (as the transaction sees it).
+    pub fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, MvccError> {
+        let mut r = self.range(&KeyRange::Single(key.to_vec()), RangeOptions::default())?;
+        Ok(r.kvs.pop())
+    }
+
+    fn next_revision(&self) -> Revision {
+        Revision::new(self.write_rev(), self.events.len() as i64)
+    }
+
+    /// Puts `key = value` with `lease`; returns the previous value.
+    pub fn put(&mut self, key: &[u8], value: Vec<u8>, lease: i64) -> Result<Option<KeyValue>, MvccError> {
+        let prev = self.get(key)?;
+        let rev = self.next_revision();
+        let (create_revision, version) = match &prev {
+            Some(p) => (p.create_revision, p.version + 1),
+            None => (rev.main, 1),
+        };
+        let kv = KeyValue { key: key.to_vec(), create_revision, mod_revision: rev.main, version, value, lease };
+        self.batch.put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
+        self.state.index.put(key, rev);
+        self.pending.insert(rev, kv.clone());
+        self.events.push(Event { r#type: EventType::Put as i32, kv: Some(kv), prev_kv: prev.clone() });
+        Ok(prev)
+    }
+
+    /// Deletes every live key in `range`; returns the deleted values in key
+    /// order.
+    pub fn delete_range(&mut self, range: &KeyRange) -> Result<Vec<KeyValue>, MvccError> {
+        let keys = self.state.index.live_keys(range);
+        let mut deleted = Vec::with_capacity(keys.len());
+        for key in keys {
+            let prev = self.get(&key)?.ok_or_else(|| EngineError(format!("live key {key:?} has no value")))?;
+            let rev = self.next_revision();
+            let tomb = KeyValue { key: key.clone(), ..Default::default() };
+            self.batch.put(Table::Kv, rev.to_key(true), tomb.encode_to_vec());
+            let removed = self.state.index.tombstone(&key, rev);
+            assert!(removed, "key {key:?} was live a moment ago");
+            let event_kv = KeyValue { key, mod_revision: rev.main, ..Default::default() };
+            self.events.push(Event { r#type: EventType::Delete as i32, kv: Some(event_kv), prev_kv: Some(prev.clone()) });
+            deleted.push(prev);
+        }
+        Ok(deleted)
+    }
+
+    /// Compacts history at `rev`: the index at once, the engine later via
+    /// [`MvccStore::run_physical_compaction`] with the returned job.
+    pub fn compact(&mut self, rev: i64) -> Result<CompactionJob, MvccError> {
+        if rev <= self.state.compact_rev {
+            return Err(MvccError::Compacted);
+        }
+        if rev > self.state.current_rev {
+            return Err(MvccError::FutureRev);
+        }
+        let keep = self.state.index.compact(rev);
+        self.state.compact_rev = rev;
+        self.batch.put(Table::Meta, META_SCHEDULED_COMPACT_REV.to_vec(), rev.to_be_bytes().to_vec());
+        Ok(CompactionJob { rev, keep: Arc::new(keep) })
+    }
+
+    /// Writes the transaction's changes plus `extra` in one engine batch
+    /// (not synced: the Raft log is the durable record) and publishes the
+    /// new revision. Returns the store revision after the transaction and
+    /// its events.
+    pub fn commit(mut self, extra: WriteBatch) -> Result<(i64, Vec<Event>), MvccError> {
+        if self.has_changes() {
+            let rev = self.write_rev();
+            self.batch.put(Table::Meta, META_CURRENT_REV.to_vec(), rev.to_be_bytes().to_vec());
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.extend(extra);
+        self.store.engine.write(batch, false)?;
+        if self.has_changes() {
+            self.state.current_rev = self.write_rev();
+        }
+        Ok((self.state.current_rev, std::mem::take(&mut self.events)))
+    }
+}
+
+impl Drop for WriteTxn<'_> {
+    fn drop(&mut self) {
+        // A transaction dropped with changes it never committed would leave
+        // the index ahead of the engine: that is a bug, not a condition.
+        if !std::thread::panicking() {
+            assert!(self.events.is_empty(), "write transaction dropped without commit");
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The client side of the peer protocol (`storepeer.RaftPeer`).
+//!
+//! openraft asks for one [`PeerNetwork`] per target member; each holds a
+//! lazily connected tonic channel to the target's first peer URL. Payloads
+//! are bincode (see [`super::codec`]); a remote Raft error comes back inside
+//! the payload as `Err(..)` and is surfaced as `RPCError::RemoteError`,
+//! while transport failures are `Unreachable` so openraft backs off.
+
+use std::time::Duration;
+
+use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use etcd_proto::storepeer::RaftMessage;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+use super::codec;
+use super::types::{MemberInfo, NodeId, TypeConfig};
+use crate::limits::PEER_RPC_TIMEOUT_MS;
+
+/// Builds peer clients for openraft.
+#[derive(Clone, Default)]
+pub struct PeerNetworkFactory {}
+
+/// Largest peer message in either direction: a snapshot chunk or a batch of
+/// entries, each bounded well below this (1.5 MiB requests x 512 entries
+/// would exceed it only for pathological batches, which openraft splits).
+pub const MAX_PEER_MESSAGE_BYTES: usize = 1024 * 1024 * 1024;
+
+/// A lazily connected channel to a member's first peer URL.
+pub fn peer_channel(node: &MemberInfo) -> Result<Channel, String> {
+    let url = node.peer_urls.first().ok_or_else(|| format!("member {} has no peer URL", node.name))?;
+    let endpoint = Endpoint::from_shared(url.clone())
+        .map_err(|e| format!("bad peer URL {url}: {e}"))?
+        .connect_timeout(Duration::from_millis(PEER_RPC_TIMEOUT_MS))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    Ok(endpoint.connect_lazy())
+}
+
+/// A peer client with our message size limits.
+pub fn peer_client(channel: Channel) -> RaftPeerClient<Channel> {
+    RaftPeerClient::new(channel)
+        .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES)
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
+    type Network = PeerNetwork;
+
+    async fn new_client(&mut self, target: NodeId, node: &MemberInfo) -> Self::Network {
+        PeerNetwork { target, client: peer_channel(node).map(peer_client) }
+    }
+}
+
+/// The connection to one member.
+pub struct PeerNetwork {
+    target: NodeId,
+    client: Result<RaftPeerClient<Channel>, String>,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, MemberInfo, RaftError<NodeId, E>>>;
+
+impl PeerNetwork {
+    async fn call<Req, Resp, E>(&mut self, kind: Rpc, req: &Req, timeout: Duration) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let client = match &mut self.client {
+            Ok(c) => c,
+            Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.clone())))),
+        };
+        let mut request = tonic::Request::new(RaftMessage { payload: codec::encode(req) });
+        request.set_timeout(timeout);
+        let reply = match kind {
+            Rpc::Append => client.append_entries(request).await,
+            Rpc::Vote => client.vote(request).await,
+            Rpc::Snapshot => client.install_snapshot(request).await,
+        };
+        let reply = reply.map_err(|status| match status.code() {
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+                RPCError::Unreachable(Unreachable::new(&status))
+            }
+            _ => RPCError::Network(NetworkError::new(&status)),
+        })?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            codec::decode(&reply.into_inner().payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl RaftNetwork<TypeConfig> for PeerNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::Append, &rpc, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(Rpc::Snapshot, &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::Vote, &rpc, option.hard_ttl()).await
+    }
+}
+

@@ -1,0 +1,151 @@
+//! The openraft type configuration and what the log carries.
+
+use std::fmt;
+use std::io::Cursor;
+
+use etcd_proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, TxnRequest, TxnResponse,
+};
+use serde::{Deserialize, Serialize};
+
+use super::codec::prost_bytes;
+use crate::errors::EtcdError;
+
+/// A member id: etcd's 64-bit member ID.
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// The store's openraft configuration.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResponse,
+        NodeId = NodeId,
+        Node = MemberInfo,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// What the cluster knows about a member (kept in Raft membership).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// `--name`; empty until a member added with MemberAdd starts.
+    pub name: String,
+    /// `--initial-advertise-peer-urls`.
+    pub peer_urls: Vec<String>,
+    /// `--advertise-client-urls`.
+    pub client_urls: Vec<String>,
+}
+
+impl fmt::Display for MemberInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.name, self.peer_urls.join(","))
+    }
+}
+
+/// A replicated state machine command: an etcd write request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// KV.Put.
+    Put(#[serde(with = "prost_bytes")] PutRequest),
+    /// KV.DeleteRange.
+    DeleteRange(#[serde(with = "prost_bytes")] DeleteRangeRequest),
+    /// KV.Txn with at least one write (read-only txns do not go through Raft).
+    Txn(#[serde(with = "prost_bytes")] TxnRequest),
+    /// KV.Compact.
+    Compact(#[serde(with = "prost_bytes")] CompactionRequest),
+    /// Lease.LeaseGrant, with the id and effective TTL already chosen by
+    /// the proposing member (apply must be deterministic).
+    LeaseGrant(#[serde(with = "prost_bytes")] LeaseGrantRequest),
+    /// Lease.LeaseRevoke, or the leader revoking an expired lease.
+    LeaseRevoke(#[serde(with = "prost_bytes")] LeaseRevokeRequest),
+    /// A member announcing its name and client URLs after start (etcd's
+    /// "publish"), so MemberList shows every member as started.
+    PublishMember(MemberAttributes),
+}
+
+/// What a member publishes about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberAttributes {
+    /// The member.
+    pub id: NodeId,
+    /// `--name`.
+    pub name: String,
+    /// `--advertise-client-urls`.
+    pub client_urls: Vec<String>,
+}
+
+/// The result of applying a [`Command`]. Headers carry only the revision;
+/// the serving member fills in cluster id, member id and term.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CommandResponse {
+    /// Applied a Put.
+    Put(#[serde(with = "prost_bytes")] PutResponse),
+    /// Applied a DeleteRange.
+    DeleteRange(#[serde(with = "prost_bytes")] DeleteRangeResponse),
+    /// Applied a Txn.
+    Txn(#[serde(with = "prost_bytes")] TxnResponse),
+    /// Applied a Compact.
+    Compact(#[serde(with = "prost_bytes")] CompactionResponse),
+    /// Applied a LeaseGrant.
+    LeaseGrant(#[serde(with = "prost_bytes")] LeaseGrantResponse),
+    /// Applied a LeaseRevoke.
+    LeaseRevoke(#[serde(with = "prost_bytes")] LeaseRevokeResponse),
+    /// The command was refused by the state machine (for example a Put
+    /// naming an unknown lease); nothing changed.
+    Error(EtcdError),
+    /// Entries that are not commands (blank, membership).
+    Empty,
+}
+
+/// etcd's member ID: the first 8 bytes (big-endian) of
+/// SHA-1(sorted peer URLs joined, then the cluster token).
+pub fn member_id(peer_urls: &[String], cluster_token: &str) -> NodeId {
+    use sha1::{Digest, Sha1};
+    let mut urls: Vec<&str> = peer_urls.iter().map(String::as_str).collect();
+    urls.sort_unstable();
+    let mut hasher = Sha1::new();
+    hasher.update(urls.concat().as_bytes());
+    hasher.update(cluster_token.as_bytes());
+    let digest = hasher.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("sha1 is 20 bytes"))
+}
+
+/// etcd's cluster ID: SHA-1 over the sorted member IDs (8 bytes each,
+/// big-endian), first 8 bytes.
+pub fn cluster_id(member_ids: &[NodeId]) -> u64 {
+    use sha1::{Digest, Sha1};
+    let mut ids = member_ids.to_vec();
+    ids.sort_unstable();
+    let mut hasher = Sha1::new();
+    for id in ids {
+        hasher.update(id.to_be_bytes());
+    }
+    let digest = hasher.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("sha1 is 20 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::codec;
+
+    #[test]
+    fn commands_round_trip_through_bincode() {
+        let cmd = Command::Put(PutRequest { key: b"k".to_vec(), value: vec![0, 1, 2], lease: 7, ..Default::default() });
+        let back: Command = codec::decode(&codec::encode(&cmd)).unwrap();
+        assert_eq!(back, cmd);
+        let resp = CommandResponse::Error(EtcdError::LeaseNotFound);
+        let back: CommandResponse = codec::decode(&codec::encode(&resp)).unwrap();
+        assert_eq!(back, resp);
+    }
+
+    #[test]
+    fn ids_are_deterministic_and_order_free() {
+        let a = member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster");
+        assert_eq!(a, member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster"));
+        assert_ne!(a, member_id(&["http://127.0.0.1:2380".into()], "other-token"));
+        assert_eq!(cluster_id(&[1, 2, 3]), cluster_id(&[3, 1, 2]));
+    }
+}

@@ -1,0 +1,352 @@
+//! The member's core: what every client-facing service needs: propose a
+//! write (locally on the leader, forwarded by followers), pass a
+//! linearizable read barrier (ReadIndex), fill response headers.
+//!
+//! Write path: client -> any member -> (forward over the peer protocol if
+//! not leader) -> leader `client_write` -> log append (group commit fsync)
+//! -> replication to a quorum -> commit -> apply on the leader's state
+//! machine -> response back along the same path.
+//!
+//! Linearizable reads: the leader confirms it is still leader with a quorum
+//! heartbeat round and takes its commit index as the read index (openraft's
+//! `get_read_log_id`); a follower asks the leader for that index over the
+//! peer protocol. The serving member then waits until it has applied up to
+//! the read index and reads its own state. Serializable reads skip this.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_proto::etcdserverpb::ResponseHeader;
+use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use etcd_proto::storepeer::RaftMessage;
+use openraft::error::{ClientWriteError, RaftError};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use crate::errors::EtcdError;
+use crate::lease::Lessor;
+use crate::mvcc::MvccStore;
+use crate::raft::codec;
+use crate::raft::network::{peer_channel, peer_client};
+use crate::raft::{Command, CommandResponse, NodeId, Raft};
+
+/// Why the leader refused a forwarded request or read index.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum ForwardError {
+    /// The receiver is not the leader (it may know who is).
+    NotLeader(Option<NodeId>),
+    /// An etcd error to return to the client as is.
+    Etcd(EtcdError),
+}
+
+/// What a member asks of the leader over `storepeer.RaftPeer/Forward`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum LeaderRequest {
+    /// Replicate a command.
+    Propose(Command),
+    /// Restart a lease's clock (KeepAlive).
+    LeaseRenew(i64),
+    /// Read a lease's remaining time (TimeToLive).
+    LeaseTimeToLive(i64),
+}
+
+/// The leader's answer to a [`LeaderRequest`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum LeaderReply {
+    /// The state machine's answer to a proposed command.
+    Applied(CommandResponse),
+    /// The lease's TTL, or None if it does not exist.
+    LeaseRenewed(Option<i64>),
+    /// (granted TTL, remaining seconds, keys), or None if it does not exist.
+    LeaseTtl(Option<(i64, i64, Vec<Vec<u8>>)>),
+}
+
+/// Pause before retrying a proposal after the leader changed or is unknown:
+/// a fraction of the heartbeat interval, so a new leader is found quickly
+/// without spinning.
+const LEADER_RETRY_PAUSE_MS: u64 = 20;
+
+/// Static facts and limits the services need.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// This member.
+    pub member_id: NodeId,
+    /// The cluster.
+    pub cluster_id: u64,
+    /// How long a request may wait for Raft.
+    pub request_timeout: Duration,
+    /// `--max-request-bytes`.
+    pub max_request_bytes: usize,
+    /// `--max-txn-ops`.
+    pub max_txn_ops: usize,
+    /// `--quota-backend-bytes` (effective).
+    pub quota_bytes: u64,
+}
+
+/// Shared by all services of one member.
+pub struct Core {
+    /// Static configuration.
+    pub config: CoreConfig,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// The local state.
+    pub mvcc: Arc<MvccStore>,
+    /// The leases.
+    pub lessor: Arc<Lessor>,
+    peers: Mutex<HashMap<NodeId, RaftPeerClient<Channel>>>,
+    read_rounds: mpsc::Sender<ReadIndexWaiter>,
+}
+
+type ReadIndexWaiter = oneshot::Sender<Result<u64, ForwardError>>;
+
+/// Linearizable reads waiting for the next ReadIndex round on this member;
+/// beyond this, readers wait to enqueue (backpressure, not memory).
+const READ_INDEX_QUEUE: usize = 16_384;
+
+/// Runs ReadIndex rounds: takes every waiter queued so far, confirms
+/// leadership once for all of them, answers them all.
+async fn run_read_rounds(raft: Raft, round_timeout: Duration, mut rx: mpsc::Receiver<ReadIndexWaiter>) {
+    let mut waiters = Vec::new();
+    while rx.recv_many(&mut waiters, READ_INDEX_QUEUE).await > 0 {
+        let result = match tokio::time::timeout(round_timeout, Core::confirm_read_index(&raft)).await {
+            Ok(r) => r,
+            Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
+        };
+        for w in waiters.drain(..) {
+            let _ = w.send(result.clone());
+        }
+    }
+}
+
+impl Core {
+    /// Wires the core.
+    pub fn new(config: CoreConfig, raft: Raft, mvcc: Arc<MvccStore>, lessor: Arc<Lessor>) -> Arc<Self> {
+        let (read_rounds, rx) = mpsc::channel(READ_INDEX_QUEUE);
+        tokio::spawn(run_read_rounds(raft.clone(), config.request_timeout, rx));
+        Arc::new(Self { config, raft, mvcc, lessor, peers: Mutex::new(HashMap::new()), read_rounds })
+    }
+
+    /// A response header for `revision`.
+    pub fn header(&self, revision: i64) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.config.cluster_id,
+            member_id: self.config.member_id,
+            revision,
+            raft_term: self.raft.metrics().borrow().current_term,
+        }
+    }
+
+    /// Fills cluster, member and term into a header the state machine made.
+    pub fn fill(&self, header: &mut Option<ResponseHeader>) {
+        let revision = header.as_ref().map_or_else(|| self.mvcc.current_revision(), |h| h.revision);
+        *header = Some(self.header(revision));
+    }
+
+    /// The current leader, if known.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, EtcdError> {
+        if let Some(c) = self.peers.lock().expect("peer cache lock").get(&id) {
+            return Ok(c.clone());
+        }
+        let metrics = self.raft.metrics().borrow().clone();
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .cloned()
+            .ok_or(EtcdError::NoLeader)?;
+        let client = peer_client(peer_channel(&node).map_err(|_| EtcdError::NoLeader)?);
+        self.peers.lock().expect("peer cache lock").insert(id, client.clone());
+        Ok(client)
+    }
+
+    /// Waits (until `deadline`) for a known leader.
+    async fn wait_leader(&self, deadline: Instant) -> Option<NodeId> {
+        let mut rx = self.raft.metrics();
+        loop {
+            if let Some(l) = rx.borrow().current_leader {
+                return Some(l);
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Replicates `cmd` and returns the state machine's answer.
+    pub async fn propose(&self, cmd: Command) -> Result<CommandResponse, EtcdError> {
+        match self.on_leader(LeaderRequest::Propose(cmd)).await? {
+            LeaderReply::Applied(resp) => Ok(resp),
+            other => unreachable!("the leader answered a proposal with {other:?}"),
+        }
+    }
+
+    /// Runs `req` on the leader: here if this member leads, else forwarded.
+    /// Retried while the leader is unknown or moving, until the request
+    /// timeout.
+    pub async fn on_leader(&self, req: LeaderRequest) -> Result<LeaderReply, EtcdError> {
+        let deadline = Instant::now() + self.config.request_timeout;
+        loop {
+            let leader = self.wait_leader(deadline).await.ok_or(EtcdError::Timeout)?;
+            let attempt = if leader == self.config.member_id {
+                self.serve_as_leader(req.clone(), deadline).await
+            } else {
+                self.forward(leader, &req, deadline).await
+            };
+            match attempt {
+                Ok(reply) => return Ok(reply),
+                Err(ForwardError::Etcd(e)) => return Err(e),
+                Err(ForwardError::NotLeader(_)) => {
+                    if Instant::now() >= deadline {
+                        return Err(EtcdError::Timeout);
+                    }
+                    tokio::time::sleep(Duration::from_millis(LEADER_RETRY_PAUSE_MS)).await;
+                }
+            }
+        }
+    }
+
+    /// Serves a leader request on this member, if it leads.
+    pub async fn serve_as_leader(&self, req: LeaderRequest, deadline: Instant) -> Result<LeaderReply, ForwardError> {
+        match req {
+            LeaderRequest::Propose(cmd) => self.propose_local(cmd, deadline).await.map(LeaderReply::Applied),
+            LeaderRequest::LeaseRenew(id) => {
+                self.require_primary()?;
+                Ok(LeaderReply::LeaseRenewed(self.lessor.renew(id)))
+            }
+            LeaderRequest::LeaseTimeToLive(id) => {
+                self.require_primary()?;
+                Ok(LeaderReply::LeaseTtl(self.lessor.time_to_live(id)))
+            }
+        }
+    }
+
+    fn require_primary(&self) -> Result<(), ForwardError> {
+        if self.lessor.is_primary() {
+            Ok(())
+        } else {
+            Err(ForwardError::NotLeader(self.leader()))
+        }
+    }
+
+    /// Proposes on this member, which believes it is the leader.
+    pub async fn propose_local(&self, cmd: Command, deadline: Instant) -> Result<CommandResponse, ForwardError> {
+        match tokio::time::timeout_at(deadline, self.raft.client_write(cmd)).await {
+            Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
+            Ok(Ok(resp)) => Ok(resp.data),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ForwardError::NotLeader(f.leader_id))
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_)))) => {
+                Err(ForwardError::Etcd(EtcdError::NotCapable))
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(ForwardError::Etcd(EtcdError::Stopped)),
+        }
+    }
+
+    async fn forward(&self, leader: NodeId, req: &LeaderRequest, deadline: Instant) -> Result<LeaderReply, ForwardError> {
+        let mut client = self.peer(leader).map_err(ForwardError::Etcd)?;
+        let mut request = tonic::Request::new(RaftMessage { payload: codec::encode(req) });
+        request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        match client.forward(request).await {
+            Ok(reply) => decode_forward(&reply.into_inner().payload),
+            Err(status) => Err(transport_failure(&status)),
+        }
+    }
+
+    /// Passes a linearizable read barrier: afterwards this member's state
+    /// includes every write acknowledged before the call began.
+    pub async fn read_barrier(&self) -> Result<(), EtcdError> {
+        let deadline = Instant::now() + self.config.request_timeout;
+        loop {
+            let leader = self.wait_leader(deadline).await.ok_or(EtcdError::NoLeader)?;
+            let index = if leader == self.config.member_id {
+                self.read_index_local().await
+            } else {
+                self.read_index_remote(leader, deadline).await
+            };
+            match index {
+                Ok(index) => return self.wait_applied(index, deadline).await,
+                Err(ForwardError::Etcd(e)) => return Err(e),
+                Err(ForwardError::NotLeader(_)) => {
+                    if Instant::now() >= deadline {
+                        return Err(EtcdError::Timeout);
+                    }
+                    tokio::time::sleep(Duration::from_millis(LEADER_RETRY_PAUSE_MS)).await;
+                }
+            }
+        }
+    }
+
+    /// ReadIndex on the leader: confirm leadership, return the read index.
+    /// Concurrent callers share one confirmation round: a caller joins the
+    /// next round to start after it arrived (never one already in flight,
+    /// which might predate a write the caller saw acknowledged).
+    pub async fn read_index_local(&self) -> Result<u64, ForwardError> {
+        let (tx, rx) = oneshot::channel();
+        self.read_rounds.send(tx).await.map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?;
+        rx.await.map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?
+    }
+
+    async fn confirm_read_index(raft: &Raft) -> Result<u64, ForwardError> {
+        match raft.get_read_log_id().await {
+            Ok((read_log_id, _applied)) => Ok(read_log_id.map_or(0, |l| l.index)),
+            Err(RaftError::APIError(e)) => match e {
+                openraft::error::CheckIsLeaderError::ForwardToLeader(f) => Err(ForwardError::NotLeader(f.leader_id)),
+                openraft::error::CheckIsLeaderError::QuorumNotEnough(_) => {
+                    Err(ForwardError::Etcd(EtcdError::Timeout))
+                }
+            },
+            Err(RaftError::Fatal(_)) => Err(ForwardError::Etcd(EtcdError::Stopped)),
+        }
+    }
+
+    async fn read_index_remote(&self, leader: NodeId, deadline: Instant) -> Result<u64, ForwardError> {
+        let mut client = self.peer(leader).map_err(ForwardError::Etcd)?;
+        let mut req = tonic::Request::new(RaftMessage { payload: Vec::new() });
+        req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        match client.read_index(req).await {
+            Ok(reply) => codec::decode::<Result<u64, ForwardError>>(&reply.into_inner().payload)
+                .map_err(|_| ForwardError::Etcd(EtcdError::Timeout))?,
+            Err(status) => Err(transport_failure(&status)),
+        }
+    }
+
+    async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), EtcdError> {
+        let applied = self.raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+        if applied >= index {
+            return Ok(());
+        }
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "linearizable read")
+            .await
+            .map(|_| ())
+            .map_err(|_| EtcdError::Timeout)
+    }
+}
+
+fn decode_forward(payload: &[u8]) -> Result<LeaderReply, ForwardError> {
+    codec::decode::<Result<LeaderReply, ForwardError>>(payload)
+        .map_err(|_| ForwardError::Etcd(EtcdError::Timeout))?
+}
+
+/// A failed peer call. A connection that could not be made delivered
+/// nothing, so retrying (after the leader is re-learned) is safe; any other
+/// failure may have delivered the write, so the client gets etcd's timeout
+/// error instead of a possible duplicate.
+fn transport_failure(status: &tonic::Status) -> ForwardError {
+    let not_delivered = status.code() == tonic::Code::Unavailable
+        && (status.message().contains("connect") || status.message().contains("Connection refused"));
+    if not_delivered {
+        ForwardError::NotLeader(None)
+    } else {
+        ForwardError::Etcd(EtcdError::TimeoutDueToConnectionLost)
+    }
+}

@@ -1,0 +1,181 @@
+//! `etcdserverpb.KV`: Range, Put, DeleteRange, Txn, Compact.
+
+use std::sync::Arc;
+
+use etcd_proto::etcdserverpb::kv_server::Kv;
+use etcd_proto::etcdserverpb::request_op::Request as Op;
+use etcd_proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::core::Core;
+use crate::engine::WriteBatch;
+use crate::errors::{grpc_message_too_large, EtcdError};
+use crate::limits::GRPC_OVERHEAD_BYTES;
+use crate::kv::{self, validate, KvError, NoLeases};
+use crate::raft::{Command, CommandResponse};
+
+/// Serves the KV API of one member.
+pub struct KvService {
+    core: Arc<Core>,
+}
+
+impl KvService {
+    /// A service over `core`.
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// etcd's two size limits: gRPC's receive limit (max request bytes +
+    /// overhead, with grpc-go's own message) and the proposal limit.
+    fn check_size(&self, msg: &impl Message) -> Result<(), Status> {
+        check_transport_size(msg, self.core.config.max_request_bytes)?;
+        if msg.encoded_len() > self.core.config.max_request_bytes {
+            return Err(EtcdError::RequestTooLarge.into());
+        }
+        Ok(())
+    }
+
+    async fn propose(&self, cmd: Command) -> Result<CommandResponse, Status> {
+        match self.core.propose(cmd).await? {
+            CommandResponse::Error(e) => Err(e.into()),
+            other => Ok(other),
+        }
+    }
+
+    async fn read_only_txn(&self, req: &TxnRequest) -> Result<TxnResponse, Status> {
+        if !is_txn_serializable(req) {
+            self.core.read_barrier().await?;
+        }
+        let mut txn = self.core.mvcc.write();
+        let result = kv::txn::txn(&mut txn, &NoLeases, req);
+        assert!(!txn.has_changes(), "a read-only txn changed the store");
+        txn.commit(WriteBatch::new()).map_err(|e| Status::internal(e.to_string()))?;
+        result.map_err(kv_status)
+    }
+}
+
+/// grpc-go's receive limit as etcd configures it. Our transport accepts up
+/// to [`crate::limits::TRANSPORT_MAX_DECODE_BYTES`] so that we can answer
+/// with grpc-go's exact text here.
+pub fn check_transport_size(msg: &impl Message, max_request_bytes: usize) -> Result<(), Status> {
+    let limit = max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let len = msg.encoded_len();
+    if len > limit {
+        return Err(grpc_message_too_large(len, limit));
+    }
+    Ok(())
+}
+
+/// Converts a KV failure to the wire.
+pub fn kv_status(e: KvError) -> Status {
+    match e {
+        KvError::Etcd(e) => e.into(),
+        KvError::Storage(e) => Status::internal(e.to_string()),
+    }
+}
+
+fn unexpected(resp: &CommandResponse) -> Status {
+    Status::internal(format!("state machine answered {resp:?} to the wrong request"))
+}
+
+/// True if no operation on any path writes.
+fn is_txn_read_only(req: &TxnRequest) -> bool {
+    req.success.iter().chain(&req.failure).all(|op| match &op.request {
+        Some(Op::RequestRange(_)) | None => true,
+        Some(Op::RequestTxn(t)) => is_txn_read_only(t),
+        Some(Op::RequestPut(_)) | Some(Op::RequestDeleteRange(_)) => false,
+    })
+}
+
+/// True if every range in the txn asks for serializable reads.
+fn is_txn_serializable(req: &TxnRequest) -> bool {
+    req.success.iter().chain(&req.failure).all(|op| match &op.request {
+        Some(Op::RequestRange(r)) => r.serializable,
+        Some(Op::RequestTxn(t)) => is_txn_serializable(t),
+        _ => true,
+    })
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        let req = req.into_inner();
+        check_transport_size(&req, self.core.config.max_request_bytes)?;
+        validate::check_range(&req)?;
+        if !req.serializable {
+            self.core.read_barrier().await?;
+        }
+        let mut resp = kv::range::range(self.core.mvcc.as_ref(), &req).map_err(kv_status)?;
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
+    }
+
+    async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let req = req.into_inner();
+        check_transport_size(&req, self.core.config.max_request_bytes)?;
+        validate::check_put(&req)?;
+        self.check_size(&req)?;
+        match self.propose(Command::Put(req)).await? {
+            CommandResponse::Put(mut resp) => {
+                self.core.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
+        let req = req.into_inner();
+        check_transport_size(&req, self.core.config.max_request_bytes)?;
+        validate::check_delete(&req)?;
+        self.check_size(&req)?;
+        match self.propose(Command::DeleteRange(req)).await? {
+            CommandResponse::DeleteRange(mut resp) => {
+                self.core.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let req = req.into_inner();
+        check_transport_size(&req, self.core.config.max_request_bytes)?;
+        validate::check_txn(&req, self.core.config.max_txn_ops)?;
+        if is_txn_read_only(&req) {
+            let mut resp = self.read_only_txn(&req).await?;
+            self.core.fill(&mut resp.header);
+            return Ok(Response::new(resp));
+        }
+        self.check_size(&req)?;
+        match self.propose(Command::Txn(req)).await? {
+            CommandResponse::Txn(mut resp) => {
+                self.core.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+        let req = req.into_inner();
+        let (revision, physical) = (req.revision, req.physical);
+        let mut resp = match self.propose(Command::Compact(req)).await? {
+            CommandResponse::Compact(resp) => resp,
+            other => return Err(unexpected(&other)),
+        };
+        if physical {
+            let mut finished = self.core.mvcc.finished_compaction();
+            finished
+                .wait_for(|f| *f >= revision)
+                .await
+                .map_err(|_| Status::from(EtcdError::Stopped))?;
+        }
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
+    }
+}

@@ -1,0 +1,359 @@
+//! One Watch stream: its watchers, catch-up from storage, live delivery
+//! from the hub, progress answers. See the module docs of [`super`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_proto::etcdserverpb::watch_create_request::FilterType;
+use etcd_proto::etcdserverpb::watch_request::RequestUnion;
+use etcd_proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
+use etcd_proto::mvccpb::event::EventType;
+use etcd_proto::mvccpb::Event;
+use prost::Message;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tonic::{Status, Streaming};
+
+use super::hub::{RevisionEvents, WatchHub};
+use crate::errors::EtcdError;
+use crate::mvcc::{KeyRange, MvccError};
+use crate::server::core::Core;
+
+/// Events read from storage per catch-up step: bounds the memory and the
+/// time a session spends on one step before it looks at its other work.
+pub const CATCH_UP_EVENTS_PER_STEP: usize = 1_000;
+
+/// The watch id etcd uses for stream-wide progress answers.
+pub const PROGRESS_WATCH_ID: i64 = -1;
+
+/// How many election timeouts a stream with `hasleader` may go without a
+/// leader before it is cancelled (etcd: 3).
+pub const NO_LEADER_ELECTION_TIMEOUTS: u32 = 3;
+
+/// etcd's cancel reasons, byte for byte.
+const ERR_DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+const ERR_EMPTY_RANGE: &str = "mvcc: watcher range is empty";
+
+/// Per-stream settings.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Interval of progress notifications for watchers that asked for them.
+    pub progress_interval: Duration,
+    /// Responses larger than this are split for watchers that allow it.
+    pub max_response_bytes: usize,
+    /// The stream carried `hasleader: true`.
+    pub require_leader: bool,
+    /// The member's election timeout.
+    pub election_timeout: Duration,
+}
+
+struct Watcher {
+    id: i64,
+    range: KeyRange,
+    /// The first revision not yet delivered.
+    next_rev: i64,
+    prev_kv: bool,
+    no_put: bool,
+    no_delete: bool,
+    progress_notify: bool,
+    fragment: bool,
+}
+
+impl Watcher {
+    fn wants(&self, ev: &Event) -> bool {
+        let Some(kv) = &ev.kv else { return false };
+        let is_put = ev.r#type == EventType::Put as i32;
+        if (is_put && self.no_put) || (!is_put && self.no_delete) {
+            return false;
+        }
+        self.range.contains(&kv.key)
+    }
+
+    fn shape(&self, ev: &Event) -> Event {
+        let mut ev = ev.clone();
+        if !self.prev_kv {
+            ev.prev_kv = None;
+        }
+        ev
+    }
+}
+
+/// Why a session ended.
+enum End {
+    /// The client closed the stream or stopped reading.
+    ClientGone,
+    /// The session fails the stream with this status.
+    Fail(Status),
+}
+
+type Out = mpsc::Sender<Result<WatchResponse, Status>>;
+
+/// Runs a session until the client goes away or the stream fails.
+pub async fn run(core: Arc<Core>, hub: Arc<WatchHub>, requests: Streaming<WatchRequest>, out: Out, config: SessionConfig) {
+    let hub_rx = hub.subscribe();
+    let processed = core.mvcc.current_revision();
+    let mut session =
+        Session { core, hub_rx, out: out.clone(), watchers: BTreeMap::new(), next_auto_id: 0, processed, config };
+    if let Err(End::Fail(status)) = session.serve(requests).await {
+        let _ = out.send(Err(status)).await;
+    }
+}
+
+struct Session {
+    core: Arc<Core>,
+    hub_rx: broadcast::Receiver<RevisionEvents>,
+    out: Out,
+    watchers: BTreeMap<i64, Watcher>,
+    next_auto_id: i64,
+    /// Every event up to this revision was delivered to every watcher.
+    processed: i64,
+    config: SessionConfig,
+}
+
+impl Session {
+    async fn serve(&mut self, mut requests: Streaming<WatchRequest>) -> Result<(), End> {
+        let mut progress = tokio::time::interval_at(Instant::now() + self.config.progress_interval, self.config.progress_interval);
+        let mut leader_check = tokio::time::interval(self.config.election_timeout);
+        let mut no_leader_since: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                msg = requests.message() => match msg {
+                    Ok(Some(req)) => self.handle(req).await?,
+                    Ok(None) | Err(_) => return Err(End::ClientGone),
+                },
+                batch = self.hub_rx.recv() => match batch {
+                    Ok(b) => self.deliver(&b).await?,
+                    Err(RecvError::Lagged(_)) => self.resync().await?,
+                    Err(RecvError::Closed) => return Err(End::Fail(EtcdError::Stopped.into())),
+                },
+                _ = progress.tick() => self.periodic_progress().await?,
+                _ = leader_check.tick(), if self.config.require_leader => {
+                    self.check_leader(&mut no_leader_since)?;
+                }
+            }
+        }
+    }
+
+    fn check_leader(&self, since: &mut Option<Instant>) -> Result<(), End> {
+        if self.core.leader().is_some() {
+            *since = None;
+            return Ok(());
+        }
+        let start = *since.get_or_insert_with(Instant::now);
+        if start.elapsed() >= self.config.election_timeout * NO_LEADER_ELECTION_TIMEOUTS {
+            return Err(End::Fail(EtcdError::NoLeader.into()));
+        }
+        Ok(())
+    }
+
+    async fn send(&self, resp: WatchResponse) -> Result<(), End> {
+        self.out.send(Ok(resp)).await.map_err(|_| End::ClientGone)
+    }
+
+    fn response(&self, watch_id: i64, revision: i64) -> WatchResponse {
+        WatchResponse { header: Some(self.core.header(revision)), watch_id, ..Default::default() }
+    }
+
+    async fn handle(&mut self, req: WatchRequest) -> Result<(), End> {
+        match req.request_union {
+            Some(RequestUnion::CreateRequest(c)) => self.create(c).await,
+            Some(RequestUnion::CancelRequest(c)) => {
+                if self.watchers.remove(&c.watch_id).is_some() {
+                    let mut resp = self.response(c.watch_id, self.core.mvcc.current_revision());
+                    resp.canceled = true;
+                    self.send(resp).await?;
+                }
+                Ok(())
+            }
+            Some(RequestUnion::ProgressRequest(_)) => self.progress_request().await,
+            None => Ok(()),
+        }
+    }
+
+    async fn create(&mut self, c: WatchCreateRequest) -> Result<(), End> {
+        let current = self.core.mvcc.current_revision();
+        let key = if c.key.is_empty() { vec![0] } else { c.key.clone() };
+        let cancel_reason = if !c.range_end.is_empty() && c.range_end != [0] && key >= c.range_end {
+            Some(ERR_EMPTY_RANGE)
+        } else if c.watch_id != 0 && self.watchers.contains_key(&c.watch_id) {
+            Some(ERR_DUPLICATE_ID)
+        } else {
+            None
+        };
+        if let Some(reason) = cancel_reason {
+            let mut resp = self.response(-1, current);
+            resp.created = true;
+            resp.canceled = true;
+            resp.cancel_reason = reason.to_string();
+            return self.send(resp).await;
+        }
+        let id = if c.watch_id != 0 { c.watch_id } else { self.auto_id() };
+        let start = if c.start_revision == 0 { current + 1 } else { c.start_revision };
+        let filters: Vec<i32> = c.filters.clone();
+        let watcher = Watcher {
+            id,
+            range: KeyRange::new(&key, &c.range_end),
+            next_rev: start,
+            prev_kv: c.prev_kv,
+            no_put: filters.contains(&(FilterType::Noput as i32)),
+            no_delete: filters.contains(&(FilterType::Nodelete as i32)),
+            progress_notify: c.progress_notify,
+            fragment: c.fragment,
+        };
+        let mut created = self.response(id, current);
+        created.created = true;
+        self.send(created).await?;
+        self.watchers.insert(id, watcher);
+        if start <= self.processed {
+            self.catch_up(id, self.processed).await?;
+        }
+        Ok(())
+    }
+
+    fn auto_id(&mut self) -> i64 {
+        while self.watchers.contains_key(&self.next_auto_id) {
+            self.next_auto_id += 1;
+        }
+        let id = self.next_auto_id;
+        self.next_auto_id += 1;
+        id
+    }
+
+    /// Delivers history from storage to watcher `id` up to revision `to`.
+    async fn catch_up(&mut self, id: i64, to: i64) -> Result<(), End> {
+        loop {
+            let Some(w) = self.watchers.get(&id) else { return Ok(()) };
+            if w.next_rev > to {
+                return Ok(());
+            }
+            let from = w.next_rev;
+            let (events, last) = match self.core.mvcc.events_between(from, to, CATCH_UP_EVENTS_PER_STEP) {
+                Ok(r) => r,
+                Err(MvccError::Compacted) => return self.cancel_compacted(id).await,
+                Err(MvccError::FutureRev) => return Ok(()),
+                Err(MvccError::Engine(e)) => return Err(End::Fail(Status::internal(e.to_string()))),
+            };
+            let w = self.watchers.get_mut(&id).expect("checked above");
+            w.next_rev = last + 1;
+            let w = self.watchers.get(&id).expect("checked above");
+            let mine: Vec<Event> = events.iter().filter(|e| w.wants(e)).map(|e| w.shape(e)).collect();
+            if !mine.is_empty() {
+                self.send_events(id, mine, last).await?;
+            }
+        }
+    }
+
+    async fn cancel_compacted(&mut self, id: i64) -> Result<(), End> {
+        self.watchers.remove(&id);
+        let mut resp = self.response(id, self.core.mvcc.current_revision());
+        resp.compact_revision = self.core.mvcc.compact_revision();
+        resp.canceled = true;
+        self.send(resp).await
+    }
+
+    /// Sends `events` to watcher `id`, split into fragments if it allows and
+    /// the response would exceed the size limit.
+    async fn send_events(&self, id: i64, events: Vec<Event>, revision: i64) -> Result<(), End> {
+        let fragment = self.watchers.get(&id).is_some_and(|w| w.fragment);
+        let mut resp = self.response(id, revision);
+        resp.events = events;
+        if !fragment || resp.encoded_len() <= self.config.max_response_bytes {
+            return self.send(resp).await;
+        }
+        let events = std::mem::take(&mut resp.events);
+        let mut chunk: Vec<Event> = Vec::new();
+        let mut chunk_bytes = 0;
+        let mut chunks = Vec::new();
+        for ev in events {
+            let n = ev.encoded_len() + 4;
+            if !chunk.is_empty() && chunk_bytes + n > self.config.max_response_bytes {
+                chunks.push(std::mem::take(&mut chunk));
+                chunk_bytes = 0;
+            }
+            chunk_bytes += n;
+            chunk.push(ev);
+        }
+        chunks.push(chunk);
+        let last = chunks.len() - 1;
+        for (i, events) in chunks.into_iter().enumerate() {
+            let mut part = self.response(id, revision);
+            part.events = events;
+            part.fragment = i != last;
+            self.send(part).await?;
+        }
+        Ok(())
+    }
+
+    /// Live delivery of one applied revision to synced watchers.
+    async fn deliver(&mut self, batch: &RevisionEvents) -> Result<(), End> {
+        if batch.revision <= self.processed {
+            return Ok(());
+        }
+        if batch.revision > self.processed + 1 {
+            // Revisions are published one by one, so a gap means this member
+            // installed a snapshot: take the skipped history from storage.
+            let ids: Vec<i64> = self.watchers.keys().copied().collect();
+            for id in ids {
+                self.catch_up(id, batch.revision - 1).await?;
+            }
+        }
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            let Some(w) = self.watchers.get_mut(&id) else { continue };
+            if w.next_rev > batch.revision {
+                continue;
+            }
+            w.next_rev = batch.revision + 1;
+            let mine: Vec<Event> = batch.events.iter().filter(|e| w.wants(e)).map(|e| w.shape(e)).collect();
+            if !mine.is_empty() {
+                self.send_events(id, mine, batch.revision).await?;
+            }
+        }
+        self.processed = batch.revision;
+        Ok(())
+    }
+
+    /// After falling out of the ring: everyone catches up from storage.
+    async fn resync(&mut self) -> Result<(), End> {
+        let target = self.core.mvcc.current_revision();
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            self.catch_up(id, target).await?;
+        }
+        self.processed = self.processed.max(target);
+        Ok(())
+    }
+
+    /// Takes in every revision already published, so a progress answer is
+    /// as fresh as possible without announcing undelivered events.
+    async fn drain_hub(&mut self) -> Result<(), End> {
+        loop {
+            match self.hub_rx.try_recv() {
+                Ok(b) => self.deliver(&b).await?,
+                Err(TryRecvError::Lagged(_)) => self.resync().await?,
+                Err(TryRecvError::Empty) | Err(TryRecvError::Closed) => return Ok(()),
+            }
+        }
+    }
+
+    async fn progress_request(&mut self) -> Result<(), End> {
+        self.drain_hub().await?;
+        let synced = self.watchers.values().all(|w| w.next_rev > self.processed);
+        if synced {
+            self.send(self.response(PROGRESS_WATCH_ID, self.processed)).await?;
+        }
+        Ok(())
+    }
+
+    async fn periodic_progress(&mut self) -> Result<(), End> {
+        self.drain_hub().await?;
+        let ids: Vec<i64> =
+            self.watchers.values().filter(|w| w.progress_notify && w.next_rev > self.processed).map(|w| w.id).collect();
+        for id in ids {
+            self.send(self.response(id, self.processed)).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,44 @@
+//! openraft's own storage conformance suite, run against our log store and
+//! state machine on both engines.
+
+use std::sync::Arc;
+
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::StorageError;
+use store::engine::memory::MemoryEngine;
+use store::engine::rocks::RocksEngine;
+use store::engine::Engine;
+use store::mvcc::MvccStore;
+use store::raft::log_store::LogStore;
+use store::raft::state_machine::{spawn_compactor, StateMachine};
+use store::raft::{NodeId, TypeConfig};
+
+struct Builder {
+    rocks: bool,
+}
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let engine: Arc<dyn Engine> = if self.rocks {
+            Arc::new(RocksEngine::open(&dir.path().join("db")).expect("open rocksdb"))
+        } else {
+            Arc::new(MemoryEngine::new())
+        };
+        let mvcc = Arc::new(MvccStore::open(engine.clone()).expect("open mvcc"));
+        let compactor = spawn_compactor(mvcc.clone(), None);
+        let lessor = Arc::new(store::lease::Lessor::new(std::time::Duration::from_secs(1)));
+        let sm = StateMachine::new(mvcc, dir.path().join("snap"), compactor, store::watch::WatchHub::new(), lessor);
+        Ok((dir, LogStore::new(engine), sm))
+    }
+}
+
+#[test]
+fn openraft_suite_memory_engine() {
+    Suite::test_all(Builder { rocks: false }).expect("openraft storage suite (memory)");
+}
+
+#[test]
+fn openraft_suite_rocks_engine() {
+    Suite::test_all(Builder { rocks: true }).expect("openraft storage suite (rocksdb)");
+}
