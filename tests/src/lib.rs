@@ -33,6 +33,7 @@ pub mod etcdctl;
 pub mod net;
 pub mod normalize;
 pub mod wait;
+pub mod watchlease;
 
 pub use binary::Binary;
 pub use client::{connect, describe, describe_error};
