@@ -26,6 +26,9 @@ pub const PEER_PORT: u16 = 2380;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Poll interval while waiting for a cluster.
 const STARTUP_POLL: Duration = Duration::from_millis(100);
+/// How long a leader lookup retries while members disagree or have no leader
+/// (an election in progress).
+const LEADER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connect timeout of control-plane clients (status, leader lookup).
 pub const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Per-request timeout of control-plane clients.
@@ -247,11 +250,18 @@ pub async fn statuses(endpoints: &[String]) -> Result<(u64, Vec<Option<u64>>)> {
     Ok((leader, ids))
 }
 
-/// The endpoint of the current leader among `endpoints`.
+/// The endpoint of the current leader among `endpoints`, retrying for up to
+/// [`LEADER_LOOKUP_TIMEOUT`] while an election is in progress.
 pub async fn leader_endpoint(endpoints: &[String]) -> Result<String> {
-    let (leader, ids) = statuses(endpoints).await?;
-    ids.iter()
-        .position(|id| *id == Some(leader))
-        .map(|i| endpoints[i].clone())
-        .with_context(|| format!("leader {leader:x} is not among {}", endpoints.join(",")))
+    let deadline = Instant::now() + LEADER_LOOKUP_TIMEOUT;
+    loop {
+        let (leader, ids) = statuses(endpoints).await?;
+        if let Some(i) = ids.iter().position(|id| *id == Some(leader)) {
+            return Ok(endpoints[i].clone());
+        }
+        if Instant::now() >= deadline {
+            bail!("leader {leader:x} is not among {}", endpoints.join(","));
+        }
+        tokio::time::sleep(STARTUP_POLL).await;
+    }
 }
