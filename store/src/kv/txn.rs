@@ -147,7 +147,8 @@ fn exec_txn(
             Some(Request::RequestDeleteRange(d)) => Some(Response::ResponseDeleteRange(exec_delete(txn, d)?)),
             Some(Request::RequestTxn(t)) => {
                 let mut nested = exec_txn(txn, t, cursor)?;
-                nested.header = header(current_rev(txn));
+                // etcd leaves a nested txn's header empty (newTxnResp).
+                nested.header = Some(ResponseHeader::default());
                 Some(Response::ResponseTxn(nested))
             }
             None => None,

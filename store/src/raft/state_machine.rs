@@ -21,8 +21,9 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::{
-    CompactionResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, ResponseHeader,
+    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, CompactionResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, ResponseHeader,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{
@@ -43,6 +44,7 @@ use crate::watch::WatchHub;
 const KEY_APPLIED: &[u8] = b"sm/applied";
 const KEY_MEMBERSHIP: &[u8] = b"sm/membership";
 const MEMBER_ATTRIBUTES_PREFIX: &[u8] = b"members/attr/";
+const ALARM_PREFIX: &[u8] = b"alarm/";
 const SNAPSHOT_DATA_FILE: &str = "current.snap";
 const SNAPSHOT_META_FILE: &str = "current.meta";
 
@@ -114,6 +116,9 @@ impl StateMachine {
             Command::Txn(r) => kv::txn::txn(&mut txn, leases, r).map(CommandResponse::Txn),
             Command::LeaseGrant(r) => Ok(self.apply_lease_grant(&txn, r, &mut extra)),
             Command::LeaseRevoke(r) => self.apply_lease_revoke(&mut txn, r, &mut extra),
+            Command::Alarm(r) => {
+                apply_alarm(self.engine().as_ref(), r, &mut extra).map(CommandResponse::Alarm).map_err(KvError::Storage)
+            }
             Command::PublishMember(attrs) => {
                 extra.put(Table::Meta, member_attributes_key(attrs.id), codec::encode(attrs));
                 Ok(CommandResponse::Empty)
@@ -210,6 +215,59 @@ impl StateMachine {
         }
         reload_lessor(&self.mvcc, &self.lessor).map_err(sm_read_err)
     }
+}
+
+/// Meta key of one raised alarm: prefix, member id, alarm type.
+fn alarm_key(member_id: u64, alarm: i32) -> Vec<u8> {
+    let mut k = ALARM_PREFIX.to_vec();
+    k.extend_from_slice(&member_id.to_be_bytes());
+    k.extend_from_slice(&alarm.to_be_bytes());
+    k
+}
+
+/// Every raised alarm, in (member, type) order.
+pub fn alarms(engine: &dyn EngineRead) -> Result<Vec<AlarmMember>, crate::engine::EngineError> {
+    let mut out = Vec::new();
+    let mut end = ALARM_PREFIX.to_vec();
+    *end.last_mut().expect("non-empty prefix") += 1;
+    engine.scan(Table::Meta, ALARM_PREFIX, Some(&end), &mut |k, _| {
+        let rest = &k[ALARM_PREFIX.len()..];
+        if rest.len() == 12 {
+            let member_id = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
+            let alarm = i32::from_be_bytes(rest[8..].try_into().expect("4 bytes"));
+            out.push(AlarmMember { member_id, alarm });
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(out)
+}
+
+/// etcd's alarm apply: ACTIVATE answers the alarm if it was newly raised,
+/// DEACTIVATE the alarm if it was raised; NONE alarms are ignored.
+fn apply_alarm(
+    engine: &dyn EngineRead,
+    r: &AlarmRequest,
+    extra: &mut WriteBatch,
+) -> Result<AlarmResponse, crate::engine::EngineError> {
+    let key = alarm_key(r.member_id, r.alarm);
+    let raised = engine.get(Table::Meta, &key)?.is_some();
+    let member = AlarmMember { member_id: r.member_id, alarm: r.alarm };
+    let mut resp = AlarmResponse { header: None, alarms: Vec::new() };
+    if r.alarm == AlarmType::None as i32 {
+        return Ok(resp);
+    }
+    match AlarmAction::try_from(r.action) {
+        Ok(AlarmAction::Activate) if !raised => {
+            extra.put(Table::Meta, key, Vec::new());
+            resp.alarms.push(member);
+        }
+        Ok(AlarmAction::Deactivate) if raised => {
+            extra.delete(Table::Meta, key);
+            resp.alarms.push(member);
+        }
+        _ => {}
+    }
+    Ok(resp)
 }
 
 /// Meta key of a member's published attributes.

@@ -4,6 +4,7 @@ use std::fmt;
 use std::io::Cursor;
 
 use etcd_proto::etcdserverpb::{
+    AlarmRequest, AlarmResponse,
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
     LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, TxnRequest, TxnResponse,
 };
@@ -63,6 +64,8 @@ pub enum Command {
     /// A member announcing its name and client URLs after start (etcd's
     /// "publish"), so MemberList shows every member as started.
     PublishMember(MemberAttributes),
+    /// Maintenance.Alarm ACTIVATE or DEACTIVATE.
+    Alarm(#[serde(with = "prost_bytes")] AlarmRequest),
 }
 
 /// What a member publishes about itself.
@@ -92,6 +95,8 @@ pub enum CommandResponse {
     LeaseGrant(#[serde(with = "prost_bytes")] LeaseGrantResponse),
     /// Applied a LeaseRevoke.
     LeaseRevoke(#[serde(with = "prost_bytes")] LeaseRevokeResponse),
+    /// Applied an Alarm change.
+    Alarm(#[serde(with = "prost_bytes")] AlarmResponse),
     /// The command was refused by the state machine (for example a Put
     /// naming an unknown lease); nothing changed.
     Error(EtcdError),

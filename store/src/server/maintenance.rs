@@ -1,5 +1,6 @@
 //! `etcdserverpb.Maintenance`: Status (what `etcdctl endpoint status` and
-//! kube-apiserver's health and version checks read). The other calls
+//! kube-apiserver's health and version checks read) and Alarm (what
+//! `etcdctl endpoint health` and `alarm list/disarm` use). The other calls
 //! (alarms, defragment, hashes, snapshot, move-leader) belong to the
 //! maintenance work and answer `Unimplemented` until then.
 
@@ -14,6 +15,9 @@ use etcd_proto::etcdserverpb::{
 use tonic::{Request, Response, Status};
 
 use super::core::Core;
+use crate::raft::state_machine::alarms;
+use crate::raft::{Command, CommandResponse};
+use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 
 /// The etcd version this member reports. kube-apiserver enables consistent
 /// reads from its watch cache only for etcd >= 3.5.13, and clients gate
@@ -40,8 +44,21 @@ type SnapshotStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Snapsh
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn alarm(&self, _r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
-        Err(not_yet("Alarm"))
+    async fn alarm(&self, r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let r = r.into_inner();
+        let mut resp = if AlarmAction::try_from(r.action) == Ok(AlarmAction::Get) {
+            self.core.read_barrier().await?;
+            let alarms = alarms(self.core.mvcc.engine().as_ref()).map_err(|e| Status::internal(e.to_string()))?;
+            AlarmResponse { header: None, alarms }
+        } else {
+            match self.core.propose(Command::Alarm(r)).await? {
+                CommandResponse::Alarm(resp) => resp,
+                CommandResponse::Error(e) => return Err(e.into()),
+                other => return Err(Status::internal(format!("unexpected answer {other:?}"))),
+            }
+        };
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::hub::WatchHub;
 use super::session::{self, SessionConfig};
 use crate::errors::EtcdError;
+use crate::limits::GRPC_OVERHEAD_BYTES;
 use crate::server::core::Core;
 
 /// Responses queued per stream before the session waits for the client;
@@ -48,7 +49,7 @@ impl Watch for WatchService {
         let (tx, rx) = mpsc::channel(STREAM_OUTPUT_QUEUE);
         let config = SessionConfig {
             progress_interval: self.progress_interval,
-            max_response_bytes: self.core.config.max_request_bytes,
+            max_response_bytes: self.core.config.max_request_bytes + GRPC_OVERHEAD_BYTES,
             require_leader,
             election_timeout: self.election_timeout,
         };

@@ -247,40 +247,39 @@ impl Session {
 
     async fn cancel_compacted(&mut self, id: i64) -> Result<(), End> {
         self.watchers.remove(&id);
-        let mut resp = self.response(id, self.core.mvcc.current_revision());
+        // etcd sends the compacted cancel without a header revision.
+        let mut resp = self.response(id, 0);
         resp.compact_revision = self.core.mvcc.compact_revision();
         resp.canceled = true;
         self.send(resp).await
     }
 
-    /// Sends `events` to watcher `id`, split into fragments if it allows and
-    /// the response would exceed the size limit.
+    /// Sends `events` to watcher `id`, split into fragments if it allows
+    /// and the response would reach the size limit (etcd's
+    /// `sendFragments`: a fragment grows while it stays under the limit,
+    /// and always holds at least one event).
     async fn send_events(&self, id: i64, events: Vec<Event>, revision: i64) -> Result<(), End> {
         let fragment = self.watchers.get(&id).is_some_and(|w| w.fragment);
         let mut resp = self.response(id, revision);
         resp.events = events;
-        if !fragment || resp.encoded_len() <= self.config.max_response_bytes {
+        let limit = self.config.max_response_bytes;
+        if !fragment || resp.events.len() < 2 || resp.encoded_len() < limit {
             return self.send(resp).await;
         }
         let events = std::mem::take(&mut resp.events);
-        let mut chunk: Vec<Event> = Vec::new();
-        let mut chunk_bytes = 0;
-        let mut chunks = Vec::new();
-        for ev in events {
-            let n = ev.encoded_len() + 4;
-            if !chunk.is_empty() && chunk_bytes + n > self.config.max_response_bytes {
-                chunks.push(std::mem::take(&mut chunk));
-                chunk_bytes = 0;
+        resp.fragment = true;
+        let mut rest = events.into_iter().peekable();
+        while rest.peek().is_some() {
+            let mut part = resp.clone();
+            while let Some(ev) = rest.peek() {
+                part.events.push(ev.clone());
+                if part.events.len() > 1 && part.encoded_len() >= limit {
+                    part.events.pop();
+                    break;
+                }
+                rest.next();
             }
-            chunk_bytes += n;
-            chunk.push(ev);
-        }
-        chunks.push(chunk);
-        let last = chunks.len() - 1;
-        for (i, events) in chunks.into_iter().enumerate() {
-            let mut part = self.response(id, revision);
-            part.events = events;
-            part.fragment = i != last;
+            part.fragment = rest.peek().is_some();
             self.send(part).await?;
         }
         Ok(())
