@@ -13,14 +13,18 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::limits::{
-    DEFAULT_ELECTION_TIMEOUT_MS, DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
-    DEFAULT_QUOTA_BACKEND_BYTES, DEFAULT_SNAPSHOT_COUNT,
+    DEFAULT_ELECTION_TIMEOUT_MS, DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_TXN_OPS, DEFAULT_QUOTA_BACKEND_BYTES, DEFAULT_SNAPSHOT_COUNT,
 };
 use crate::raft::types::{member_id, MemberInfo, NodeId};
 
 /// A member's configuration (etcd's flags).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "store", version, about = "A Raft-replicated key-value store that speaks the etcd v3 API")]
+#[command(
+    name = "store",
+    version,
+    about = "A Raft-replicated key-value store that speaks the etcd v3 API"
+)]
 pub struct Config {
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
@@ -29,16 +33,32 @@ pub struct Config {
     #[arg(long, env = "ETCD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// List of URLs to listen on for client traffic.
-    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://localhost:2379")]
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
     pub listen_client_urls: String,
     /// List of this member's client URLs to advertise to the public.
-    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://localhost:2379")]
+    #[arg(
+        long,
+        env = "ETCD_ADVERTISE_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
     pub advertise_client_urls: String,
     /// List of URLs to listen on for peer traffic.
-    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://localhost:2380")]
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
     pub listen_peer_urls: String,
     /// List of this member's peer URLs to advertise to the rest of the cluster.
-    #[arg(long, env = "ETCD_INITIAL_ADVERTISE_PEER_URLS", default_value = "http://localhost:2380")]
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
     pub initial_advertise_peer_urls: String,
     /// Initial cluster configuration for bootstrapping (default: "<name>=<initial-advertise-peer-urls>").
     #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
@@ -47,7 +67,11 @@ pub struct Config {
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new", value_parser = ["new", "existing"])]
     pub initial_cluster_state: String,
     /// Initial cluster token for the cluster during bootstrap.
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_CLUSTER_TOKEN",
+        default_value = "etcd-cluster"
+    )]
     pub initial_cluster_token: String,
     /// Number of committed transactions to trigger a snapshot to disk.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = DEFAULT_SNAPSHOT_COUNT)]
@@ -68,7 +92,11 @@ pub struct Config {
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = DEFAULT_MAX_TXN_OPS)]
     pub max_txn_ops: usize,
     /// Duration of periodic watch progress notifications.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m")]
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        default_value = "10m"
+    )]
     pub experimental_watch_progress_notify_interval: String,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info",
@@ -79,24 +107,66 @@ pub struct Config {
 /// etcd 3.5 flags that tune etcd internals: accepted, ignored, warned about.
 /// Each may be given as `--flag value` or `--flag=value` (booleans alone).
 pub const IGNORED_ETCD_FLAGS: &[&str] = &[
-    "auto-compaction-mode", "auto-compaction-retention", "backend-batch-interval", "backend-batch-limit",
-    "backend-bbolt-freelist-type", "cipher-suites", "cors", "discovery", "discovery-fallback",
-    "discovery-proxy", "discovery-srv", "discovery-srv-name", "enable-grpc-gateway", "enable-log-rotation",
-    "enable-pprof", "enable-v2", "experimental-compact-hash-check-enabled",
-    "experimental-compact-hash-check-time", "experimental-compaction-batch-limit",
-    "experimental-compaction-sleep-interval", "experimental-corrupt-check-time",
-    "experimental-downgrade-check-time", "experimental-enable-distributed-tracing",
-    "experimental-enable-lease-checkpoint", "experimental-enable-lease-checkpoint-persist",
-    "experimental-enable-v2v3", "experimental-initial-corrupt-check", "experimental-memory-mlock",
-    "experimental-peer-skip-client-san-verification", "experimental-txn-mode-write-with-shared-buffer",
-    "experimental-wait-cluster-ready-timeout", "experimental-warning-apply-duration",
-"force-new-cluster", "grpc-keepalive-interval",
-    "grpc-keepalive-min-time", "grpc-keepalive-timeout", "host-whitelist", "initial-election-tick-advance",
-    "listen-metrics-urls", "log-outputs", "log-rotation-config-json", "logger", "max-concurrent-streams",
-    "max-snapshots", "max-wals", "metrics", "pre-vote", "proxy", "proxy-dial-timeout",
-    "proxy-failure-wait", "proxy-read-timeout", "proxy-refresh-interval", "proxy-write-timeout",
-    "socket-reuse-address", "socket-reuse-port", "strict-reconfig-check", "unsafe-no-fsync", "v2-deprecation",
-    "wal-dir", "debug",
+    "auto-compaction-mode",
+    "auto-compaction-retention",
+    "backend-batch-interval",
+    "backend-batch-limit",
+    "backend-bbolt-freelist-type",
+    "cipher-suites",
+    "cors",
+    "discovery",
+    "discovery-fallback",
+    "discovery-proxy",
+    "discovery-srv",
+    "discovery-srv-name",
+    "enable-grpc-gateway",
+    "enable-log-rotation",
+    "enable-pprof",
+    "enable-v2",
+    "experimental-compact-hash-check-enabled",
+    "experimental-compact-hash-check-time",
+    "experimental-compaction-batch-limit",
+    "experimental-compaction-sleep-interval",
+    "experimental-corrupt-check-time",
+    "experimental-downgrade-check-time",
+    "experimental-enable-distributed-tracing",
+    "experimental-enable-lease-checkpoint",
+    "experimental-enable-lease-checkpoint-persist",
+    "experimental-enable-v2v3",
+    "experimental-initial-corrupt-check",
+    "experimental-memory-mlock",
+    "experimental-peer-skip-client-san-verification",
+    "experimental-txn-mode-write-with-shared-buffer",
+    "experimental-wait-cluster-ready-timeout",
+    "experimental-warning-apply-duration",
+    "force-new-cluster",
+    "grpc-keepalive-interval",
+    "grpc-keepalive-min-time",
+    "grpc-keepalive-timeout",
+    "host-whitelist",
+    "initial-election-tick-advance",
+    "listen-metrics-urls",
+    "log-outputs",
+    "log-rotation-config-json",
+    "logger",
+    "max-concurrent-streams",
+    "max-snapshots",
+    "max-wals",
+    "metrics",
+    "pre-vote",
+    "proxy",
+    "proxy-dial-timeout",
+    "proxy-failure-wait",
+    "proxy-read-timeout",
+    "proxy-refresh-interval",
+    "proxy-write-timeout",
+    "socket-reuse-address",
+    "socket-reuse-port",
+    "strict-reconfig-check",
+    "unsafe-no-fsync",
+    "v2-deprecation",
+    "wal-dir",
+    "debug",
 ];
 
 /// Splits etcd's ignored tuning flags out of `args`; returns the remaining
@@ -153,14 +223,22 @@ pub enum ConfigError {
 
 /// Splits a comma-separated URL list.
 pub fn split_urls(list: &str) -> Vec<String> {
-    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Resolves listen URLs (`http://host:port`) to socket addresses.
 pub fn listen_addrs(flag: &'static str, list: &str) -> Result<Vec<SocketAddr>, ConfigError> {
     let mut out = Vec::new();
     for u in split_urls(list) {
-        let bad = |reason: String| ConfigError::BadUrl { flag, url: u.clone(), reason };
+        let bad = |reason: String| ConfigError::BadUrl {
+            flag,
+            url: u.clone(),
+            reason,
+        };
         let parsed = url::Url::parse(&u).map_err(|e| bad(e.to_string()))?;
         match parsed.scheme() {
             "http" | "unix" => {}
@@ -170,9 +248,13 @@ pub fn listen_addrs(flag: &'static str, list: &str) -> Result<Vec<SocketAddr>, C
         let host = parsed.host_str().ok_or_else(|| bad("no host".into()))?;
         let port = parsed.port().ok_or_else(|| bad("no port".into()))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).map_err(|e| bad(e.to_string()))?;
+        let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+            .map_err(|e| bad(e.to_string()))?;
         // "localhost" resolves to both 127.0.0.1 and ::1; etcd binds the first.
-        let first = addrs.into_iter().min_by_key(|a| !a.is_ipv4()).ok_or_else(|| bad("resolves to nothing".into()))?;
+        let first = addrs
+            .into_iter()
+            .min_by_key(|a| !a.is_ipv4())
+            .ok_or_else(|| bad("resolves to nothing".into()))?;
         if !out.contains(&first) {
             out.push(first);
         }
@@ -188,10 +270,16 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         return Err("empty duration".into());
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or(format!("missing unit in {s:?}"))?;
-        let value: f64 = rest[..digits].parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or(format!("missing unit in {s:?}"))?;
+        let value: f64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}"))?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let seconds = match &rest[..unit_len] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -213,7 +301,9 @@ impl Config {
         let d = parse_go_duration(&self.experimental_watch_progress_notify_interval)
             .map_err(ConfigError::Invalid)?;
         if d.is_zero() {
-            return Err(ConfigError::Invalid("--experimental-watch-progress-notify-interval must be > 0".into()));
+            return Err(ConfigError::Invalid(
+                "--experimental-watch-progress-notify-interval must be > 0".into(),
+            ));
         }
         Ok(d)
     }
@@ -226,7 +316,9 @@ impl Config {
 
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
-        self.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
     }
 
     /// The effective backend quota in bytes.
@@ -256,9 +348,9 @@ impl Config {
             .unwrap_or_else(|| format!("{}={}", self.name, self.initial_advertise_peer_urls));
         let mut by_name: Vec<(String, Vec<String>)> = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, url) = part
-                .split_once('=')
-                .ok_or_else(|| ConfigError::Invalid(format!("invalid value {part:?} in --initial-cluster")))?;
+            let (name, url) = part.split_once('=').ok_or_else(|| {
+                ConfigError::Invalid(format!("invalid value {part:?} in --initial-cluster"))
+            })?;
             url::Url::parse(url).map_err(|e| ConfigError::BadUrl {
                 flag: "initial-cluster",
                 url: url.to_string(),
@@ -272,15 +364,29 @@ impl Config {
         let mut members = Vec::new();
         for (name, peer_urls) in by_name {
             let id = member_id(&peer_urls, &self.initial_cluster_token);
-            let client_urls = if name == self.name { split_urls(&self.advertise_client_urls) } else { Vec::new() };
-            members.push((id, MemberInfo { name, peer_urls, client_urls }));
+            let client_urls = if name == self.name {
+                split_urls(&self.advertise_client_urls)
+            } else {
+                Vec::new()
+            };
+            members.push((
+                id,
+                MemberInfo {
+                    name,
+                    peer_urls,
+                    client_urls,
+                },
+            ));
         }
-        let me = members.iter().find(|(_, m)| m.name == self.name).ok_or_else(|| {
-            ConfigError::Invalid(format!(
-                "couldn't find local name {:?} in the initial cluster configuration",
-                self.name
-            ))
-        })?;
+        let me = members
+            .iter()
+            .find(|(_, m)| m.name == self.name)
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "couldn't find local name {:?} in the initial cluster configuration",
+                    self.name
+                ))
+            })?;
         let mut mine = me.1.peer_urls.clone();
         let mut advertised = self.peer_urls();
         mine.sort();
@@ -319,7 +425,15 @@ mod tests {
 
     #[test]
     fn tuning_flags_are_ignored_and_single_dash_works() {
-        let args = ["store", "--enable-v2=false", "--logger", "zap", "-name", "n1", "--experimental-initial-corrupt-check=true"];
+        let args = [
+            "store",
+            "--enable-v2=false",
+            "--logger",
+            "zap",
+            "-name",
+            "n1",
+            "--experimental-initial-corrupt-check=true",
+        ];
         let (c, ignored) = Config::from_args(args.iter().map(|s| s.to_string()).collect()).unwrap();
         assert_eq!(c.name, "n1");
         assert_eq!(ignored.len(), 4);
@@ -333,12 +447,23 @@ mod tests {
 
     #[test]
     fn initial_cluster_must_name_this_member() {
-        let c = parse(&["--name", "a", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
-            "--initial-cluster", "a=http://127.0.0.1:2380,b=http://127.0.0.2:2380"]);
+        let c = parse(&[
+            "--name",
+            "a",
+            "--initial-advertise-peer-urls",
+            "http://127.0.0.1:2380",
+            "--initial-cluster",
+            "a=http://127.0.0.1:2380,b=http://127.0.0.2:2380",
+        ]);
         let members = c.initial_members().unwrap();
         assert_eq!(members.len(), 2);
         assert!(members.iter().any(|(id, _)| *id == c.member_id()));
-        let c = parse(&["--name", "z", "--initial-cluster", "a=http://127.0.0.1:2380"]);
+        let c = parse(&[
+            "--name",
+            "z",
+            "--initial-cluster",
+            "a=http://127.0.0.1:2380",
+        ]);
         assert!(c.initial_members().is_err());
     }
 }

@@ -146,16 +146,36 @@ impl EtcdError {
             Compacted | FutureRev | LeaseTtlTooLarge => Code::OutOfRange,
             NoSpace => Code::ResourceExhausted,
             LeaseNotFound | MemberNotFound => Code::NotFound,
-            LeaseExist | MemberExist | PeerUrlExist | MemberNotEnoughStarted | MemberNotLearner
-            | LearnerNotReady | TooManyLearners | RootUserNotExist | RootRoleNotExist
-            | UserAlreadyExist | UserNotFound | RoleAlreadyExist | RoleNotFound
-            | RoleNotGranted | PermissionNotGranted | AuthNotEnabled | NotLeader
+            LeaseExist
+            | MemberExist
+            | PeerUrlExist
+            | MemberNotEnoughStarted
+            | MemberNotLearner
+            | LearnerNotReady
+            | TooManyLearners
+            | RootUserNotExist
+            | RootRoleNotExist
+            | UserAlreadyExist
+            | UserNotFound
+            | RoleAlreadyExist
+            | RoleNotFound
+            | RoleNotGranted
+            | PermissionNotGranted
+            | AuthNotEnabled
+            | NotLeader
             | BadLeaderTransferee => Code::FailedPrecondition,
             WatchCanceled => Code::Cancelled,
             PermissionDenied => Code::PermissionDenied,
             InvalidAuthToken => Code::Unauthenticated,
-            NoLeader | LeaderChanged | NotCapable | Stopped | Timeout | TimeoutDueToLeaderFail
-            | TimeoutDueToConnectionLost | Unhealthy | NotSupportedForLearner => Code::Unavailable,
+            NoLeader
+            | LeaderChanged
+            | NotCapable
+            | Stopped
+            | Timeout
+            | TimeoutDueToLeaderFail
+            | TimeoutDueToConnectionLost
+            | Unhealthy
+            | NotSupportedForLearner => Code::Unavailable,
             Corrupt => Code::DataLoss,
         }
     }
@@ -189,13 +209,41 @@ mod tests {
     #[test]
     fn messages_and_codes_match_etcd() {
         let cases = [
-            (EtcdError::Compacted, Code::OutOfRange, "etcdserver: mvcc: required revision has been compacted"),
-            (EtcdError::FutureRev, Code::OutOfRange, "etcdserver: mvcc: required revision is a future revision"),
-            (EtcdError::NoLeader, Code::Unavailable, "etcdserver: no leader"),
-            (EtcdError::TooManyOps, Code::InvalidArgument, "etcdserver: too many operations in txn request"),
-            (EtcdError::LeaseNotFound, Code::NotFound, "etcdserver: requested lease not found"),
-            (EtcdError::NoSpace, Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded"),
-            (EtcdError::TooManyRequests, Code::Unknown, "etcdserver: too many requests"),
+            (
+                EtcdError::Compacted,
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted",
+            ),
+            (
+                EtcdError::FutureRev,
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                EtcdError::NoLeader,
+                Code::Unavailable,
+                "etcdserver: no leader",
+            ),
+            (
+                EtcdError::TooManyOps,
+                Code::InvalidArgument,
+                "etcdserver: too many operations in txn request",
+            ),
+            (
+                EtcdError::LeaseNotFound,
+                Code::NotFound,
+                "etcdserver: requested lease not found",
+            ),
+            (
+                EtcdError::NoSpace,
+                Code::ResourceExhausted,
+                "etcdserver: mvcc: database space exceeded",
+            ),
+            (
+                EtcdError::TooManyRequests,
+                Code::Unknown,
+                "etcdserver: too many requests",
+            ),
         ];
         for (err, code, msg) in cases {
             let status = err.to_status();

@@ -25,8 +25,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_proto::etcdserverpb::kv_server::KvServer;
 use etcd_proto::etcdserverpb::cluster_server::ClusterServer;
+use etcd_proto::etcdserverpb::kv_server::KvServer;
 use etcd_proto::etcdserverpb::lease_server::LeaseServer;
 use etcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use etcd_proto::etcdserverpb::watch_server::WatchServer;
@@ -39,12 +39,12 @@ use tokio::task::JoinHandle;
 use crate::config::{listen_addrs, split_urls, Config};
 use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, Table, WriteBatch};
-use crate::limits::{
-    GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, TRANSPORT_MAX_DECODE_BYTES, MAX_SEND_BYTES, REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES,
-    SNAPSHOT_CHUNK_BYTES,
-};
 use crate::lease::service::{spawn_lease_tasks, LeaseService};
 use crate::lease::Lessor;
+use crate::limits::{
+    GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, MAX_SEND_BYTES, REQUEST_TIMEOUT_BASE_MS,
+    SNAPSHOT_CATCH_UP_ENTRIES, SNAPSHOT_CHUNK_BYTES, TRANSPORT_MAX_DECODE_BYTES,
+};
 use crate::mvcc::MvccStore;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
@@ -79,23 +79,50 @@ struct Identity {
     fresh: bool,
 }
 
-fn load_identity(engine: &dyn Engine, config: &Config) -> anyhow::Result<(Identity, BTreeMap<NodeId, MemberInfo>)> {
+fn load_identity(
+    engine: &dyn Engine,
+    config: &Config,
+) -> anyhow::Result<(Identity, BTreeMap<NodeId, MemberInfo>)> {
     let members: BTreeMap<NodeId, MemberInfo> = config.initial_members()?.into_iter().collect();
     let stored = engine.get(Table::RaftState, KEY_MEMBER_ID)?;
     if let Some(id) = stored {
         let member_id = u64::from_be_bytes(id.as_slice().try_into()?);
-        let cid = engine.get(Table::RaftState, KEY_CLUSTER_ID)?.unwrap_or_default();
+        let cid = engine
+            .get(Table::RaftState, KEY_CLUSTER_ID)?
+            .unwrap_or_default();
         let cluster_id = u64::from_be_bytes(cid.as_slice().try_into()?);
-        return Ok((Identity { member_id, cluster_id, fresh: false }, members));
+        return Ok((
+            Identity {
+                member_id,
+                cluster_id,
+                fresh: false,
+            },
+            members,
+        ));
     }
     let member_id = config.member_id();
     let ids: Vec<NodeId> = members.keys().copied().collect();
     let cid = cluster_id(&ids);
     let mut b = WriteBatch::new();
-    b.put(Table::RaftState, KEY_MEMBER_ID.to_vec(), member_id.to_be_bytes().to_vec());
-    b.put(Table::RaftState, KEY_CLUSTER_ID.to_vec(), cid.to_be_bytes().to_vec());
+    b.put(
+        Table::RaftState,
+        KEY_MEMBER_ID.to_vec(),
+        member_id.to_be_bytes().to_vec(),
+    );
+    b.put(
+        Table::RaftState,
+        KEY_CLUSTER_ID.to_vec(),
+        cid.to_be_bytes().to_vec(),
+    );
     engine.write(b, true)?;
-    Ok((Identity { member_id, cluster_id: cid, fresh: true }, members))
+    Ok((
+        Identity {
+            member_id,
+            cluster_id: cid,
+            fresh: true,
+        },
+        members,
+    ))
 }
 
 fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
@@ -117,7 +144,9 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
 async fn bind_all(addrs: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
     let mut out = Vec::new();
     for a in addrs {
-        let l = TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("listen on {a}: {e}"))?;
+        let l = TcpListener::bind(a)
+            .await
+            .map_err(|e| anyhow::anyhow!("listen on {a}: {e}"))?;
         out.push(l);
     }
     Ok(out)
@@ -150,12 +179,29 @@ impl Member {
         let election_timeout = Duration::from_millis(config.election_timeout);
         let lessor = Arc::new(Lessor::new(election_timeout));
         reload_lessor(&mvcc, &lessor)?;
-        let sm = StateMachine::new(mvcc.clone(), data_dir.join("member/snap"), compactor, hub.clone(), lessor.clone());
-        let raft = Raft::new(identity.member_id, Arc::new(raft_config(&config)?), PeerNetworkFactory::default(), log_store, sm)
-            .await?;
+        let sm = StateMachine::new(
+            mvcc.clone(),
+            data_dir.join("member/snap"),
+            compactor,
+            hub.clone(),
+            lessor.clone(),
+        );
+        let raft = Raft::new(
+            identity.member_id,
+            Arc::new(raft_config(&config)?),
+            PeerNetworkFactory::default(),
+            log_store,
+            sm,
+        )
+        .await?;
 
-        let peer_listeners = bind_all(&listen_addrs("listen-peer-urls", &config.listen_peer_urls)?).await?;
-        let client_listeners = bind_all(&listen_addrs("listen-client-urls", &config.listen_client_urls)?).await?;
+        let peer_listeners =
+            bind_all(&listen_addrs("listen-peer-urls", &config.listen_peer_urls)?).await?;
+        let client_listeners = bind_all(&listen_addrs(
+            "listen-client-urls",
+            &config.listen_client_urls,
+        )?)
+        .await?;
         if identity.fresh && config.initial_cluster_state == "new" {
             initialize(&raft, members).await?;
         }
@@ -163,7 +209,9 @@ impl Member {
             CoreConfig {
                 member_id: identity.member_id,
                 cluster_id: identity.cluster_id,
-                request_timeout: Duration::from_millis(REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout),
+                request_timeout: Duration::from_millis(
+                    REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout,
+                ),
                 max_request_bytes: config.max_request_bytes,
                 max_txn_ops: config.max_txn_ops,
                 quota_bytes: config.quota_bytes(),
@@ -175,8 +223,14 @@ impl Member {
         let (shutdown, _) = watch::channel(false);
         let mut member = Member {
             core: core.clone(),
-            client_addrs: client_listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?,
-            peer_addrs: peer_listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?,
+            client_addrs: client_listeners
+                .iter()
+                .map(|l| l.local_addr())
+                .collect::<Result<_, _>>()?,
+            peer_addrs: peer_listeners
+                .iter()
+                .map(|l| l.local_addr())
+                .collect::<Result<_, _>>()?,
             shutdown,
             tasks: Vec::new(),
         };
@@ -191,7 +245,11 @@ impl Member {
             member.shutdown.subscribe(),
         );
         for l in peer_listeners {
-            member.tasks.push(tokio::spawn(serve_peer(l, core.clone(), member.shutdown.subscribe())));
+            member.tasks.push(tokio::spawn(serve_peer(
+                l,
+                core.clone(),
+                member.shutdown.subscribe(),
+            )));
         }
         for l in client_listeners {
             let services = ClientServices {
@@ -201,7 +259,11 @@ impl Member {
                 progress_interval: config.progress_notify_interval()?,
                 election_timeout,
             };
-            member.tasks.push(tokio::spawn(serve_client(l, services, member.shutdown.subscribe())));
+            member.tasks.push(tokio::spawn(serve_client(
+                l,
+                services,
+                member.shutdown.subscribe(),
+            )));
         }
         tracing::info!(
             name = %config.name,
@@ -226,7 +288,10 @@ impl Member {
 
     /// The addresses clients can reach this member at (`http://ip:port`).
     pub fn client_endpoints(&self) -> Vec<String> {
-        self.client_addrs.iter().map(|a| format!("http://{a}")).collect()
+        self.client_addrs
+            .iter()
+            .map(|a| format!("http://{a}"))
+            .collect()
     }
 
     /// The addresses peers reach this member at.
@@ -255,7 +320,9 @@ async fn initialize(raft: &Raft, members: BTreeMap<NodeId, MemberInfo>) -> anyho
     match raft.initialize(members).await {
         Ok(()) => Ok(()),
         // Another member's initialization reached us first: same config.
-        Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+        Err(openraft::error::RaftError::APIError(
+            openraft::error::InitializeError::NotAllowed(_),
+        )) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -310,8 +377,18 @@ struct ClientServices {
     election_timeout: Duration,
 }
 
-async fn serve_client(listener: TcpListener, services: ClientServices, shutdown: watch::Receiver<bool>) {
-    let ClientServices { core, hub, max_request_bytes, progress_interval, election_timeout } = services;
+async fn serve_client(
+    listener: TcpListener,
+    services: ClientServices,
+    shutdown: watch::Receiver<bool>,
+) {
+    let ClientServices {
+        core,
+        hub,
+        max_request_bytes,
+        progress_interval,
+        election_timeout,
+    } = services;
     let max_recv = TRANSPORT_MAX_DECODE_BYTES.max(max_request_bytes + GRPC_OVERHEAD_BYTES);
     let kv = KvServer::new(KvService::new(core.clone()))
         .max_decoding_message_size(max_recv)
@@ -319,9 +396,14 @@ async fn serve_client(listener: TcpListener, services: ClientServices, shutdown:
     let maintenance = MaintenanceServer::new(MaintenanceService::new(core.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);
-    let watch = WatchServer::new(WatchService::new(core.clone(), hub, progress_interval, election_timeout))
-        .max_decoding_message_size(max_recv)
-        .max_encoding_message_size(MAX_SEND_BYTES);
+    let watch = WatchServer::new(WatchService::new(
+        core.clone(),
+        hub,
+        progress_interval,
+        election_timeout,
+    ))
+    .max_decoding_message_size(max_recv)
+    .max_encoding_message_size(MAX_SEND_BYTES);
     let lease = LeaseServer::new(LeaseService::new(core.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);
@@ -338,7 +420,9 @@ async fn serve_client(listener: TcpListener, services: ClientServices, shutdown:
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let result = axum::serve(listener, app).with_graceful_shutdown(stopped(shutdown)).await;
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped(shutdown))
+        .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "client server failed");
     }

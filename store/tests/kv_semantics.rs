@@ -22,7 +22,11 @@ use store::mvcc::MvccStore;
 
 fn put(store: &MvccStore, key: &str, value: &str) -> i64 {
     let mut txn = store.write();
-    let req = PutRequest { key: key.into(), value: value.into(), ..Default::default() };
+    let req = PutRequest {
+        key: key.into(),
+        value: value.into(),
+        ..Default::default()
+    };
     let resp = kv::txn::put(&mut txn, &NoLeases, &req).expect("put");
     txn.commit(WriteBatch::new()).expect("commit");
     resp.header.unwrap().revision
@@ -30,18 +34,28 @@ fn put(store: &MvccStore, key: &str, value: &str) -> i64 {
 
 fn delete(store: &MvccStore, key: &str, end: &str) -> i64 {
     let mut txn = store.write();
-    let req = DeleteRangeRequest { key: key.into(), range_end: end.into(), ..Default::default() };
+    let req = DeleteRangeRequest {
+        key: key.into(),
+        range_end: end.into(),
+        ..Default::default()
+    };
     let resp = kv::txn::delete_range(&mut txn, &req).expect("delete");
     txn.commit(WriteBatch::new()).expect("commit");
     resp.deleted
 }
 
-fn get(store: &MvccStore, req: RangeRequest) -> Result<etcd_proto::etcdserverpb::RangeResponse, KvError> {
+fn get(
+    store: &MvccStore,
+    req: RangeRequest,
+) -> Result<etcd_proto::etcdserverpb::RangeResponse, KvError> {
     kv::range::range(store, &req)
 }
 
 fn keys(resp: &etcd_proto::etcdserverpb::RangeResponse) -> Vec<String> {
-    resp.kvs.iter().map(|kv| String::from_utf8(kv.key.clone()).unwrap()).collect()
+    resp.kvs
+        .iter()
+        .map(|kv| String::from_utf8(kv.key.clone()).unwrap())
+        .collect()
 }
 
 fn run_suite(make: &dyn Fn() -> Arc<dyn Engine>) {
@@ -57,18 +71,68 @@ fn revisions_versions_and_history(s: &MvccStore) {
     assert_eq!(put(s, "a", "2"), 3);
     assert_eq!(delete(s, "a", ""), 1);
     assert_eq!(put(s, "a", "3"), 5);
-    let now = get(s, RangeRequest { key: "a".into(), ..Default::default() }).unwrap();
+    let now = get(
+        s,
+        RangeRequest {
+            key: "a".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let kv = &now.kvs[0];
-    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (5, 5, 1), "new generation after delete");
-    let then = get(s, RangeRequest { key: "a".into(), revision: 3, ..Default::default() }).unwrap();
+    assert_eq!(
+        (kv.create_revision, kv.mod_revision, kv.version),
+        (5, 5, 1),
+        "new generation after delete"
+    );
+    let then = get(
+        s,
+        RangeRequest {
+            key: "a".into(),
+            revision: 3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let kv = &then.kvs[0];
-    assert_eq!((kv.create_revision, kv.mod_revision, kv.version, kv.value.as_slice()), (2, 3, 2, &b"2"[..]));
-    assert_eq!(then.header.unwrap().revision, 5, "historical reads carry the current revision");
-    let gone = get(s, RangeRequest { key: "a".into(), revision: 4, ..Default::default() }).unwrap();
+    assert_eq!(
+        (
+            kv.create_revision,
+            kv.mod_revision,
+            kv.version,
+            kv.value.as_slice()
+        ),
+        (2, 3, 2, &b"2"[..])
+    );
+    assert_eq!(
+        then.header.unwrap().revision,
+        5,
+        "historical reads carry the current revision"
+    );
+    let gone = get(
+        s,
+        RangeRequest {
+            key: "a".into(),
+            revision: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(gone.kvs.is_empty() && gone.count == 0, "deleted at 4");
     assert_eq!(delete(s, "nothing", ""), 0);
-    assert_eq!(s.current_revision(), 5, "a delete of nothing creates no revision");
-    let future = get(s, RangeRequest { key: "a".into(), revision: 6, ..Default::default() });
+    assert_eq!(
+        s.current_revision(),
+        5,
+        "a delete of nothing creates no revision"
+    );
+    let future = get(
+        s,
+        RangeRequest {
+            key: "a".into(),
+            revision: 6,
+            ..Default::default()
+        },
+    );
     assert!(matches!(future, Err(KvError::Etcd(EtcdError::FutureRev))));
 }
 
@@ -76,10 +140,30 @@ fn limits_counts_and_sorting(s: &MvccStore) {
     for (k, v) in [("k1", "c"), ("k2", "a"), ("k3", "b"), ("k4", "a")] {
         put(s, k, v);
     }
-    let r = get(s, RangeRequest { key: "k".into(), range_end: "l".into(), limit: 2, ..Default::default() }).unwrap();
-    assert_eq!((keys(&r), r.count, r.more), (vec!["k1".to_string(), "k2".to_string()], 4, true));
-    let r = get(s, RangeRequest { key: "k".into(), range_end: "\0".into(), count_only: true, ..Default::default() })
-        .unwrap();
+    let r = get(
+        s,
+        RangeRequest {
+            key: "k".into(),
+            range_end: "l".into(),
+            limit: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        (keys(&r), r.count, r.more),
+        (vec!["k1".to_string(), "k2".to_string()], 4, true)
+    );
+    let r = get(
+        s,
+        RangeRequest {
+            key: "k".into(),
+            range_end: "\0".into(),
+            count_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!((r.kvs.len(), r.count), (0, 4));
     let by_value = RangeRequest {
         key: "k".into(),
@@ -89,7 +173,11 @@ fn limits_counts_and_sorting(s: &MvccStore) {
         ..Default::default()
     };
     let r = get(s, by_value).unwrap();
-    assert_eq!(keys(&r), vec!["k1", "k3", "k2", "k4"], "stable descending sort by value");
+    assert_eq!(
+        keys(&r),
+        vec!["k1", "k3", "k2", "k4"],
+        "stable descending sort by value"
+    );
     let newest = RangeRequest {
         key: "k".into(),
         range_end: "l".into(),
@@ -98,12 +186,18 @@ fn limits_counts_and_sorting(s: &MvccStore) {
         ..Default::default()
     };
     let r = get(s, newest).unwrap();
-    assert_eq!((keys(&r), r.count), (vec!["k3".to_string(), "k4".to_string()], 4), "count ignores filters");
+    assert_eq!(
+        (keys(&r), r.count),
+        (vec!["k3".to_string(), "k4".to_string()], 4),
+        "count ignores filters"
+    );
     assert!(r.kvs.iter().all(|kv| kv.value.is_empty()), "keys_only");
 }
 
 fn op(request: Request) -> RequestOp {
-    RequestOp { request: Some(request) }
+    RequestOp {
+        request: Some(request),
+    }
 }
 
 fn txn_compares_and_revision_bumps(s: &MvccStore) {
@@ -117,22 +211,48 @@ fn txn_compares_and_revision_bumps(s: &MvccStore) {
         range_end: vec![],
     };
     let read_only = TxnRequest {
-        compare: vec![cmp(CompareResult::Equal, CompareTarget::Value, TargetUnion::Value("1".into()))],
-        success: vec![op(Request::RequestRange(RangeRequest { key: "x".into(), ..Default::default() }))],
+        compare: vec![cmp(
+            CompareResult::Equal,
+            CompareTarget::Value,
+            TargetUnion::Value("1".into()),
+        )],
+        success: vec![op(Request::RequestRange(RangeRequest {
+            key: "x".into(),
+            ..Default::default()
+        }))],
         failure: vec![],
     };
     let mut txn = s.write();
     let resp = kv::txn::txn(&mut txn, &NoLeases, &read_only).unwrap();
     txn.commit(WriteBatch::new()).unwrap();
     assert!(resp.succeeded);
-    assert_eq!(s.current_revision(), before, "read-only txn does not bump the revision");
+    assert_eq!(
+        s.current_revision(),
+        before,
+        "read-only txn does not bump the revision"
+    );
 
     let create_if_missing = TxnRequest {
-        compare: vec![Compare { key: "new".into(), target: CompareTarget::Mod as i32, ..Default::default() }],
+        compare: vec![Compare {
+            key: "new".into(),
+            target: CompareTarget::Mod as i32,
+            ..Default::default()
+        }],
         success: vec![
-            op(Request::RequestPut(PutRequest { key: "new".into(), value: "v".into(), ..Default::default() })),
-            op(Request::RequestPut(PutRequest { key: "new2".into(), value: "v".into(), ..Default::default() })),
-            op(Request::RequestRange(RangeRequest { key: "new".into(), ..Default::default() })),
+            op(Request::RequestPut(PutRequest {
+                key: "new".into(),
+                value: "v".into(),
+                ..Default::default()
+            })),
+            op(Request::RequestPut(PutRequest {
+                key: "new2".into(),
+                value: "v".into(),
+                ..Default::default()
+            })),
+            op(Request::RequestRange(RangeRequest {
+                key: "new".into(),
+                ..Default::default()
+            })),
         ],
         failure: vec![],
     };
@@ -140,15 +260,32 @@ fn txn_compares_and_revision_bumps(s: &MvccStore) {
     let resp = kv::txn::txn(&mut txn, &NoLeases, &create_if_missing).unwrap();
     txn.commit(WriteBatch::new()).unwrap();
     assert!(resp.succeeded, "a missing key compares as mod_revision 0");
-    assert_eq!(s.current_revision(), before + 1, "one revision for the whole txn");
-    let Some(Response::ResponseRange(r)) = &resp.responses[2].response else { panic!("range response") };
-    assert_eq!(r.kvs[0].mod_revision, before + 1, "reads inside a txn see its writes");
+    assert_eq!(
+        s.current_revision(),
+        before + 1,
+        "one revision for the whole txn"
+    );
+    let Some(Response::ResponseRange(r)) = &resp.responses[2].response else {
+        panic!("range response")
+    };
+    assert_eq!(
+        r.kvs[0].mod_revision,
+        before + 1,
+        "reads inside a txn see its writes"
+    );
 
     let unknown_lease = TxnRequest {
         compare: vec![],
         success: vec![
-            op(Request::RequestPut(PutRequest { key: "y".into(), ..Default::default() })),
-            op(Request::RequestPut(PutRequest { key: "z".into(), lease: 42, ..Default::default() })),
+            op(Request::RequestPut(PutRequest {
+                key: "y".into(),
+                ..Default::default()
+            })),
+            op(Request::RequestPut(PutRequest {
+                key: "z".into(),
+                lease: 42,
+                ..Default::default()
+            })),
         ],
         failure: vec![],
     };
@@ -158,7 +295,11 @@ fn txn_compares_and_revision_bumps(s: &MvccStore) {
     txn.commit(WriteBatch::new()).unwrap();
     assert!(matches!(err, KvError::Etcd(EtcdError::LeaseNotFound)));
     let value_on_missing = TxnRequest {
-        compare: vec![cmp(CompareResult::NotEqual, CompareTarget::Value, TargetUnion::Value("q".into()))],
+        compare: vec![cmp(
+            CompareResult::NotEqual,
+            CompareTarget::Value,
+            TargetUnion::Value("q".into()),
+        )],
         ..Default::default()
     };
     let mut value_on_missing = value_on_missing;
@@ -175,25 +316,66 @@ fn compaction_errors_and_physical_deletion(make: &dyn Fn() -> Arc<dyn Engine>) {
     for i in 0..10 {
         put(&s, "c", &i.to_string());
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut txn = s.write();
     let job = txn.compact(6).unwrap();
     txn.commit(WriteBatch::new()).unwrap();
     rt.block_on(s.run_physical_compaction(job)).unwrap();
-    let old = get(&s, RangeRequest { key: "c".into(), revision: 5, ..Default::default() });
+    let old = get(
+        &s,
+        RangeRequest {
+            key: "c".into(),
+            revision: 5,
+            ..Default::default()
+        },
+    );
     assert!(matches!(old, Err(KvError::Etcd(EtcdError::Compacted))));
-    let at = get(&s, RangeRequest { key: "c".into(), revision: 6, ..Default::default() }).unwrap();
-    assert_eq!(at.kvs[0].value, b"4".to_vec(), "the compaction revision itself stays readable");
+    let at = get(
+        &s,
+        RangeRequest {
+            key: "c".into(),
+            revision: 6,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        at.kvs[0].value,
+        b"4".to_vec(),
+        "the compaction revision itself stays readable"
+    );
     let mut txn = s.write();
-    assert!(txn.compact(6).is_err(), "compacting again at the same revision");
+    assert!(
+        txn.compact(6).is_err(),
+        "compacting again at the same revision"
+    );
     assert!(txn.compact(99).is_err(), "compacting the future");
     txn.commit(WriteBatch::new()).unwrap();
-    assert!(s.kv_at_revision(store::mvcc::Revision::new(5, 0), false).unwrap().is_none(), "physically deleted");
+    assert!(
+        s.kv_at_revision(store::mvcc::Revision::new(5, 0), false)
+            .unwrap()
+            .is_none(),
+        "physically deleted"
+    );
     let reopened = MvccStore::open(engine).unwrap();
     assert_eq!(reopened.current_revision(), s.current_revision());
     assert_eq!(reopened.compact_revision(), 6);
-    let now = get(&reopened, RangeRequest { key: "c".into(), ..Default::default() }).unwrap();
-    assert_eq!((now.kvs[0].version, now.kvs[0].create_revision), (10, 2), "rebuilt index keeps versions");
+    let now = get(
+        &reopened,
+        RangeRequest {
+            key: "c".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        (now.kvs[0].version, now.kvs[0].create_revision),
+        (10, 2),
+        "rebuilt index keeps versions"
+    );
 }
 
 #[test]

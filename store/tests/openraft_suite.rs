@@ -18,7 +18,9 @@ struct Builder {
 }
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
         let dir = tempfile::tempdir().expect("tempdir");
         let engine: Arc<dyn Engine> = if self.rocks {
             Arc::new(RocksEngine::open(&dir.path().join("db")).expect("open rocksdb"))
@@ -28,7 +30,13 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
         let mvcc = Arc::new(MvccStore::open(engine.clone()).expect("open mvcc"));
         let compactor = spawn_compactor(mvcc.clone(), None);
         let lessor = Arc::new(store::lease::Lessor::new(std::time::Duration::from_secs(1)));
-        let sm = StateMachine::new(mvcc, dir.path().join("snap"), compactor, store::watch::WatchHub::new(), lessor);
+        let sm = StateMachine::new(
+            mvcc,
+            dir.path().join("snap"),
+            compactor,
+            store::watch::WatchHub::new(),
+            lessor,
+        );
         Ok((dir, LogStore::new(engine), sm))
     }
 }

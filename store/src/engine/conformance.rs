@@ -54,11 +54,28 @@ fn fill(e: &dyn Engine) {
 fn scans_are_ordered_and_bounded(e: &dyn Engine) {
     fill(e);
     let all = scan_collect(e, Table::Kv, b"", None, 0).unwrap();
-    assert_eq!(keys(&all), vec![&b"\x00"[..], b"a", b"ab", b"b", b"c", b"\xff"]);
+    assert_eq!(
+        keys(&all),
+        vec![&b"\x00"[..], b"a", b"ab", b"b", b"c", b"\xff"]
+    );
     let some = scan_collect(e, Table::Kv, b"a", Some(b"c"), 0).unwrap();
-    assert_eq!(keys(&some), vec![&b"a"[..], b"ab", b"b"], "end is exclusive");
-    assert!(scan_collect(e, Table::Kv, b"c", Some(b"a"), 0).unwrap().is_empty(), "inverted range is empty");
-    assert!(scan_collect(e, Table::Kv, b"b", Some(b"b"), 0).unwrap().is_empty(), "empty range");
+    assert_eq!(
+        keys(&some),
+        vec![&b"a"[..], b"ab", b"b"],
+        "end is exclusive"
+    );
+    assert!(
+        scan_collect(e, Table::Kv, b"c", Some(b"a"), 0)
+            .unwrap()
+            .is_empty(),
+        "inverted range is empty"
+    );
+    assert!(
+        scan_collect(e, Table::Kv, b"b", Some(b"b"), 0)
+            .unwrap()
+            .is_empty(),
+        "empty range"
+    );
     let limited = scan_collect(e, Table::Kv, b"a", None, 2).unwrap();
     assert_eq!(keys(&limited), vec![&b"a"[..], b"ab"]);
     assert_eq!(all[1].1, b"a".to_vec(), "values come with keys");
@@ -79,7 +96,11 @@ fn reverse_scans_are_ordered_and_bounded(e: &dyn Engine) {
         ControlFlow::Break(())
     })
     .unwrap();
-    assert_eq!(last, Some(b"\xff".to_vec()), "reverse scan starts at the last key");
+    assert_eq!(
+        last,
+        Some(b"\xff".to_vec()),
+        "reverse scan starts at the last key"
+    );
 }
 
 fn scans_stop_when_visitor_breaks(e: &dyn Engine) {

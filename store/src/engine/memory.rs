@@ -55,7 +55,9 @@ fn scan_in(
     reverse: bool,
     visit: &mut ScanVisitor<'_>,
 ) {
-    let Some(map) = tables.get(&table) else { return };
+    let Some(map) = tables.get(&table) else {
+        return;
+    };
     if empty_range(start, end) {
         return;
     }
@@ -78,11 +80,28 @@ fn scan_in(
 
 impl EngineRead for MemoryEngine {
     fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
-        Ok(get_in(&self.tables.read().expect("memory engine lock"), table, key))
+        Ok(get_in(
+            &self.tables.read().expect("memory engine lock"),
+            table,
+            key,
+        ))
     }
 
-    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()> {
-        scan_in(&self.tables.read().expect("memory engine lock"), table, start, end, false, visit);
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()> {
+        scan_in(
+            &self.tables.read().expect("memory engine lock"),
+            table,
+            start,
+            end,
+            false,
+            visit,
+        );
         Ok(())
     }
 
@@ -93,7 +112,14 @@ impl EngineRead for MemoryEngine {
         end: Option<&[u8]>,
         visit: &mut ScanVisitor<'_>,
     ) -> EngineResult<()> {
-        scan_in(&self.tables.read().expect("memory engine lock"), table, start, end, true, visit);
+        scan_in(
+            &self.tables.read().expect("memory engine lock"),
+            table,
+            start,
+            end,
+            true,
+            visit,
+        );
         Ok(())
     }
 }
@@ -103,7 +129,13 @@ impl EngineRead for MemorySnapshot {
         Ok(get_in(&self.tables, table, key))
     }
 
-    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()> {
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()> {
         scan_in(&self.tables, table, start, end, false, visit);
         Ok(())
     }
@@ -134,8 +166,10 @@ impl Engine for MemoryEngine {
                 BatchOp::DeleteRange(t, start, end) => {
                     let map = tables.entry(t).or_default();
                     if start < end {
-                        let doomed: Vec<Vec<u8>> =
-                            map.range::<[u8], _>(bounds(&start, Some(&end))).map(|(k, _)| k.clone()).collect();
+                        let doomed: Vec<Vec<u8>> = map
+                            .range::<[u8], _>(bounds(&start, Some(&end)))
+                            .map(|(k, _)| k.clone())
+                            .collect();
                         for k in doomed {
                             map.remove(&k);
                         }
@@ -161,7 +195,11 @@ impl Engine for MemoryEngine {
 
     fn size_in_use_bytes(&self) -> u64 {
         let tables = self.tables.read().expect("memory engine lock");
-        tables.values().flat_map(|t| t.iter()).map(|(k, v)| (k.len() + v.len()) as u64).sum()
+        tables
+            .values()
+            .flat_map(|t| t.iter())
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum()
     }
 
     fn compact_files(&self) -> EngineResult<()> {

@@ -35,7 +35,13 @@ pub enum Table {
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 5] = [Table::RaftLog, Table::RaftState, Table::Kv, Table::Meta, Table::Lease];
+    pub const ALL: [Table; 5] = [
+        Table::RaftLog,
+        Table::RaftState,
+        Table::Kv,
+        Table::Meta,
+        Table::Lease,
+    ];
 
     /// Stable on-disk name of the table (the RocksDB column family name).
     pub fn name(self) -> &'static str {
@@ -92,7 +98,12 @@ impl WriteBatch {
     }
 
     /// Adds a range delete of `[start, end)`.
-    pub fn delete_range(&mut self, table: Table, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
+    pub fn delete_range(
+        &mut self,
+        table: Table,
+        start: impl Into<Vec<u8>>,
+        end: impl Into<Vec<u8>>,
+    ) {
         let (start, end) = (start.into(), end.into());
         self.bytes += start.len() + end.len();
         self.ops.push(BatchOp::DeleteRange(table, start, end));
@@ -144,7 +155,13 @@ pub trait EngineRead: Send + Sync {
 
     /// Visits keys in `[start, end)` in ascending order (`end = None`:
     /// to the end of the table) until the visitor breaks.
-    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()>;
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()>;
 
     /// Visits keys in `[start, end)` in descending order.
     fn scan_reverse(

@@ -9,9 +9,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions, WriteOptions, DB};
+use rocksdb::{
+    ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions, WriteOptions, DB,
+};
 
-use super::{BatchOp, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch};
+use super::{
+    BatchOp, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch,
+};
 
 /// Memtable size per column family: large enough that bursts of small writes
 /// do not flush constantly, small enough to bound memory (5 tables x 64 MiB).
@@ -50,7 +54,12 @@ impl RocksEngine {
     fn property_sum(&self, name: &str) -> u64 {
         Table::ALL
             .iter()
-            .filter_map(|t| self.db.property_int_value_cf(self.cf(*t), name).ok().flatten())
+            .filter_map(|t| {
+                self.db
+                    .property_int_value_cf(self.cf(*t), name)
+                    .ok()
+                    .flatten()
+            })
             .sum()
     }
 }
@@ -89,14 +98,26 @@ fn empty_range(start: &[u8], end: Option<&[u8]>) -> bool {
 
 impl EngineRead for RocksEngine {
     fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
-        Ok(self.db.get_pinned_cf(self.cf(table), key).map_err(err)?.map(|v| v.to_vec()))
+        Ok(self
+            .db
+            .get_pinned_cf(self.cf(table), key)
+            .map_err(err)?
+            .map(|v| v.to_vec()))
     }
 
-    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()> {
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()> {
         if empty_range(start, end) {
             return Ok(());
         }
-        let iter = self.db.iterator_cf_opt(self.cf(table), read_opts(start, end), IteratorMode::Start);
+        let iter =
+            self.db
+                .iterator_cf_opt(self.cf(table), read_opts(start, end), IteratorMode::Start);
         drive(iter, visit)
     }
 
@@ -110,7 +131,9 @@ impl EngineRead for RocksEngine {
         if empty_range(start, end) {
             return Ok(());
         }
-        let iter = self.db.iterator_cf_opt(self.cf(table), read_opts(start, end), IteratorMode::End);
+        let iter =
+            self.db
+                .iterator_cf_opt(self.cf(table), read_opts(start, end), IteratorMode::End);
         drive(iter, visit)
     }
 }
@@ -139,16 +162,19 @@ impl Engine for RocksEngine {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.property_sum("rocksdb.total-sst-files-size") + self.property_sum("rocksdb.cur-size-all-mem-tables")
+        self.property_sum("rocksdb.total-sst-files-size")
+            + self.property_sum("rocksdb.cur-size-all-mem-tables")
     }
 
     fn size_in_use_bytes(&self) -> u64 {
-        self.property_sum("rocksdb.estimate-live-data-size") + self.property_sum("rocksdb.cur-size-all-mem-tables")
+        self.property_sum("rocksdb.estimate-live-data-size")
+            + self.property_sum("rocksdb.cur-size-all-mem-tables")
     }
 
     fn compact_files(&self) -> EngineResult<()> {
         for t in Table::ALL {
-            self.db.compact_range_cf(self.cf(t), None::<&[u8]>, None::<&[u8]>);
+            self.db
+                .compact_range_cf(self.cf(t), None::<&[u8]>, None::<&[u8]>);
         }
         Ok(())
     }
@@ -170,22 +196,35 @@ impl RocksSnapshot {
         // SAFETY: the snapshot borrows `*db`, which lives on the heap inside
         // the Arc we store next to it; the Arc is dropped after the snapshot
         // (field order), so the referent outlives the extended borrow.
-        let snapshot: rocksdb::SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snapshot) };
+        let snapshot: rocksdb::SnapshotWithThreadMode<'static, DB> =
+            unsafe { std::mem::transmute(snapshot) };
         Self { snapshot, db }
     }
 }
 
 impl EngineRead for RocksSnapshot {
     fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
-        Ok(self.snapshot.get_pinned_cf(cf_of(&self.db, table), key).map_err(err)?.map(|v| v.to_vec()))
+        Ok(self
+            .snapshot
+            .get_pinned_cf(cf_of(&self.db, table), key)
+            .map_err(err)?
+            .map(|v| v.to_vec()))
     }
 
-    fn scan(&self, table: Table, start: &[u8], end: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> EngineResult<()> {
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()> {
         if empty_range(start, end) {
             return Ok(());
         }
         let mode = IteratorMode::From(start, Direction::Forward);
-        let iter = self.snapshot.iterator_cf_opt(cf_of(&self.db, table), read_opts(start, end), mode);
+        let iter =
+            self.snapshot
+                .iterator_cf_opt(cf_of(&self.db, table), read_opts(start, end), mode);
         drive(iter, visit)
     }
 
@@ -199,7 +238,11 @@ impl EngineRead for RocksSnapshot {
         if empty_range(start, end) {
             return Ok(());
         }
-        let iter = self.snapshot.iterator_cf_opt(cf_of(&self.db, table), read_opts(start, end), IteratorMode::End);
+        let iter = self.snapshot.iterator_cf_opt(
+            cf_of(&self.db, table),
+            read_opts(start, end),
+            IteratorMode::End,
+        );
         drive(iter, visit)
     }
 }

@@ -28,11 +28,19 @@ pub fn range(view: &dyn ReadView, req: &RangeRequest) -> Result<RangeResponse, K
         || req.max_mod_revision != 0
         || req.min_create_revision != 0
         || req.max_create_revision != 0;
-    let mut fetch_limit = if order != SortOrder::None || filtered { 0 } else { req.limit.max(0) as usize };
+    let mut fetch_limit = if order != SortOrder::None || filtered {
+        0
+    } else {
+        req.limit.max(0) as usize
+    };
     if fetch_limit > 0 {
         fetch_limit += 1;
     }
-    let opts = RangeOptions { limit: fetch_limit, rev: req.revision, count_only: req.count_only };
+    let opts = RangeOptions {
+        limit: fetch_limit,
+        rev: req.revision,
+        count_only: req.count_only,
+    };
     let result = view.range(&KeyRange::new(&req.key, &req.range_end), opts)?;
     let mut kvs = result.kvs;
     retain_in_bounds(&mut kvs, req);
@@ -48,7 +56,10 @@ pub fn range(view: &dyn ReadView, req: &RangeRequest) -> Result<RangeResponse, K
         }
     }
     Ok(RangeResponse {
-        header: Some(ResponseHeader { revision: result.rev, ..Default::default() }),
+        header: Some(ResponseHeader {
+            revision: result.rev,
+            ..Default::default()
+        }),
         kvs,
         more,
         count: result.count as i64,
@@ -59,7 +70,11 @@ fn retain_in_bounds(kvs: &mut Vec<KeyValue>, req: &RangeRequest) {
     let within = |v: i64, min: i64, max: i64| (min == 0 || v >= min) && (max == 0 || v <= max);
     kvs.retain(|kv| {
         within(kv.mod_revision, req.min_mod_revision, req.max_mod_revision)
-            && within(kv.create_revision, req.min_create_revision, req.max_create_revision)
+            && within(
+                kv.create_revision,
+                req.min_create_revision,
+                req.max_create_revision,
+            )
     });
 }
 

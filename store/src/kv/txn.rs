@@ -17,8 +17,8 @@ use etcd_proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnio
 use etcd_proto::etcdserverpb::request_op::Request;
 use etcd_proto::etcdserverpb::response_op::Response;
 use etcd_proto::etcdserverpb::{
-    Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RequestOp,
-    ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+    Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest,
+    RequestOp, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
 use etcd_proto::mvccpb::KeyValue;
 
@@ -27,22 +27,36 @@ use crate::errors::EtcdError;
 use crate::mvcc::{KeyRange, RangeOptions, WriteTxn};
 
 fn header(revision: i64) -> Option<ResponseHeader> {
-    Some(ResponseHeader { revision, ..Default::default() })
+    Some(ResponseHeader {
+        revision,
+        ..Default::default()
+    })
 }
 
 /// Applies a top-level Put.
-pub fn put(txn: &mut WriteTxn<'_>, leases: &dyn LeaseLookup, req: &PutRequest) -> Result<PutResponse, KvError> {
+pub fn put(
+    txn: &mut WriteTxn<'_>,
+    leases: &dyn LeaseLookup,
+    req: &PutRequest,
+) -> Result<PutResponse, KvError> {
     check_put(txn, leases, req)?;
     exec_put(txn, req)
 }
 
 /// Applies a top-level DeleteRange.
-pub fn delete_range(txn: &mut WriteTxn<'_>, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse, KvError> {
+pub fn delete_range(
+    txn: &mut WriteTxn<'_>,
+    req: &DeleteRangeRequest,
+) -> Result<DeleteRangeResponse, KvError> {
     exec_delete(txn, req)
 }
 
 /// Applies a Txn.
-pub fn txn(txn: &mut WriteTxn<'_>, leases: &dyn LeaseLookup, req: &TxnRequest) -> Result<TxnResponse, KvError> {
+pub fn txn(
+    txn: &mut WriteTxn<'_>,
+    leases: &dyn LeaseLookup,
+    req: &TxnRequest,
+) -> Result<TxnResponse, KvError> {
     let path = choose_path(txn, req)?;
     check_path(txn, leases, req, &path)?;
     let mut cursor = path.iter();
@@ -93,7 +107,12 @@ fn branch(req: &TxnRequest, succeeded: bool) -> &[RequestOp] {
 }
 
 /// Walks the chosen path checking each request before anything is written.
-fn check_path(txn: &WriteTxn<'_>, leases: &dyn LeaseLookup, req: &TxnRequest, path: &[bool]) -> Result<(), KvError> {
+fn check_path(
+    txn: &WriteTxn<'_>,
+    leases: &dyn LeaseLookup,
+    req: &TxnRequest,
+    path: &[bool],
+) -> Result<(), KvError> {
     let mut cursor = path.iter();
     check_txn_path(txn, leases, req, &mut cursor)
 }
@@ -116,7 +135,11 @@ fn check_txn_path(
     Ok(())
 }
 
-fn check_put(txn: &WriteTxn<'_>, leases: &dyn LeaseLookup, req: &PutRequest) -> Result<(), KvError> {
+fn check_put(
+    txn: &WriteTxn<'_>,
+    leases: &dyn LeaseLookup,
+    req: &PutRequest,
+) -> Result<(), KvError> {
     if req.lease != 0 && !leases.lease_exists(req.lease) {
         return Err(EtcdError::LeaseNotFound.into());
     }
@@ -127,7 +150,11 @@ fn check_put(txn: &WriteTxn<'_>, leases: &dyn LeaseLookup, req: &PutRequest) -> 
 }
 
 fn check_range_revision(txn: &WriteTxn<'_>, req: &RangeRequest) -> Result<(), KvError> {
-    let opts = RangeOptions { rev: req.revision, count_only: true, ..Default::default() };
+    let opts = RangeOptions {
+        rev: req.revision,
+        count_only: true,
+        ..Default::default()
+    };
     txn.range(&KeyRange::new(&req.key, &req.range_end), opts)?;
     Ok(())
 }
@@ -144,7 +171,9 @@ fn exec_txn(
         let response = match &op.request {
             Some(Request::RequestRange(r)) => Some(Response::ResponseRange(range(txn, r)?)),
             Some(Request::RequestPut(p)) => Some(Response::ResponsePut(exec_put(txn, p)?)),
-            Some(Request::RequestDeleteRange(d)) => Some(Response::ResponseDeleteRange(exec_delete(txn, d)?)),
+            Some(Request::RequestDeleteRange(d)) => {
+                Some(Response::ResponseDeleteRange(exec_delete(txn, d)?))
+            }
             Some(Request::RequestTxn(t)) => {
                 let mut nested = exec_txn(txn, t, cursor)?;
                 // etcd leaves a nested txn's header empty (newTxnResp).
@@ -155,7 +184,11 @@ fn exec_txn(
         };
         responses.push(ResponseOp { response });
     }
-    Ok(TxnResponse { header: None, succeeded, responses })
+    Ok(TxnResponse {
+        header: None,
+        succeeded,
+        responses,
+    })
 }
 
 fn exec_put(txn: &mut WriteTxn<'_>, req: &PutRequest) -> Result<PutResponse, KvError> {
@@ -169,10 +202,16 @@ fn exec_put(txn: &mut WriteTxn<'_>, req: &PutRequest) -> Result<PutResponse, KvE
         _ => req.lease,
     };
     txn.put(&req.key, value, lease)?;
-    Ok(PutResponse { header: header(txn.write_rev()), prev_kv: if req.prev_kv { prev } else { None } })
+    Ok(PutResponse {
+        header: header(txn.write_rev()),
+        prev_kv: if req.prev_kv { prev } else { None },
+    })
 }
 
-fn exec_delete(txn: &mut WriteTxn<'_>, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse, KvError> {
+fn exec_delete(
+    txn: &mut WriteTxn<'_>,
+    req: &DeleteRangeRequest,
+) -> Result<DeleteRangeResponse, KvError> {
     let deleted = txn.delete_range(&KeyRange::new(&req.key, &req.range_end))?;
     let rev = current_rev(txn);
     Ok(DeleteRangeResponse {
@@ -184,7 +223,10 @@ fn exec_delete(txn: &mut WriteTxn<'_>, req: &DeleteRangeRequest) -> Result<Delet
 
 /// etcd's `applyCompare`: true if every key in the compare's range passes.
 fn compare(txn: &WriteTxn<'_>, c: &Compare) -> Result<bool, KvError> {
-    let result = txn.range(&KeyRange::new(&c.key, &c.range_end), RangeOptions::default());
+    let result = txn.range(
+        &KeyRange::new(&c.key, &c.range_end),
+        RangeOptions::default(),
+    );
     let kvs = match result {
         Ok(r) => r.kvs,
         // etcd treats a failed read as a failed compare.

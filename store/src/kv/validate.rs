@@ -6,7 +6,9 @@ use std::collections::HashSet;
 
 use etcd_proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use etcd_proto::etcdserverpb::request_op::Request;
-use etcd_proto::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest};
+use etcd_proto::etcdserverpb::{
+    DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+};
 
 use crate::errors::EtcdError;
 
@@ -114,7 +116,9 @@ fn overlaps(ops: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<Deleted>), EtcdE
         .collect();
     let mut puts: HashSet<Vec<u8>> = HashSet::new();
     for op in ops {
-        let Some(Request::RequestTxn(t)) = &op.request else { continue };
+        let Some(Request::RequestTxn(t)) = &op.request else {
+            continue;
+        };
         let (puts_then, dels_then) = overlaps(&t.success)?;
         let (puts_else, dels_else) = overlaps(&t.failure)?;
         for k in &puts_then {
@@ -133,7 +137,9 @@ fn overlaps(ops: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<Deleted>), EtcdE
         dels.extend(dels_else);
     }
     for op in ops {
-        let Some(Request::RequestPut(p)) = &op.request else { continue };
+        let Some(Request::RequestPut(p)) = &op.request else {
+            continue;
+        };
         if puts.contains(&p.key) || dels.iter().any(|d| d.covers(&p.key)) {
             return Err(EtcdError::DuplicateKey);
         }
@@ -148,7 +154,12 @@ mod tests {
     use etcd_proto::etcdserverpb::Compare;
 
     fn put(k: &str) -> RequestOp {
-        RequestOp { request: Some(Request::RequestPut(PutRequest { key: k.into(), ..Default::default() })) }
+        RequestOp {
+            request: Some(Request::RequestPut(PutRequest {
+                key: k.into(),
+                ..Default::default()
+            })),
+        }
     }
 
     fn del(k: &str, end: &str) -> RequestOp {
@@ -162,14 +173,24 @@ mod tests {
     }
 
     fn txn(success: Vec<RequestOp>, failure: Vec<RequestOp>) -> TxnRequest {
-        TxnRequest { compare: vec![], success, failure }
+        TxnRequest {
+            compare: vec![],
+            success,
+            failure,
+        }
     }
 
     #[test]
     fn op_limit_is_the_largest_list_not_the_sum() {
         let ops: Vec<RequestOp> = (0..128).map(|i| put(&format!("k{i}"))).collect();
         let mut t = txn(ops.clone(), ops);
-        t.compare = vec![Compare { key: b"a".to_vec(), ..Default::default() }; 128];
+        t.compare = vec![
+            Compare {
+                key: b"a".to_vec(),
+                ..Default::default()
+            };
+            128
+        ];
         assert_eq!(check_txn(&t, 128), Ok(()));
         t.success.push(put("one-more"));
         assert_eq!(check_txn(&t, 128), Err(EtcdError::TooManyOps));
@@ -177,20 +198,41 @@ mod tests {
 
     #[test]
     fn duplicate_puts_and_put_inside_delete_are_refused() {
-        assert_eq!(check_txn(&txn(vec![put("a"), put("a")], vec![]), 128), Err(EtcdError::DuplicateKey));
-        assert_eq!(check_txn(&txn(vec![del("a", "c"), put("b")], vec![]), 128), Err(EtcdError::DuplicateKey));
-        assert_eq!(check_txn(&txn(vec![put("a")], vec![put("a")]), 128), Ok(()), "branches are exclusive");
-        let nested = RequestOp { request: Some(Request::RequestTxn(txn(vec![put("x")], vec![put("x")]))) };
+        assert_eq!(
+            check_txn(&txn(vec![put("a"), put("a")], vec![]), 128),
+            Err(EtcdError::DuplicateKey)
+        );
+        assert_eq!(
+            check_txn(&txn(vec![del("a", "c"), put("b")], vec![]), 128),
+            Err(EtcdError::DuplicateKey)
+        );
+        assert_eq!(
+            check_txn(&txn(vec![put("a")], vec![put("a")]), 128),
+            Ok(()),
+            "branches are exclusive"
+        );
+        let nested = RequestOp {
+            request: Some(Request::RequestTxn(txn(vec![put("x")], vec![put("x")]))),
+        };
         assert_eq!(check_txn(&txn(vec![nested.clone()], vec![]), 128), Ok(()));
-        assert_eq!(check_txn(&txn(vec![nested, put("x")], vec![]), 128), Err(EtcdError::DuplicateKey));
+        assert_eq!(
+            check_txn(&txn(vec![nested, put("x")], vec![]), 128),
+            Err(EtcdError::DuplicateKey)
+        );
     }
 
     #[test]
     fn empty_keys_are_refused_everywhere() {
-        assert_eq!(check_txn(&txn(vec![put("")], vec![]), 128), Err(EtcdError::EmptyKey));
+        assert_eq!(
+            check_txn(&txn(vec![put("")], vec![]), 128),
+            Err(EtcdError::EmptyKey)
+        );
         let mut t = txn(vec![], vec![]);
         t.compare.push(Compare::default());
         assert_eq!(check_txn(&t, 128), Err(EtcdError::EmptyKey));
-        assert_eq!(check_range(&RangeRequest::default()), Err(EtcdError::EmptyKey));
+        assert_eq!(
+            check_range(&RangeRequest::default()),
+            Err(EtcdError::EmptyKey)
+        );
     }
 }

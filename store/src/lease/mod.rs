@@ -65,7 +65,10 @@ impl Lessor {
     /// An empty lessor for a member with `election_timeout`.
     pub fn new(election_timeout: Duration) -> Self {
         let min = (election_timeout.as_millis() as u64 * 3).div_ceil(2 * 1000) as i64;
-        Self { state: Mutex::new(State::default()), min_ttl_seconds: min.max(1) }
+        Self {
+            state: Mutex::new(State::default()),
+            min_ttl_seconds: min.max(1),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -74,11 +77,26 @@ impl Lessor {
 
     /// Reloads every lease from the engine and re-attaches `live_keys`
     /// (key, lease) pairs (start-up and snapshot install).
-    pub fn reload(&self, engine: &dyn EngineRead, live_keys: Vec<(Vec<u8>, i64)>) -> EngineResult<()> {
+    pub fn reload(
+        &self,
+        engine: &dyn EngineRead,
+        live_keys: Vec<(Vec<u8>, i64)>,
+    ) -> EngineResult<()> {
         let mut leases = HashMap::new();
         engine.scan(Table::Lease, &[], None, &mut |k, v| {
-            if let (Ok(id), Ok(ttl)) = (k.try_into().map(i64::from_be_bytes), v.try_into().map(i64::from_be_bytes)) {
-                leases.insert(id, Lease { id, ttl, keys: BTreeSet::new(), expiry: None });
+            if let (Ok(id), Ok(ttl)) = (
+                k.try_into().map(i64::from_be_bytes),
+                v.try_into().map(i64::from_be_bytes),
+            ) {
+                leases.insert(
+                    id,
+                    Lease {
+                        id,
+                        ttl,
+                        keys: BTreeSet::new(),
+                        expiry: None,
+                    },
+                );
             }
             std::ops::ControlFlow::Continue(())
         })?;
@@ -110,15 +128,28 @@ impl Lessor {
         if state.leases.contains_key(&id) {
             return false;
         }
-        let expiry = state.primary.then(|| Instant::now() + Duration::from_secs(ttl as u64));
-        state.leases.insert(id, Lease { id, ttl, keys: BTreeSet::new(), expiry });
+        let expiry = state
+            .primary
+            .then(|| Instant::now() + Duration::from_secs(ttl as u64));
+        state.leases.insert(
+            id,
+            Lease {
+                id,
+                ttl,
+                keys: BTreeSet::new(),
+                expiry,
+            },
+        );
         batch.put(Table::Lease, lease_key(id), ttl.to_be_bytes().to_vec());
         true
     }
 
     /// The keys of lease `id`, if it exists (for revocation).
     pub fn keys(&self, id: i64) -> Option<Vec<Vec<u8>>> {
-        self.lock().leases.get(&id).map(|l| l.keys.iter().cloned().collect())
+        self.lock()
+            .leases
+            .get(&id)
+            .map(|l| l.keys.iter().cloned().collect())
     }
 
     /// Applies a revocation: forgets the lease and records it in `batch`.
@@ -165,7 +196,10 @@ impl Lessor {
         let state = self.lock();
         let l = state.leases.get(&id)?;
         let remaining = match l.expiry {
-            Some(at) => at.saturating_duration_since(Instant::now()).as_secs_f64().ceil() as i64,
+            Some(at) => at
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64()
+                .ceil() as i64,
             None => l.ttl,
         };
         Some((l.ttl, remaining, l.keys.iter().cloned().collect()))
@@ -206,7 +240,13 @@ impl Lessor {
     pub fn expired(&self, max: usize) -> Vec<i64> {
         let now = Instant::now();
         let state = self.lock();
-        state.leases.values().filter(|l| l.expiry.is_some_and(|e| e <= now)).take(max).map(|l| l.id).collect()
+        state
+            .leases
+            .values()
+            .filter(|l| l.expiry.is_some_and(|e| e <= now))
+            .take(max)
+            .map(|l| l.id)
+            .collect()
     }
 }
 
@@ -237,8 +277,16 @@ mod tests {
         assert!(!lessor.apply_grant(1, 10, &mut b), "duplicate id");
         let put = |lease: i64, prev: Option<i64>| Event {
             r#type: EventType::Put as i32,
-            kv: Some(KeyValue { key: b"k".to_vec(), lease, ..Default::default() }),
-            prev_kv: prev.map(|p| KeyValue { key: b"k".to_vec(), lease: p, ..Default::default() }),
+            kv: Some(KeyValue {
+                key: b"k".to_vec(),
+                lease,
+                ..Default::default()
+            }),
+            prev_kv: prev.map(|p| KeyValue {
+                key: b"k".to_vec(),
+                lease: p,
+                ..Default::default()
+            }),
         };
         lessor.apply_events(&[put(1, None)]);
         assert_eq!(lessor.keys(1).unwrap().len(), 1);
@@ -253,10 +301,16 @@ mod tests {
         let mut b = WriteBatch::new();
         lessor.apply_grant(7, 5, &mut b);
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(lessor.expired(10).is_empty(), "followers never expire leases");
+        assert!(
+            lessor.expired(10).is_empty(),
+            "followers never expire leases"
+        );
         lessor.promote(Duration::from_secs(1));
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(lessor.expired(10).is_empty(), "promotion extends by an election timeout");
+        assert!(
+            lessor.expired(10).is_empty(),
+            "promotion extends by an election timeout"
+        );
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(lessor.expired(10), vec![7]);
         assert_eq!(lessor.renew(7), Some(5));

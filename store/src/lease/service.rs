@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use etcd_proto::etcdserverpb::lease_server::Lease;
 use etcd_proto::etcdserverpb::{
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest,
-    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
 use openraft::ServerState;
 use tokio::sync::mpsc;
@@ -54,21 +54,40 @@ fn lessor(core: &Core) -> &Lessor {
 async fn keep_alive_once(core: &Core, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
     let ttl = match core.on_leader(LeaderRequest::LeaseRenew(id)).await? {
         LeaderReply::LeaseRenewed(ttl) => ttl.unwrap_or(0),
-        other => return Err(Status::internal(format!("unexpected leader reply {other:?}"))),
+        other => {
+            return Err(Status::internal(format!(
+                "unexpected leader reply {other:?}"
+            )))
+        }
     };
-    Ok(LeaseKeepAliveResponse { header: Some(core.header(core.mvcc.current_revision())), id, ttl })
+    Ok(LeaseKeepAliveResponse {
+        header: Some(core.header(core.mvcc.current_revision())),
+        id,
+        ttl,
+    })
 }
 
 #[tonic::async_trait]
 impl Lease for LeaseService {
-    async fn lease_grant(&self, req: Request<LeaseGrantRequest>) -> Result<Response<LeaseGrantResponse>, Status> {
+    async fn lease_grant(
+        &self,
+        req: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
         let req = req.into_inner();
         if req.ttl > MAX_LEASE_TTL_SECONDS {
             return Err(EtcdError::LeaseTtlTooLarge.into());
         }
-        let id = if req.id == 0 { random_lease_id() } else { req.id };
+        let id = if req.id == 0 {
+            random_lease_id()
+        } else {
+            req.id
+        };
         let ttl = lessor(&self.core).effective_ttl(req.ttl);
-        match self.core.propose(Command::LeaseGrant(LeaseGrantRequest { ttl, id })).await? {
+        match self
+            .core
+            .propose(Command::LeaseGrant(LeaseGrantRequest { ttl, id }))
+            .await?
+        {
             CommandResponse::LeaseGrant(mut resp) => {
                 self.core.fill(&mut resp.header);
                 Ok(Response::new(resp))
@@ -78,8 +97,15 @@ impl Lease for LeaseService {
         }
     }
 
-    async fn lease_revoke(&self, req: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
-        match self.core.propose(Command::LeaseRevoke(req.into_inner())).await? {
+    async fn lease_revoke(
+        &self,
+        req: Request<LeaseRevokeRequest>,
+    ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        match self
+            .core
+            .propose(Command::LeaseRevoke(req.into_inner()))
+            .await?
+        {
             CommandResponse::LeaseRevoke(mut resp) => {
                 self.core.fill(&mut resp.header);
                 Ok(Response::new(resp))
@@ -115,9 +141,17 @@ impl Lease for LeaseService {
         req: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         let req = req.into_inner();
-        let found = match self.core.on_leader(LeaderRequest::LeaseTimeToLive(req.id)).await? {
+        let found = match self
+            .core
+            .on_leader(LeaderRequest::LeaseTimeToLive(req.id))
+            .await?
+        {
             LeaderReply::LeaseTtl(found) => found,
-            other => return Err(Status::internal(format!("unexpected leader reply {other:?}"))),
+            other => {
+                return Err(Status::internal(format!(
+                    "unexpected leader reply {other:?}"
+                )))
+            }
         };
         let header = Some(self.core.header(self.core.mvcc.current_revision()));
         let resp = match found {
@@ -128,13 +162,25 @@ impl Lease for LeaseService {
                 granted_ttl,
                 keys: if req.keys { keys } else { Vec::new() },
             },
-            None => LeaseTimeToLiveResponse { header, id: req.id, ttl: -1, ..Default::default() },
+            None => LeaseTimeToLiveResponse {
+                header,
+                id: req.id,
+                ttl: -1,
+                ..Default::default()
+            },
         };
         Ok(Response::new(resp))
     }
 
-    async fn lease_leases(&self, _req: Request<LeaseLeasesRequest>) -> Result<Response<LeaseLeasesResponse>, Status> {
-        let leases = lessor(&self.core).ids().into_iter().map(|id| LeaseStatus { id }).collect();
+    async fn lease_leases(
+        &self,
+        _req: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        let leases = lessor(&self.core)
+            .ids()
+            .into_iter()
+            .map(|id| LeaseStatus { id })
+            .collect();
         Ok(Response::new(LeaseLeasesResponse {
             header: Some(self.core.header(self.core.mvcc.current_revision())),
             leases,
@@ -154,7 +200,11 @@ fn random_lease_id() -> i64 {
 
 /// Starts the leader duties: follow leadership (promote/demote the lessor)
 /// and revoke expired leases while leader. Ends when `stop` fires.
-pub fn spawn_lease_tasks(core: Arc<Core>, election_timeout: Duration, stop: tokio::sync::watch::Receiver<bool>) {
+pub fn spawn_lease_tasks(
+    core: Arc<Core>,
+    election_timeout: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let leader_core = core.clone();
     let mut leader_stop = stop.clone();
     tokio::spawn(async move {
@@ -184,7 +234,10 @@ pub fn spawn_lease_tasks(core: Arc<Core>, election_timeout: Duration, stop: toki
                 continue;
             }
             for id in core.lessor.expired(MAX_REVOKES_PER_CHECK) {
-                match core.propose(Command::LeaseRevoke(LeaseRevokeRequest { id })).await {
+                match core
+                    .propose(Command::LeaseRevoke(LeaseRevokeRequest { id }))
+                    .await
+                {
                     Ok(_) => tracing::debug!(lease = id, "revoked expired lease"),
                     Err(e) => {
                         tracing::warn!(lease = id, error = %e, "could not revoke expired lease");

@@ -41,7 +41,7 @@ impl KeyRange {
         }
     }
 
-    fn bounds(&self) -> Option<(Bound<&[u8]>, Bound<&[u8]>)> {
+    fn bounds(&self) -> Option<KeyBounds<'_>> {
         match self {
             KeyRange::Single(k) => Some((Bound::Included(k), Bound::Included(k))),
             KeyRange::From(s) => Some((Bound::Included(s), Bound::Unbounded)),
@@ -50,6 +50,9 @@ impl KeyRange {
         }
     }
 }
+
+/// Lower and upper bound of a key range, for `BTreeMap::range`.
+type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
 
 /// A key visible at some revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,14 +120,19 @@ impl TreeIndex {
     /// Keys in `range` visible at `at`, in key order; stops after `limit`
     /// matches (0 = all) but always returns the exact total count.
     pub fn range(&self, range: &KeyRange, at: i64, limit: usize) -> (Vec<VisibleKey>, usize) {
-        let Some(bounds) = range.bounds() else { return (Vec::new(), 0) };
+        let Some(bounds) = range.bounds() else {
+            return (Vec::new(), 0);
+        };
         let mut out = Vec::new();
         let mut total = 0;
         for (key, ki) in self.keys.range::<[u8], _>(bounds) {
             if let Some(at) = ki.get(at) {
                 total += 1;
                 if limit == 0 || out.len() < limit {
-                    out.push(VisibleKey { key: key.clone(), at });
+                    out.push(VisibleKey {
+                        key: key.clone(),
+                        at,
+                    });
                 }
             }
         }
@@ -133,8 +141,14 @@ impl TreeIndex {
 
     /// Live keys in `range` right now (for deletes), in key order.
     pub fn live_keys(&self, range: &KeyRange) -> Vec<Vec<u8>> {
-        let Some(bounds) = range.bounds() else { return Vec::new() };
-        self.keys.range::<[u8], _>(bounds).filter(|(_, ki)| ki.is_live()).map(|(k, _)| k.clone()).collect()
+        let Some(bounds) = range.bounds() else {
+            return Vec::new();
+        };
+        self.keys
+            .range::<[u8], _>(bounds)
+            .filter(|(_, ki)| ki.is_live())
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Compacts every key at `at`; returns the revisions `<= at` that must
@@ -182,10 +196,17 @@ mod tests {
         assert!(idx.tombstone(b"b", r(6)));
         let (keys, total) = idx.range(&KeyRange::new(b"a", b"\0"), 6, 2);
         assert_eq!(total, 3);
-        assert_eq!(keys.iter().map(|k| k.key.clone()).collect::<Vec<_>>(), vec![b"a".to_vec(), b"c".to_vec()]);
+        assert_eq!(
+            keys.iter().map(|k| k.key.clone()).collect::<Vec<_>>(),
+            vec![b"a".to_vec(), b"c".to_vec()]
+        );
         let (_, total_at_5) = idx.range(&KeyRange::new(b"a", b"\0"), 5, 0);
         assert_eq!(total_at_5, 4, "b still existed at 5");
-        assert_eq!(idx.range(&KeyRange::new(b"c", b"a"), 6, 0).1, 0, "inverted range");
+        assert_eq!(
+            idx.range(&KeyRange::new(b"c", b"a"), 6, 0).1,
+            0,
+            "inverted range"
+        );
     }
 
     #[test]

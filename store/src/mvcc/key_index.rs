@@ -72,7 +72,11 @@ pub struct KeyIndex {
 impl KeyIndex {
     /// Records a put at `rev`.
     pub fn put(&mut self, rev: Revision) {
-        assert!(rev > self.modified || self.generations.is_empty(), "put {rev:?} not after {:?}", self.modified);
+        assert!(
+            rev > self.modified || self.generations.is_empty(),
+            "put {rev:?} not after {:?}",
+            self.modified
+        );
         if self.generations.is_empty() {
             self.generations.push(Generation::default());
         }
@@ -88,7 +92,11 @@ impl KeyIndex {
     /// Rebuilds a live generation from a stored value (restart path), where
     /// older revisions may already be compacted away.
     pub fn restore(&mut self, created: Revision, modified: Revision, version: i64) {
-        self.generations.push(Generation { created, version, revs: vec![modified] });
+        self.generations.push(Generation {
+            created,
+            version,
+            revs: vec![modified],
+        });
         self.modified = modified;
     }
 
@@ -138,22 +146,37 @@ impl KeyIndex {
         let g = self.generation_at(at)?;
         let n = g.newest_at_or_before(at)?;
         let version = g.version - (g.revs.len() - n - 1) as i64;
-        Some(KeyAt { modified: g.revs[n], created: g.created, version })
+        Some(KeyAt {
+            modified: g.revs[n],
+            created: g.created,
+            version,
+        })
     }
 
     /// Revisions of changes with `main > after` (watch catch-up), oldest first.
     pub fn since(&self, after: i64) -> Vec<Revision> {
-        self.generations.iter().flat_map(|g| g.revs.iter().copied()).filter(|r| r.main > after).collect()
+        self.generations
+            .iter()
+            .flat_map(|g| g.revs.iter().copied())
+            .filter(|r| r.main > after)
+            .collect()
     }
 
     /// Compacts history at main revision `at`; adds the revisions that must
     /// stay on disk to `keep`. Returns true if the key is now empty and
     /// should be removed from the index.
     pub fn compact(&mut self, at: i64, keep: &mut HashSet<Revision>) -> bool {
-        assert!(!self.generations.is_empty(), "compacting an empty key index");
+        assert!(
+            !self.generations.is_empty(),
+            "compacting an empty key index"
+        );
         let mut gen_idx = 0;
         while gen_idx < self.generations.len() - 1 {
-            let tomb = self.generations[gen_idx].revs.last().expect("closed generations are non-empty").main;
+            let tomb = self.generations[gen_idx]
+                .revs
+                .last()
+                .expect("closed generations are non-empty")
+                .main;
             if tomb > at {
                 break;
             }
@@ -201,11 +224,39 @@ mod tests {
     fn get_walks_generations() {
         let ki = example();
         assert_eq!(ki.get(0), None);
-        assert_eq!(ki.get(1), Some(KeyAt { modified: r(1), created: r(1), version: 1 }));
-        assert_eq!(ki.get(2), Some(KeyAt { modified: r(2), created: r(1), version: 2 }));
+        assert_eq!(
+            ki.get(1),
+            Some(KeyAt {
+                modified: r(1),
+                created: r(1),
+                version: 1
+            })
+        );
+        assert_eq!(
+            ki.get(2),
+            Some(KeyAt {
+                modified: r(2),
+                created: r(1),
+                version: 2
+            })
+        );
         assert_eq!(ki.get(3), None, "deleted at 3");
-        assert_eq!(ki.get(4), Some(KeyAt { modified: r(4), created: r(4), version: 1 }));
-        assert_eq!(ki.get(99), Some(KeyAt { modified: r(5), created: r(4), version: 2 }));
+        assert_eq!(
+            ki.get(4),
+            Some(KeyAt {
+                modified: r(4),
+                created: r(4),
+                version: 1
+            })
+        );
+        assert_eq!(
+            ki.get(99),
+            Some(KeyAt {
+                modified: r(5),
+                created: r(4),
+                version: 2
+            })
+        );
     }
 
     #[test]
@@ -227,7 +278,10 @@ mod tests {
 
         let mut keep = HashSet::new();
         assert!(!ki.compact(3, &mut keep));
-        assert!(keep.is_empty(), "a lone tombstone at the compaction point is not kept");
+        assert!(
+            keep.is_empty(),
+            "a lone tombstone at the compaction point is not kept"
+        );
         assert_eq!(ki.generations.len(), 1);
         assert_eq!(ki.get(4).map(|k| k.modified), Some(r(4)));
 

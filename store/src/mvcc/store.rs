@@ -115,14 +115,17 @@ pub struct MvccStore {
 fn read_i64(engine: &dyn EngineRead, key: &[u8]) -> Result<i64, MvccError> {
     Ok(match engine.get(Table::Meta, key)? {
         Some(v) => i64::from_be_bytes(
-            v.as_slice().try_into().map_err(|_| EngineError(format!("bad meta value for {key:?}")))?,
+            v.as_slice()
+                .try_into()
+                .map_err(|_| EngineError(format!("bad meta value for {key:?}")))?,
         ),
         None => 0,
     })
 }
 
 fn decode_kv(bytes: &[u8]) -> Result<KeyValue, MvccError> {
-    KeyValue::decode(bytes).map_err(|e| MvccError::Engine(EngineError(format!("corrupt key-value: {e}"))))
+    KeyValue::decode(bytes)
+        .map_err(|e| MvccError::Engine(EngineError(format!("corrupt key-value: {e}"))))
 }
 
 impl MvccStore {
@@ -133,12 +136,18 @@ impl MvccStore {
 
     /// Opens the store and returns the physical compaction left unfinished
     /// by a crash, if any (the caller runs it).
-    pub fn open_with_pending(engine: Arc<dyn Engine>) -> Result<(Self, Option<CompactionJob>), MvccError> {
+    pub fn open_with_pending(
+        engine: Arc<dyn Engine>,
+    ) -> Result<(Self, Option<CompactionJob>), MvccError> {
         let finished = read_i64(engine.as_ref(), META_FINISHED_COMPACT_REV)?;
         let (finished_compact_tx, _) = watch::channel(finished);
         let store = Self {
             engine,
-            state: RwLock::new(State { index: TreeIndex::default(), current_rev: INITIAL_REVISION, compact_rev: 0 }),
+            state: RwLock::new(State {
+                index: TreeIndex::default(),
+                current_rev: INITIAL_REVISION,
+                compact_rev: 0,
+            }),
             finished_compact_tx,
         };
         let pending = store.reload()?;
@@ -151,16 +160,21 @@ impl MvccStore {
         let mut index = TreeIndex::default();
         let mut max_rev = 0;
         let mut failure = None;
-        self.engine.scan(Table::Kv, b"", None, &mut |k, v| match restore_one(&mut index, k, v) {
-            Ok(rev) => {
-                max_rev = max_rev.max(rev);
-                ControlFlow::Continue(())
-            }
-            Err(e) => {
-                failure = Some(e);
-                ControlFlow::Break(())
-            }
-        })?;
+        self.engine.scan(
+            Table::Kv,
+            b"",
+            None,
+            &mut |k, v| match restore_one(&mut index, k, v) {
+                Ok(rev) => {
+                    max_rev = max_rev.max(rev);
+                    ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    ControlFlow::Break(())
+                }
+            },
+        )?;
         if let Some(e) = failure {
             return Err(e);
         }
@@ -171,12 +185,18 @@ impl MvccStore {
         if scheduled > 0 {
             let keep = index.compact(scheduled);
             if scheduled > finished {
-                job = Some(CompactionJob { rev: scheduled, keep: Arc::new(keep) });
+                job = Some(CompactionJob {
+                    rev: scheduled,
+                    keep: Arc::new(keep),
+                });
             }
         }
         let mut state = self.write_state();
         state.index = index;
-        state.current_rev = INITIAL_REVISION.max(max_rev).max(stored_current).max(scheduled);
+        state.current_rev = INITIAL_REVISION
+            .max(max_rev)
+            .max(stored_current)
+            .max(scheduled);
         state.compact_rev = scheduled;
         drop(state);
         self.finished_compact_tx.send_replace(finished);
@@ -210,7 +230,15 @@ impl MvccStore {
     pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
         let state = self.read_state();
         let current = state.current_rev;
-        range_in(&state, self.engine.as_ref(), &HashMap::new(), range, opts, current, current)
+        range_in(
+            &state,
+            self.engine.as_ref(),
+            &HashMap::new(),
+            range,
+            opts,
+            current,
+            current,
+        )
     }
 
     /// Starts a write transaction (blocks other writers and readers until
@@ -231,7 +259,12 @@ impl MvccStore {
     /// Every live key that has a lease, with its lease id.
     pub fn live_leased_keys(&self) -> Result<Vec<(Vec<u8>, i64)>, MvccError> {
         let all = self.range(&KeyRange::From(Vec::new()), RangeOptions::default())?;
-        Ok(all.kvs.into_iter().filter(|kv| kv.lease != 0).map(|kv| (kv.key, kv.lease)).collect())
+        Ok(all
+            .kvs
+            .into_iter()
+            .filter(|kv| kv.lease != 0)
+            .map(|kv| (kv.key, kv.lease))
+            .collect())
     }
 
     /// Subscribes to the finished physical compaction revision.
@@ -240,7 +273,11 @@ impl MvccStore {
     }
 
     /// The stored value of one revision (watch catch-up, prev_kv).
-    pub fn kv_at_revision(&self, rev: Revision, tombstone: bool) -> Result<Option<KeyValue>, MvccError> {
+    pub fn kv_at_revision(
+        &self,
+        rev: Revision,
+        tombstone: bool,
+    ) -> Result<Option<KeyValue>, MvccError> {
         match self.engine.get(Table::Kv, &rev.to_key(tombstone))? {
             Some(v) => Ok(Some(decode_kv(&v)?)),
             None => Ok(None),
@@ -255,25 +292,30 @@ impl MvccStore {
         loop {
             let mut doomed = Vec::new();
             let mut next = None;
-            self.engine.scan(Table::Kv, &start, Some(&end), &mut |k, _| {
-                if doomed.len() >= COMPACTION_BATCH_REVISIONS {
-                    next = Some(k.to_vec());
-                    return ControlFlow::Break(());
-                }
-                if let Some((rev, _)) = Revision::from_key(k) {
-                    if !job.keep.contains(&rev) {
-                        doomed.push(k.to_vec());
+            self.engine
+                .scan(Table::Kv, &start, Some(&end), &mut |k, _| {
+                    if doomed.len() >= COMPACTION_BATCH_REVISIONS {
+                        next = Some(k.to_vec());
+                        return ControlFlow::Break(());
                     }
-                }
-                ControlFlow::Continue(())
-            })?;
+                    if let Some((rev, _)) = Revision::from_key(k) {
+                        if !job.keep.contains(&rev) {
+                            doomed.push(k.to_vec());
+                        }
+                    }
+                    ControlFlow::Continue(())
+                })?;
             let mut batch = WriteBatch::new();
             for k in doomed {
                 batch.delete(Table::Kv, k);
             }
             let done = next.is_none();
             if done {
-                batch.put(Table::Meta, META_FINISHED_COMPACT_REV.to_vec(), job.rev.to_be_bytes().to_vec());
+                batch.put(
+                    Table::Meta,
+                    META_FINISHED_COMPACT_REV.to_vec(),
+                    job.rev.to_be_bytes().to_vec(),
+                );
             }
             {
                 // Exclude readers so none sees a half-deleted revision set.
@@ -286,7 +328,8 @@ impl MvccStore {
             }
             tokio::time::sleep(Duration::from_millis(COMPACTION_BATCH_PAUSE_MS)).await;
         }
-        self.finished_compact_tx.send_modify(|f| *f = (*f).max(job.rev));
+        self.finished_compact_tx
+            .send_modify(|f| *f = (*f).max(job.rev));
         Ok(())
     }
 
@@ -294,7 +337,12 @@ impl MvccStore {
     /// `from..=to`, oldest first, each with its `prev_kv`. Stops after the
     /// revision during which `max_events` was reached (a revision's events
     /// are never split). Returns the events and the last revision covered.
-    pub fn events_between(&self, from: i64, to: i64, max_events: usize) -> Result<(Vec<Event>, i64), MvccError> {
+    pub fn events_between(
+        &self,
+        from: i64,
+        to: i64,
+        max_events: usize,
+    ) -> Result<(Vec<Event>, i64), MvccError> {
         let state = self.read_state();
         if from < state.compact_rev {
             return Err(MvccError::Compacted);
@@ -304,21 +352,28 @@ impl MvccStore {
         let mut last = from - 1;
         let mut failure = None;
         let end = Revision::start_key(to + 1);
-        self.engine.scan(Table::Kv, &Revision::start_key(from), Some(&end), &mut |k, v| {
-            let Some((rev, tombstone)) = Revision::from_key(k) else { return ControlFlow::Continue(()) };
-            if rev.main != last && events.len() >= max_events {
-                return ControlFlow::Break(());
-            }
-            match history_event(&state, self.engine.as_ref(), rev, tombstone, v) {
-                Ok(e) => events.push(e),
-                Err(e) => {
-                    failure = Some(e);
+        self.engine.scan(
+            Table::Kv,
+            &Revision::start_key(from),
+            Some(&end),
+            &mut |k, v| {
+                let Some((rev, tombstone)) = Revision::from_key(k) else {
+                    return ControlFlow::Continue(());
+                };
+                if rev.main != last && events.len() >= max_events {
                     return ControlFlow::Break(());
                 }
-            }
-            last = rev.main;
-            ControlFlow::Continue(())
-        })?;
+                match history_event(&state, self.engine.as_ref(), rev, tombstone, v) {
+                    Ok(e) => events.push(e),
+                    Err(e) => {
+                        failure = Some(e);
+                        return ControlFlow::Break(());
+                    }
+                }
+                last = rev.main;
+                ControlFlow::Continue(())
+            },
+        )?;
         if let Some(e) = failure {
             return Err(e);
         }
@@ -346,10 +401,12 @@ fn history_event(
 ) -> Result<Event, MvccError> {
     let mut kv = decode_kv(value)?;
     let prev_kv = match state.index.get(&kv.key, rev.main - 1) {
-        Some(at) if rev.main - 1 >= state.compact_rev => match engine.get(Table::Kv, &at.modified.to_key(false))? {
-            Some(bytes) => Some(decode_kv(&bytes)?),
-            None => None,
-        },
+        Some(at) if rev.main > state.compact_rev => {
+            match engine.get(Table::Kv, &at.modified.to_key(false))? {
+                Some(bytes) => Some(decode_kv(&bytes)?),
+                None => None,
+            }
+        }
         _ => None,
     };
     let kind = if tombstone {
@@ -358,7 +415,11 @@ fn history_event(
     } else {
         EventType::Put
     };
-    Ok(Event { r#type: kind as i32, kv: Some(kv), prev_kv })
+    Ok(Event {
+        r#type: kind as i32,
+        kv: Some(kv),
+        prev_kv,
+    })
 }
 
 /// Adds one stored revision to `index`; returns its main revision.
@@ -370,7 +431,12 @@ fn restore_one(index: &mut TreeIndex, key: &[u8], value: &[u8]) -> Result<i64, M
         // A tombstone whose puts were all compacted away is harmless.
         index.tombstone(&kv.key, rev);
     } else {
-        index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
+        index.restore(
+            &kv.key,
+            Revision::new(kv.create_revision, 0),
+            rev,
+            kv.version,
+        );
     }
     Ok(rev.main)
 }
@@ -384,7 +450,11 @@ fn range_in(
     read_rev_default: i64,
     current_rev: i64,
 ) -> Result<RangeResult, MvccError> {
-    let rev = if opts.rev <= 0 { read_rev_default } else { opts.rev };
+    let rev = if opts.rev <= 0 {
+        read_rev_default
+    } else {
+        opts.rev
+    };
     if rev > read_rev_default {
         return Err(MvccError::FutureRev);
     }
@@ -394,22 +464,35 @@ fn range_in(
     let limit = if opts.count_only { 1 } else { opts.limit };
     let (visible, count) = state.index.range(range, rev, limit);
     if opts.count_only {
-        return Ok(RangeResult { kvs: Vec::new(), count, rev: current_rev });
+        return Ok(RangeResult {
+            kvs: Vec::new(),
+            count,
+            rev: current_rev,
+        });
     }
     let mut kvs = Vec::with_capacity(visible.len());
     for v in visible {
         let kv = match pending.get(&v.at.modified) {
             Some(kv) => kv.clone(),
             None => {
-                let bytes = engine.get(Table::Kv, &v.at.modified.to_key(false))?.ok_or_else(|| {
-                    EngineError(format!("revision {:?} of key {:?} missing", v.at.modified, v.key))
-                })?;
+                let bytes = engine
+                    .get(Table::Kv, &v.at.modified.to_key(false))?
+                    .ok_or_else(|| {
+                        EngineError(format!(
+                            "revision {:?} of key {:?} missing",
+                            v.at.modified, v.key
+                        ))
+                    })?;
                 decode_kv(&bytes)?
             }
         };
         kvs.push(kv);
     }
-    Ok(RangeResult { kvs, count, rev: current_rev })
+    Ok(RangeResult {
+        kvs,
+        count,
+        rev: current_rev,
+    })
 }
 
 /// One write transaction: at most one new main revision.
@@ -447,7 +530,15 @@ impl WriteTxn<'_> {
     pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
         let read_rev = self.read_rev();
         let engine = self.store.engine.as_ref();
-        range_in(&self.state, engine, &self.pending, range, opts, read_rev, read_rev)
+        range_in(
+            &self.state,
+            engine,
+            &self.pending,
+            range,
+            opts,
+            read_rev,
+            read_rev,
+        )
     }
 
     /// The live value of `key` (as the transaction sees it).
@@ -461,18 +552,35 @@ impl WriteTxn<'_> {
     }
 
     /// Puts `key = value` with `lease`; returns the previous value.
-    pub fn put(&mut self, key: &[u8], value: Vec<u8>, lease: i64) -> Result<Option<KeyValue>, MvccError> {
+    pub fn put(
+        &mut self,
+        key: &[u8],
+        value: Vec<u8>,
+        lease: i64,
+    ) -> Result<Option<KeyValue>, MvccError> {
         let prev = self.get(key)?;
         let rev = self.next_revision();
         let (create_revision, version) = match &prev {
             Some(p) => (p.create_revision, p.version + 1),
             None => (rev.main, 1),
         };
-        let kv = KeyValue { key: key.to_vec(), create_revision, mod_revision: rev.main, version, value, lease };
-        self.batch.put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
+        let kv = KeyValue {
+            key: key.to_vec(),
+            create_revision,
+            mod_revision: rev.main,
+            version,
+            value,
+            lease,
+        };
+        self.batch
+            .put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
         self.state.index.put(key, rev);
         self.pending.insert(rev, kv.clone());
-        self.events.push(Event { r#type: EventType::Put as i32, kv: Some(kv), prev_kv: prev.clone() });
+        self.events.push(Event {
+            r#type: EventType::Put as i32,
+            kv: Some(kv),
+            prev_kv: prev.clone(),
+        });
         Ok(prev)
     }
 
@@ -482,14 +590,28 @@ impl WriteTxn<'_> {
         let keys = self.state.index.live_keys(range);
         let mut deleted = Vec::with_capacity(keys.len());
         for key in keys {
-            let prev = self.get(&key)?.ok_or_else(|| EngineError(format!("live key {key:?} has no value")))?;
+            let prev = self
+                .get(&key)?
+                .ok_or_else(|| EngineError(format!("live key {key:?} has no value")))?;
             let rev = self.next_revision();
-            let tomb = KeyValue { key: key.clone(), ..Default::default() };
-            self.batch.put(Table::Kv, rev.to_key(true), tomb.encode_to_vec());
+            let tomb = KeyValue {
+                key: key.clone(),
+                ..Default::default()
+            };
+            self.batch
+                .put(Table::Kv, rev.to_key(true), tomb.encode_to_vec());
             let removed = self.state.index.tombstone(&key, rev);
             assert!(removed, "key {key:?} was live a moment ago");
-            let event_kv = KeyValue { key, mod_revision: rev.main, ..Default::default() };
-            self.events.push(Event { r#type: EventType::Delete as i32, kv: Some(event_kv), prev_kv: Some(prev.clone()) });
+            let event_kv = KeyValue {
+                key,
+                mod_revision: rev.main,
+                ..Default::default()
+            };
+            self.events.push(Event {
+                r#type: EventType::Delete as i32,
+                kv: Some(event_kv),
+                prev_kv: Some(prev.clone()),
+            });
             deleted.push(prev);
         }
         Ok(deleted)
@@ -506,8 +628,15 @@ impl WriteTxn<'_> {
         }
         let keep = self.state.index.compact(rev);
         self.state.compact_rev = rev;
-        self.batch.put(Table::Meta, META_SCHEDULED_COMPACT_REV.to_vec(), rev.to_be_bytes().to_vec());
-        Ok(CompactionJob { rev, keep: Arc::new(keep) })
+        self.batch.put(
+            Table::Meta,
+            META_SCHEDULED_COMPACT_REV.to_vec(),
+            rev.to_be_bytes().to_vec(),
+        );
+        Ok(CompactionJob {
+            rev,
+            keep: Arc::new(keep),
+        })
     }
 
     /// Writes the transaction's changes plus `extra` in one engine batch
@@ -517,7 +646,11 @@ impl WriteTxn<'_> {
     pub fn commit(mut self, extra: WriteBatch) -> Result<(i64, Vec<Event>), MvccError> {
         if self.has_changes() {
             let rev = self.write_rev();
-            self.batch.put(Table::Meta, META_CURRENT_REV.to_vec(), rev.to_be_bytes().to_vec());
+            self.batch.put(
+                Table::Meta,
+                META_CURRENT_REV.to_vec(),
+                rev.to_be_bytes().to_vec(),
+            );
         }
         let mut batch = std::mem::take(&mut self.batch);
         batch.extend(extra);
@@ -534,7 +667,10 @@ impl Drop for WriteTxn<'_> {
         // A transaction dropped with changes it never committed would leave
         // the index ahead of the engine: that is a bug, not a condition.
         if !std::thread::panicking() {
-            assert!(self.events.is_empty(), "write transaction dropped without commit");
+            assert!(
+                self.events.is_empty(),
+                "write transaction dropped without commit"
+            );
         }
     }
 }

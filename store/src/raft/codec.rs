@@ -27,7 +27,9 @@ pub mod prost_bytes {
     }
 
     /// Deserializes protobuf bytes into `M`.
-    pub fn deserialize<'de, M: Message + Default, D: Deserializer<'de>>(d: D) -> Result<M, D::Error> {
+    pub fn deserialize<'de, M: Message + Default, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<M, D::Error> {
         let bytes: Vec<u8> = serde_bytes_vec(d)?;
         M::decode(bytes.as_slice()).map_err(serde::de::Error::custom)
     }
@@ -45,7 +47,10 @@ pub mod prost_bytes {
             fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
                 Ok(v)
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Vec<u8>, A::Error> {
                 let mut out = Vec::new();
                 while let Some(b) = seq.next_element::<u8>()? {
                     out.push(b);

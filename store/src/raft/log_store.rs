@@ -55,11 +55,20 @@ impl LogStore {
         Self { engine, flusher }
     }
 
-    fn read_state<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError<NodeId>> {
-        let Some(bytes) = self.engine.get(Table::RaftState, key).map_err(|e| StorageIOError::read(&e))? else {
+    fn read_state<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<T>, StorageError<NodeId>> {
+        let Some(bytes) = self
+            .engine
+            .get(Table::RaftState, key)
+            .map_err(|e| StorageIOError::read(&e))?
+        else {
             return Ok(None);
         };
-        codec::decode(&bytes).map(Some).map_err(|e| StorageIOError::read(&e).into())
+        codec::decode(&bytes)
+            .map(Some)
+            .map_err(|e| StorageIOError::read(&e).into())
     }
 
     fn last_entry_log_id(&self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -73,7 +82,8 @@ impl LogStore {
         match last {
             None => Ok(None),
             Some(bytes) => {
-                let entry: Entry<TypeConfig> = codec::decode(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
+                let entry: Entry<TypeConfig> =
+                    codec::decode(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
                 Ok(Some(*entry.get_log_id()))
             }
         }
@@ -127,16 +137,21 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let mut entries = Vec::new();
         let mut failure = None;
         self.engine
-            .scan(Table::RaftLog, &start, end.as_ref().map(|e| &e[..]), &mut |_, v| {
-                match codec::decode::<Entry<TypeConfig>>(v) {
-                    Ok(e) => entries.push(e),
-                    Err(e) => {
-                        failure = Some(e);
-                        return ControlFlow::Break(());
+            .scan(
+                Table::RaftLog,
+                &start,
+                end.as_ref().map(|e| &e[..]),
+                &mut |_, v| {
+                    match codec::decode::<Entry<TypeConfig>>(v) {
+                        Ok(e) => entries.push(e),
+                        Err(e) => {
+                            failure = Some(e);
+                            return ControlFlow::Break(());
+                        }
                     }
-                }
-                ControlFlow::Continue(())
-            })
+                    ControlFlow::Continue(())
+                },
+            )
             .map_err(|e| StorageIOError::read_logs(&e))?;
         if let Some(e) = failure {
             return Err(StorageIOError::read_logs(&e).into());
@@ -151,7 +166,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
         let last_purged_log_id: Option<LogId<NodeId>> = self.read_state(KEY_LAST_PURGED)?;
         let last_log_id = self.last_entry_log_id()?.or(last_purged_log_id);
-        Ok(LogState { last_purged_log_id, last_log_id })
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -161,50 +179,89 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut b = WriteBatch::new();
         b.put(Table::RaftState, KEY_VOTE.to_vec(), codec::encode(vote));
-        self.engine.write(b, true).map_err(|e| StorageIOError::write_vote(&e).into())
+        self.engine
+            .write(b, true)
+            .map_err(|e| StorageIOError::write_vote(&e).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
         self.read_state(KEY_VOTE)
     }
 
-    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
         let mut b = WriteBatch::new();
-        b.put(Table::RaftState, KEY_COMMITTED.to_vec(), codec::encode(&committed));
+        b.put(
+            Table::RaftState,
+            KEY_COMMITTED.to_vec(),
+            codec::encode(&committed),
+        );
         // Not synced: losing it only means re-applying from the last applied.
-        self.engine.write(b, false).map_err(|e| StorageIOError::write(&e).into())
+        self.engine
+            .write(b, false)
+            .map_err(|e| StorageIOError::write(&e).into())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        Ok(self.read_state::<Option<LogId<NodeId>>>(KEY_COMMITTED)?.flatten())
+        Ok(self
+            .read_state::<Option<LogId<NodeId>>>(KEY_COMMITTED)?
+            .flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let mut b = WriteBatch::new();
         for entry in entries {
-            b.put(Table::RaftLog, index_key(entry.get_log_id().index).to_vec(), codec::encode(&entry));
+            b.put(
+                Table::RaftLog,
+                index_key(entry.get_log_id().index).to_vec(),
+                codec::encode(&entry),
+            );
         }
-        self.engine.write(b, false).map_err(|e| StorageIOError::write_logs(&e))?;
-        self.flusher
-            .send(callback)
-            .map_err(|_| StorageIOError::write_logs(&std::io::Error::other("log flusher stopped")))?;
+        self.engine
+            .write(b, false)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.flusher.send(callback).map_err(|_| {
+            StorageIOError::write_logs(&std::io::Error::other("log flusher stopped"))
+        })?;
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut b = WriteBatch::new();
-        b.delete_range(Table::RaftLog, index_key(log_id.index).to_vec(), index_key(u64::MAX).to_vec());
-        self.engine.write(b, true).map_err(|e| StorageIOError::write_logs(&e).into())
+        b.delete_range(
+            Table::RaftLog,
+            index_key(log_id.index).to_vec(),
+            index_key(u64::MAX).to_vec(),
+        );
+        self.engine
+            .write(b, true)
+            .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut b = WriteBatch::new();
-        b.put(Table::RaftState, KEY_LAST_PURGED.to_vec(), codec::encode(&log_id));
-        b.delete_range(Table::RaftLog, index_key(0).to_vec(), index_key(log_id.index + 1).to_vec());
-        self.engine.write(b, false).map_err(|e| StorageIOError::write_logs(&e).into())
+        b.put(
+            Table::RaftState,
+            KEY_LAST_PURGED.to_vec(),
+            codec::encode(&log_id),
+        );
+        b.delete_range(
+            Table::RaftLog,
+            index_key(0).to_vec(),
+            index_key(log_id.index + 1).to_vec(),
+        );
+        self.engine
+            .write(b, false)
+            .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 }

@@ -15,8 +15,8 @@ use openraft::error::{
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -37,7 +37,10 @@ pub const MAX_PEER_MESSAGE_BYTES: usize = 1024 * 1024 * 1024;
 
 /// A lazily connected channel to a member's first peer URL.
 pub fn peer_channel(node: &MemberInfo) -> Result<Channel, String> {
-    let url = node.peer_urls.first().ok_or_else(|| format!("member {} has no peer URL", node.name))?;
+    let url = node
+        .peer_urls
+        .first()
+        .ok_or_else(|| format!("member {} has no peer URL", node.name))?;
     let endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| format!("bad peer URL {url}: {e}"))?
         .connect_timeout(Duration::from_millis(PEER_RPC_TIMEOUT_MS))
@@ -58,7 +61,10 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
     type Network = PeerNetwork;
 
     async fn new_client(&mut self, target: NodeId, node: &MemberInfo) -> Self::Network {
-        PeerNetwork { target, client: peer_channel(node).map(peer_client) }
+        PeerNetwork {
+            target,
+            client: peer_channel(node).map(peer_client),
+        }
     }
 }
 
@@ -71,7 +77,12 @@ pub struct PeerNetwork {
 type RpcResult<T, E> = Result<T, RPCError<NodeId, MemberInfo, RaftError<NodeId, E>>>;
 
 impl PeerNetwork {
-    async fn call<Req, Resp, E>(&mut self, kind: Rpc, req: &Req, timeout: Duration) -> RpcResult<Resp, E>
+    async fn call<Req, Resp, E>(
+        &mut self,
+        kind: Rpc,
+        req: &Req,
+        timeout: Duration,
+    ) -> RpcResult<Resp, E>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -79,9 +90,15 @@ impl PeerNetwork {
     {
         let client = match &mut self.client {
             Ok(c) => c,
-            Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.clone())))),
+            Err(e) => {
+                return Err(RPCError::Unreachable(Unreachable::new(
+                    &std::io::Error::other(e.clone()),
+                )))
+            }
         };
-        let mut request = tonic::Request::new(RaftMessage { payload: codec::encode(req) });
+        let mut request = tonic::Request::new(RaftMessage {
+            payload: codec::encode(req),
+        });
         request.set_timeout(timeout);
         let reply = match kind {
             Rpc::Append => client.append_entries(request).await,
@@ -94,8 +111,8 @@ impl PeerNetwork {
             }
             _ => RPCError::Network(NetworkError::new(&status)),
         })?;
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            codec::decode(&reply.into_inner().payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&reply.into_inner().payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -132,4 +149,3 @@ impl RaftNetwork<TypeConfig> for PeerNetwork {
         self.call(Rpc::Vote, &rpc, option.hard_ttl()).await
     }
 }
-

@@ -24,16 +24,22 @@ impl PeerService {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(req: Request<RaftMessage>) -> Result<T, Status> {
-    codec::decode(&req.into_inner().payload).map_err(|e| Status::invalid_argument(format!("bad peer payload: {e}")))
+    codec::decode(&req.into_inner().payload)
+        .map_err(|e| Status::invalid_argument(format!("bad peer payload: {e}")))
 }
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
-    Ok(Response::new(RaftMessage { payload: codec::encode(value) }))
+    Ok(Response::new(RaftMessage {
+        payload: codec::encode(value),
+    }))
 }
 
 #[tonic::async_trait]
 impl RaftPeer for PeerService {
-    async fn append_entries(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+    async fn append_entries(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
         let rpc = decode(req)?;
         reply(&self.core.raft.append_entries(rpc).await)
     }
@@ -43,7 +49,10 @@ impl RaftPeer for PeerService {
         reply(&self.core.raft.vote(rpc).await)
     }
 
-    async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+    async fn install_snapshot(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
         let rpc = decode(req)?;
         reply(&self.core.raft.install_snapshot(rpc).await)
     }
@@ -59,7 +68,10 @@ impl RaftPeer for PeerService {
         reply(&result)
     }
 
-    async fn read_index(&self, _req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+    async fn read_index(
+        &self,
+        _req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
         reply(&self.core.read_index_local().await)
     }
 }

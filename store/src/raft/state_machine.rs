@@ -23,12 +23,13 @@ use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::{
-    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, CompactionResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, ResponseHeader,
+    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, CompactionResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, ResponseHeader,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{
-    Entry, EntryPayload, LogId, OptionalSend, RaftLogId, SnapshotMeta, StorageError, StorageIOError,
-    StoredMembership,
+    Entry, EntryPayload, LogId, OptionalSend, RaftLogId, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
 };
 use tokio::sync::mpsc;
 
@@ -89,7 +90,13 @@ impl StateMachine {
         hub: Arc<WatchHub>,
         lessor: Arc<Lessor>,
     ) -> Self {
-        Self { mvcc, snapshot_dir, compactor, hub, lessor }
+        Self {
+            mvcc,
+            snapshot_dir,
+            compactor,
+            hub,
+            lessor,
+        }
     }
 
     fn engine(&self) -> &Arc<dyn Engine> {
@@ -98,35 +105,52 @@ impl StateMachine {
 
     fn applied_batch(log_id: &LogId<NodeId>, membership: Option<&Membership>) -> WriteBatch {
         let mut b = WriteBatch::new();
-        b.put(Table::Meta, KEY_APPLIED.to_vec(), codec::encode(&Some(*log_id)));
+        b.put(
+            Table::Meta,
+            KEY_APPLIED.to_vec(),
+            codec::encode(&Some(*log_id)),
+        );
         if let Some(m) = membership {
             b.put(Table::Meta, KEY_MEMBERSHIP.to_vec(), codec::encode(m));
         }
         b
     }
 
-    fn apply_command(&self, log_id: &LogId<NodeId>, cmd: &Command) -> Result<CommandResponse, StorageError<NodeId>> {
+    fn apply_command(
+        &self,
+        log_id: &LogId<NodeId>,
+        cmd: &Command,
+    ) -> Result<CommandResponse, StorageError<NodeId>> {
         let mut txn = self.mvcc.write();
         let mut compaction = None;
         let mut extra = Self::applied_batch(log_id, None);
         let leases = self.lessor.as_ref();
         let outcome = match cmd {
             Command::Put(r) => kv::txn::put(&mut txn, leases, r).map(CommandResponse::Put),
-            Command::DeleteRange(r) => kv::txn::delete_range(&mut txn, r).map(CommandResponse::DeleteRange),
+            Command::DeleteRange(r) => {
+                kv::txn::delete_range(&mut txn, r).map(CommandResponse::DeleteRange)
+            }
             Command::Txn(r) => kv::txn::txn(&mut txn, leases, r).map(CommandResponse::Txn),
             Command::LeaseGrant(r) => Ok(self.apply_lease_grant(&txn, r, &mut extra)),
             Command::LeaseRevoke(r) => self.apply_lease_revoke(&mut txn, r, &mut extra),
-            Command::Alarm(r) => {
-                apply_alarm(self.engine().as_ref(), r, &mut extra).map(CommandResponse::Alarm).map_err(KvError::Storage)
-            }
+            Command::Alarm(r) => apply_alarm(self.engine().as_ref(), r, &mut extra)
+                .map(CommandResponse::Alarm)
+                .map_err(KvError::Storage),
             Command::PublishMember(attrs) => {
-                extra.put(Table::Meta, member_attributes_key(attrs.id), codec::encode(attrs));
+                extra.put(
+                    Table::Meta,
+                    member_attributes_key(attrs.id),
+                    codec::encode(attrs),
+                );
                 Ok(CommandResponse::Empty)
             }
             Command::Compact(r) => match txn.compact(r.revision) {
                 Ok(job) => {
                     compaction = Some(job);
-                    let header = Some(ResponseHeader { revision: txn.write_rev() - 1, ..Default::default() });
+                    let header = Some(ResponseHeader {
+                        revision: txn.write_rev() - 1,
+                        ..Default::default()
+                    });
                     Ok(CommandResponse::Compact(CompactionResponse { header }))
                 }
                 Err(e) => Err(KvError::from(e)),
@@ -137,7 +161,9 @@ impl StateMachine {
             Err(KvError::Etcd(e)) => CommandResponse::Error(e),
             Err(KvError::Storage(e)) => return Err(StorageIOError::apply(*log_id, &e).into()),
         };
-        let (revision, events) = txn.commit(extra).map_err(|e| StorageIOError::apply(*log_id, &e))?;
+        let (revision, events) = txn
+            .commit(extra)
+            .map_err(|e| StorageIOError::apply(*log_id, &e))?;
         self.lessor.apply_events(&events);
         self.hub.publish(revision, events);
         if let Some(job) = compaction {
@@ -148,12 +174,25 @@ impl StateMachine {
         Ok(response)
     }
 
-    fn apply_lease_grant(&self, txn: &WriteTxn<'_>, r: &LeaseGrantRequest, extra: &mut WriteBatch) -> CommandResponse {
+    fn apply_lease_grant(
+        &self,
+        txn: &WriteTxn<'_>,
+        r: &LeaseGrantRequest,
+        extra: &mut WriteBatch,
+    ) -> CommandResponse {
         if !self.lessor.apply_grant(r.id, r.ttl, extra) {
             return CommandResponse::Error(EtcdError::LeaseExist);
         }
-        let header = Some(ResponseHeader { revision: txn.write_rev() - 1, ..Default::default() });
-        CommandResponse::LeaseGrant(LeaseGrantResponse { header, id: r.id, ttl: r.ttl, error: String::new() })
+        let header = Some(ResponseHeader {
+            revision: txn.write_rev() - 1,
+            ..Default::default()
+        });
+        CommandResponse::LeaseGrant(LeaseGrantResponse {
+            header,
+            id: r.id,
+            ttl: r.ttl,
+            error: String::new(),
+        })
     }
 
     /// Deletes the lease's keys in one revision, then forgets the lease.
@@ -170,22 +209,36 @@ impl StateMachine {
             txn.delete_range(&KeyRange::Single(key))?;
         }
         self.lessor.apply_revoke(r.id, extra);
-        let revision = if txn.has_changes() { txn.write_rev() } else { txn.write_rev() - 1 };
-        let header = Some(ResponseHeader { revision, ..Default::default() });
+        let revision = if txn.has_changes() {
+            txn.write_rev()
+        } else {
+            txn.write_rev() - 1
+        };
+        let header = Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        });
         Ok(CommandResponse::LeaseRevoke(LeaseRevokeResponse { header }))
     }
 
-    fn apply_entry(&self, entry: &Entry<TypeConfig>) -> Result<CommandResponse, StorageError<NodeId>> {
+    fn apply_entry(
+        &self,
+        entry: &Entry<TypeConfig>,
+    ) -> Result<CommandResponse, StorageError<NodeId>> {
         let log_id = entry.get_log_id();
         match &entry.payload {
             EntryPayload::Normal(cmd) => self.apply_command(log_id, cmd),
             EntryPayload::Blank => {
-                self.engine().write(Self::applied_batch(log_id, None), false).map_err(sm_write_err)?;
+                self.engine()
+                    .write(Self::applied_batch(log_id, None), false)
+                    .map_err(sm_write_err)?;
                 Ok(CommandResponse::Empty)
             }
             EntryPayload::Membership(m) => {
                 let stored = StoredMembership::new(Some(*log_id), m.clone());
-                self.engine().write(Self::applied_batch(log_id, Some(&stored)), false).map_err(sm_write_err)?;
+                self.engine()
+                    .write(Self::applied_batch(log_id, Some(&stored)), false)
+                    .map_err(sm_write_err)?;
                 Ok(CommandResponse::Empty)
             }
         }
@@ -195,14 +248,20 @@ impl StateMachine {
         snapshot_paths(&self.snapshot_dir)
     }
 
-    fn replace_state(&self, meta: &SnapshotMeta<NodeId, MemberInfo>, data: &[u8]) -> Result<(), StorageError<NodeId>> {
+    fn replace_state(
+        &self,
+        meta: &SnapshotMeta<NodeId, MemberInfo>,
+        data: &[u8],
+    ) -> Result<(), StorageError<NodeId>> {
         let mut batch = WriteBatch::new();
         for t in Table::STATE_MACHINE {
             batch.delete_range(t, Vec::new(), vec![0xff; 32]);
         }
         decode_records(data, &mut batch).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
         batch.extend(Self::applied_batch(
-            meta.last_log_id.as_ref().expect("an installed snapshot has a last log id"),
+            meta.last_log_id
+                .as_ref()
+                .expect("an installed snapshot has a last log id"),
             Some(&meta.last_membership),
         ));
         self.engine().write(batch, true).map_err(sm_write_err)?;
@@ -251,8 +310,14 @@ fn apply_alarm(
 ) -> Result<AlarmResponse, crate::engine::EngineError> {
     let key = alarm_key(r.member_id, r.alarm);
     let raised = engine.get(Table::Meta, &key)?.is_some();
-    let member = AlarmMember { member_id: r.member_id, alarm: r.alarm };
-    let mut resp = AlarmResponse { header: None, alarms: Vec::new() };
+    let member = AlarmMember {
+        member_id: r.member_id,
+        alarm: r.alarm,
+    };
+    let mut resp = AlarmResponse {
+        header: None,
+        alarms: Vec::new(),
+    };
     if r.alarm == AlarmType::None as i32 {
         return Ok(resp);
     }
@@ -278,16 +343,23 @@ pub fn member_attributes_key(id: NodeId) -> Vec<u8> {
 }
 
 /// Every member's published attributes.
-pub fn published_members(engine: &dyn EngineRead) -> Result<Vec<MemberAttributes>, crate::engine::EngineError> {
+pub fn published_members(
+    engine: &dyn EngineRead,
+) -> Result<Vec<MemberAttributes>, crate::engine::EngineError> {
     let mut out = Vec::new();
     let mut end = MEMBER_ATTRIBUTES_PREFIX.to_vec();
     *end.last_mut().expect("non-empty prefix") += 1;
-    engine.scan(Table::Meta, MEMBER_ATTRIBUTES_PREFIX, Some(&end), &mut |_, v| {
-        if let Ok(a) = codec::decode::<MemberAttributes>(v) {
-            out.push(a);
-        }
-        ControlFlow::Continue(())
-    })?;
+    engine.scan(
+        Table::Meta,
+        MEMBER_ATTRIBUTES_PREFIX,
+        Some(&end),
+        &mut |_, v| {
+            if let Ok(a) = codec::decode::<MemberAttributes>(v) {
+                out.push(a);
+            }
+            ControlFlow::Continue(())
+        },
+    )?;
     Ok(out)
 }
 
@@ -305,7 +377,11 @@ fn snapshot_paths(dir: &Path) -> (PathBuf, PathBuf) {
 /// Writes `data` and `meta` as the current snapshot in `dir` (atomically:
 /// synced temp files, then renames, data first so meta never points at
 /// older data).
-fn save_snapshot(dir: &Path, meta: &SnapshotMeta<NodeId, MemberInfo>, data: &[u8]) -> std::io::Result<()> {
+fn save_snapshot(
+    dir: &Path,
+    meta: &SnapshotMeta<NodeId, MemberInfo>,
+    data: &[u8],
+) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let (data_path, meta_path) = snapshot_paths(dir);
     let tmp_data = data_path.with_extension("snap.tmp");
@@ -324,7 +400,10 @@ fn save_snapshot(dir: &Path, meta: &SnapshotMeta<NodeId, MemberInfo>, data: &[u8
 fn decode_records(mut data: &[u8], batch: &mut WriteBatch) -> std::io::Result<()> {
     fn take<'a>(data: &mut &'a [u8], n: usize) -> std::io::Result<&'a [u8]> {
         if data.len() < n {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "truncated snapshot"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "truncated snapshot",
+            ));
         }
         let (head, tail) = data.split_at(n);
         *data = tail;
@@ -337,7 +416,9 @@ fn decode_records(mut data: &[u8], batch: &mut WriteBatch) -> std::io::Result<()
         let table_byte = take(&mut data, 1)?[0];
         let table = *Table::STATE_MACHINE
             .get(table_byte as usize)
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "unknown snapshot table"))?;
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "unknown snapshot table")
+            })?;
         let klen = take_len(&mut data)?;
         let key = take(&mut data, klen)?.to_vec();
         let vlen = take_len(&mut data)?;
@@ -371,25 +452,37 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let applied: Option<LogId<NodeId>> = read_meta::<Option<LogId<NodeId>>>(self.view.as_ref(), KEY_APPLIED)?.flatten();
-        let membership: Membership = read_meta(self.view.as_ref(), KEY_MEMBERSHIP)?.unwrap_or_default();
-        let data = encode_records(self.view.as_ref()).map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let applied: Option<LogId<NodeId>> =
+            read_meta::<Option<LogId<NodeId>>>(self.view.as_ref(), KEY_APPLIED)?.flatten();
+        let membership: Membership =
+            read_meta(self.view.as_ref(), KEY_MEMBERSHIP)?.unwrap_or_default();
+        let data = encode_records(self.view.as_ref())
+            .map_err(|e| StorageIOError::read_state_machine(&e))?;
         let snapshot_id = match &applied {
             Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
             None => format!("empty-{}", data.len()),
         };
-        let meta = SnapshotMeta { last_log_id: applied, last_membership: membership, snapshot_id };
+        let meta = SnapshotMeta {
+            last_log_id: applied,
+            last_membership: membership,
+            snapshot_id,
+        };
         save_snapshot(&self.snapshot_dir, &meta, &data)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         tracing::info!(dir = %self.snapshot_dir.display(), id = %meta.snapshot_id, bytes = data.len(), "built snapshot");
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
         let engine = self.engine().clone();
         let applied = read_meta::<Option<LogId<NodeId>>>(engine.as_ref(), KEY_APPLIED)?.flatten();
         let membership = read_meta(engine.as_ref(), KEY_MEMBERSHIP)?.unwrap_or_default();
@@ -409,10 +502,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder { view: self.engine().snapshot(), snapshot_dir: self.snapshot_dir.clone() }
+        SnapshotBuilder {
+            view: self.engine().snapshot(),
+            snapshot_dir: self.snapshot_dir.clone(),
+        }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
@@ -423,26 +521,37 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
         self.replace_state(meta, &data)?;
-        save_snapshot(&self.snapshot_dir, meta, &data).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        save_snapshot(&self.snapshot_dir, meta, &data)
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         tracing::info!(id = %meta.snapshot_id, bytes = data.len(), "installed snapshot");
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         let (data_path, meta_path) = self.snapshot_paths();
         if !meta_path.exists() {
             return Ok(None);
         }
-        let read_err = |e: std::io::Error| StorageError::from(StorageIOError::read_snapshot(None, &e));
+        let read_err =
+            |e: std::io::Error| StorageError::from(StorageIOError::read_snapshot(None, &e));
         let meta_bytes = std::fs::read(&meta_path).map_err(read_err)?;
-        let meta: SnapshotMeta<NodeId, MemberInfo> = codec::decode(&meta_bytes).map_err(sm_read_err)?;
+        let meta: SnapshotMeta<NodeId, MemberInfo> =
+            codec::decode(&meta_bytes).map_err(sm_read_err)?;
         let data = std::fs::read(&data_path).map_err(read_err)?;
-        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
     }
 }
 
 /// Runs compaction jobs one after another in the background.
-pub fn spawn_compactor(mvcc: Arc<MvccStore>, pending: Option<CompactionJob>) -> mpsc::Sender<CompactionJob> {
+pub fn spawn_compactor(
+    mvcc: Arc<MvccStore>,
+    pending: Option<CompactionJob>,
+) -> mpsc::Sender<CompactionJob> {
     /// Scheduled compactions waiting for the compactor; Compact requests are
     /// rare (kube-apiserver: one per 5 minutes), more is a client bug.
     const COMPACTOR_QUEUE: usize = 64;
@@ -462,7 +571,9 @@ async fn run_job(mvcc: &MvccStore, job: CompactionJob) {
     let rev = job.rev;
     match mvcc.run_physical_compaction(job).await {
         Ok(()) => tracing::info!(revision = rev, "finished physical compaction"),
-        Err(MvccError::Engine(e)) => tracing::error!(revision = rev, error = %e, "physical compaction failed"),
+        Err(MvccError::Engine(e)) => {
+            tracing::error!(revision = rev, error = %e, "physical compaction failed")
+        }
         Err(e) => tracing::error!(revision = rev, error = %e, "physical compaction refused"),
     }
 }

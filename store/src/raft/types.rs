@@ -4,9 +4,9 @@ use std::fmt;
 use std::io::Cursor;
 
 use etcd_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse,
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
-    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, TxnRequest, TxnResponse,
+    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, PutRequest, PutResponse, TxnRequest, TxnResponse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -138,7 +138,12 @@ mod tests {
 
     #[test]
     fn commands_round_trip_through_bincode() {
-        let cmd = Command::Put(PutRequest { key: b"k".to_vec(), value: vec![0, 1, 2], lease: 7, ..Default::default() });
+        let cmd = Command::Put(PutRequest {
+            key: b"k".to_vec(),
+            value: vec![0, 1, 2],
+            lease: 7,
+            ..Default::default()
+        });
         let back: Command = codec::decode(&codec::encode(&cmd)).unwrap();
         assert_eq!(back, cmd);
         let resp = CommandResponse::Error(EtcdError::LeaseNotFound);
@@ -149,8 +154,14 @@ mod tests {
     #[test]
     fn ids_are_deterministic_and_order_free() {
         let a = member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster");
-        assert_eq!(a, member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster"));
-        assert_ne!(a, member_id(&["http://127.0.0.1:2380".into()], "other-token"));
+        assert_eq!(
+            a,
+            member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster")
+        );
+        assert_ne!(
+            a,
+            member_id(&["http://127.0.0.1:2380".into()], "other-token")
+        );
         assert_eq!(cluster_id(&[1, 2, 3]), cluster_id(&[3, 1, 2]));
     }
 }

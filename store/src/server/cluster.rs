@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::cluster_server::Cluster;
 use etcd_proto::etcdserverpb::{
-    Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse, MemberPromoteRequest,
-    MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest, MemberUpdateResponse,
+    Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -28,8 +29,8 @@ impl ClusterService {
     fn members(&self) -> Result<Vec<Member>, Status> {
         let metrics = self.core.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
-        let published =
-            published_members(self.core.mvcc.engine().as_ref()).map_err(|e| Status::internal(e.to_string()))?;
+        let published = published_members(self.core.mvcc.engine().as_ref())
+            .map_err(|e| Status::internal(e.to_string()))?;
         let voters: Vec<u64> = membership.voter_ids().collect();
         let mut out = Vec::new();
         for (id, node) in membership.nodes() {
@@ -52,19 +53,31 @@ fn not_yet(what: &str) -> Status {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
-    async fn member_add(&self, _r: Request<MemberAddRequest>) -> Result<Response<MemberAddResponse>, Status> {
+    async fn member_add(
+        &self,
+        _r: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
         Err(not_yet("MemberAdd"))
     }
 
-    async fn member_remove(&self, _r: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
+    async fn member_remove(
+        &self,
+        _r: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
         Err(not_yet("MemberRemove"))
     }
 
-    async fn member_update(&self, _r: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
+    async fn member_update(
+        &self,
+        _r: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
         Err(not_yet("MemberUpdate"))
     }
 
-    async fn member_list(&self, r: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
+    async fn member_list(
+        &self,
+        r: Request<MemberListRequest>,
+    ) -> Result<Response<MemberListResponse>, Status> {
         if r.into_inner().linearizable {
             self.core.read_barrier().await?;
         }
@@ -74,7 +87,10 @@ impl Cluster for ClusterService {
         }))
     }
 
-    async fn member_promote(&self, _r: Request<MemberPromoteRequest>) -> Result<Response<MemberPromoteResponse>, Status> {
+    async fn member_promote(
+        &self,
+        _r: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
         Err(not_yet("MemberPromote"))
     }
 }

@@ -107,13 +107,18 @@ const READ_INDEX_QUEUE: usize = 16_384;
 
 /// Runs ReadIndex rounds: takes every waiter queued so far, confirms
 /// leadership once for all of them, answers them all.
-async fn run_read_rounds(raft: Raft, round_timeout: Duration, mut rx: mpsc::Receiver<ReadIndexWaiter>) {
+async fn run_read_rounds(
+    raft: Raft,
+    round_timeout: Duration,
+    mut rx: mpsc::Receiver<ReadIndexWaiter>,
+) {
     let mut waiters = Vec::new();
     while rx.recv_many(&mut waiters, READ_INDEX_QUEUE).await > 0 {
-        let result = match tokio::time::timeout(round_timeout, Core::confirm_read_index(&raft)).await {
-            Ok(r) => r,
-            Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
-        };
+        let result =
+            match tokio::time::timeout(round_timeout, Core::confirm_read_index(&raft)).await {
+                Ok(r) => r,
+                Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
+            };
         for w in waiters.drain(..) {
             let _ = w.send(result.clone());
         }
@@ -122,10 +127,22 @@ async fn run_read_rounds(raft: Raft, round_timeout: Duration, mut rx: mpsc::Rece
 
 impl Core {
     /// Wires the core.
-    pub fn new(config: CoreConfig, raft: Raft, mvcc: Arc<MvccStore>, lessor: Arc<Lessor>) -> Arc<Self> {
+    pub fn new(
+        config: CoreConfig,
+        raft: Raft,
+        mvcc: Arc<MvccStore>,
+        lessor: Arc<Lessor>,
+    ) -> Arc<Self> {
         let (read_rounds, rx) = mpsc::channel(READ_INDEX_QUEUE);
         tokio::spawn(run_read_rounds(raft.clone(), config.request_timeout, rx));
-        Arc::new(Self { config, raft, mvcc, lessor, peers: Mutex::new(HashMap::new()), read_rounds })
+        Arc::new(Self {
+            config,
+            raft,
+            mvcc,
+            lessor,
+            peers: Mutex::new(HashMap::new()),
+            read_rounds,
+        })
     }
 
     /// A response header for `revision`.
@@ -140,7 +157,9 @@ impl Core {
 
     /// Fills cluster, member and term into a header the state machine made.
     pub fn fill(&self, header: &mut Option<ResponseHeader>) {
-        let revision = header.as_ref().map_or_else(|| self.mvcc.current_revision(), |h| h.revision);
+        let revision = header
+            .as_ref()
+            .map_or_else(|| self.mvcc.current_revision(), |h| h.revision);
         *header = Some(self.header(revision));
     }
 
@@ -161,7 +180,10 @@ impl Core {
             .cloned()
             .ok_or(EtcdError::NoLeader)?;
         let client = peer_client(peer_channel(&node).map_err(|_| EtcdError::NoLeader)?);
-        self.peers.lock().expect("peer cache lock").insert(id, client.clone());
+        self.peers
+            .lock()
+            .expect("peer cache lock")
+            .insert(id, client.clone());
         Ok(client)
     }
 
@@ -172,7 +194,10 @@ impl Core {
             if let Some(l) = rx.borrow().current_leader {
                 return Some(l);
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
                 return None;
             }
         }
@@ -212,9 +237,16 @@ impl Core {
     }
 
     /// Serves a leader request on this member, if it leads.
-    pub async fn serve_as_leader(&self, req: LeaderRequest, deadline: Instant) -> Result<LeaderReply, ForwardError> {
+    pub async fn serve_as_leader(
+        &self,
+        req: LeaderRequest,
+        deadline: Instant,
+    ) -> Result<LeaderReply, ForwardError> {
         match req {
-            LeaderRequest::Propose(cmd) => self.propose_local(cmd, deadline).await.map(LeaderReply::Applied),
+            LeaderRequest::Propose(cmd) => self
+                .propose_local(cmd, deadline)
+                .await
+                .map(LeaderReply::Applied),
             LeaderRequest::LeaseRenew(id) => {
                 self.require_primary()?;
                 Ok(LeaderReply::LeaseRenewed(self.lessor.renew(id)))
@@ -235,7 +267,11 @@ impl Core {
     }
 
     /// Proposes on this member, which believes it is the leader.
-    pub async fn propose_local(&self, cmd: Command, deadline: Instant) -> Result<CommandResponse, ForwardError> {
+    pub async fn propose_local(
+        &self,
+        cmd: Command,
+        deadline: Instant,
+    ) -> Result<CommandResponse, ForwardError> {
         match tokio::time::timeout_at(deadline, self.raft.client_write(cmd)).await {
             Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
             Ok(Ok(resp)) => Ok(resp.data),
@@ -249,9 +285,16 @@ impl Core {
         }
     }
 
-    async fn forward(&self, leader: NodeId, req: &LeaderRequest, deadline: Instant) -> Result<LeaderReply, ForwardError> {
+    async fn forward(
+        &self,
+        leader: NodeId,
+        req: &LeaderRequest,
+        deadline: Instant,
+    ) -> Result<LeaderReply, ForwardError> {
         let mut client = self.peer(leader).map_err(ForwardError::Etcd)?;
-        let mut request = tonic::Request::new(RaftMessage { payload: codec::encode(req) });
+        let mut request = tonic::Request::new(RaftMessage {
+            payload: codec::encode(req),
+        });
         request.set_timeout(deadline.saturating_duration_since(Instant::now()));
         match client.forward(request).await {
             Ok(reply) => decode_forward(&reply.into_inner().payload),
@@ -264,7 +307,10 @@ impl Core {
     pub async fn read_barrier(&self) -> Result<(), EtcdError> {
         let deadline = Instant::now() + self.config.request_timeout;
         loop {
-            let leader = self.wait_leader(deadline).await.ok_or(EtcdError::NoLeader)?;
+            let leader = self
+                .wait_leader(deadline)
+                .await
+                .ok_or(EtcdError::NoLeader)?;
             let index = if leader == self.config.member_id {
                 self.read_index_local().await
             } else {
@@ -289,15 +335,21 @@ impl Core {
     /// which might predate a write the caller saw acknowledged).
     pub async fn read_index_local(&self) -> Result<u64, ForwardError> {
         let (tx, rx) = oneshot::channel();
-        self.read_rounds.send(tx).await.map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?;
-        rx.await.map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?
+        self.read_rounds
+            .send(tx)
+            .await
+            .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?;
+        rx.await
+            .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?
     }
 
     async fn confirm_read_index(raft: &Raft) -> Result<u64, ForwardError> {
         match raft.get_read_log_id().await {
             Ok((read_log_id, _applied)) => Ok(read_log_id.map_or(0, |l| l.index)),
             Err(RaftError::APIError(e)) => match e {
-                openraft::error::CheckIsLeaderError::ForwardToLeader(f) => Err(ForwardError::NotLeader(f.leader_id)),
+                openraft::error::CheckIsLeaderError::ForwardToLeader(f) => {
+                    Err(ForwardError::NotLeader(f.leader_id))
+                }
                 openraft::error::CheckIsLeaderError::QuorumNotEnough(_) => {
                     Err(ForwardError::Etcd(EtcdError::Timeout))
                 }
@@ -306,9 +358,15 @@ impl Core {
         }
     }
 
-    async fn read_index_remote(&self, leader: NodeId, deadline: Instant) -> Result<u64, ForwardError> {
+    async fn read_index_remote(
+        &self,
+        leader: NodeId,
+        deadline: Instant,
+    ) -> Result<u64, ForwardError> {
         let mut client = self.peer(leader).map_err(ForwardError::Etcd)?;
-        let mut req = tonic::Request::new(RaftMessage { payload: Vec::new() });
+        let mut req = tonic::Request::new(RaftMessage {
+            payload: Vec::new(),
+        });
         req.set_timeout(deadline.saturating_duration_since(Instant::now()));
         match client.read_index(req).await {
             Ok(reply) => codec::decode::<Result<u64, ForwardError>>(&reply.into_inner().payload)
@@ -318,7 +376,12 @@ impl Core {
     }
 
     async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), EtcdError> {
-        let applied = self.raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+        let applied = self
+            .raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index);
         if applied >= index {
             return Ok(());
         }
@@ -343,7 +406,8 @@ fn decode_forward(payload: &[u8]) -> Result<LeaderReply, ForwardError> {
 /// error instead of a possible duplicate.
 fn transport_failure(status: &tonic::Status) -> ForwardError {
     let not_delivered = status.code() == tonic::Code::Unavailable
-        && (status.message().contains("connect") || status.message().contains("Connection refused"));
+        && (status.message().contains("connect")
+            || status.message().contains("Connection refused"));
     if not_delivered {
         ForwardError::NotLeader(None)
     } else {

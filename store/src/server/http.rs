@@ -18,15 +18,24 @@ const CLUSTER_VERSION: &str = "3.5.0";
 
 /// Routes for the HTTP endpoints.
 pub fn routes(core: Arc<Core>) -> Router {
-    Router::new().route("/health", get(health)).route("/version", get(version)).with_state(core)
+    Router::new()
+        .route("/health", get(health))
+        .route("/version", get(version))
+        .with_state(core)
 }
 
 /// etcd's `/health`: healthy when a linearizable read succeeds (there is a
 /// leader, and a quorum confirms it). Body as etcd 3.5.
 async fn health(State(core): State<Arc<Core>>) -> (StatusCode, Json<serde_json::Value>) {
     match core.read_barrier().await {
-        Ok(()) => (StatusCode::OK, Json(json!({"health": "true", "reason": ""}))),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"health": "false", "reason": e.to_string()}))),
+        Ok(()) => (
+            StatusCode::OK,
+            Json(json!({"health": "true", "reason": ""})),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"health": "false", "reason": e.to_string()})),
+        ),
     }
 }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use etcd_proto::etcdserverpb::kv_server::Kv;
 use etcd_proto::etcdserverpb::request_op::Request as Op;
 use etcd_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -14,8 +14,8 @@ use tonic::{Request, Response, Status};
 use super::core::Core;
 use crate::engine::WriteBatch;
 use crate::errors::{grpc_message_too_large, EtcdError};
-use crate::limits::GRPC_OVERHEAD_BYTES;
 use crate::kv::{self, validate, KvError, NoLeases};
+use crate::limits::GRPC_OVERHEAD_BYTES;
 use crate::raft::{Command, CommandResponse};
 
 /// Serves the KV API of one member.
@@ -53,7 +53,8 @@ impl KvService {
         let mut txn = self.core.mvcc.write();
         let result = kv::txn::txn(&mut txn, &NoLeases, req);
         assert!(!txn.has_changes(), "a read-only txn changed the store");
-        txn.commit(WriteBatch::new()).map_err(|e| Status::internal(e.to_string()))?;
+        txn.commit(WriteBatch::new())
+            .map_err(|e| Status::internal(e.to_string()))?;
         result.map_err(kv_status)
     }
 }
@@ -79,25 +80,33 @@ pub fn kv_status(e: KvError) -> Status {
 }
 
 fn unexpected(resp: &CommandResponse) -> Status {
-    Status::internal(format!("state machine answered {resp:?} to the wrong request"))
+    Status::internal(format!(
+        "state machine answered {resp:?} to the wrong request"
+    ))
 }
 
 /// True if no operation on any path writes.
 fn is_txn_read_only(req: &TxnRequest) -> bool {
-    req.success.iter().chain(&req.failure).all(|op| match &op.request {
-        Some(Op::RequestRange(_)) | None => true,
-        Some(Op::RequestTxn(t)) => is_txn_read_only(t),
-        Some(Op::RequestPut(_)) | Some(Op::RequestDeleteRange(_)) => false,
-    })
+    req.success
+        .iter()
+        .chain(&req.failure)
+        .all(|op| match &op.request {
+            Some(Op::RequestRange(_)) | None => true,
+            Some(Op::RequestTxn(t)) => is_txn_read_only(t),
+            Some(Op::RequestPut(_)) | Some(Op::RequestDeleteRange(_)) => false,
+        })
 }
 
 /// True if every range in the txn asks for serializable reads.
 fn is_txn_serializable(req: &TxnRequest) -> bool {
-    req.success.iter().chain(&req.failure).all(|op| match &op.request {
-        Some(Op::RequestRange(r)) => r.serializable,
-        Some(Op::RequestTxn(t)) => is_txn_serializable(t),
-        _ => true,
-    })
+    req.success
+        .iter()
+        .chain(&req.failure)
+        .all(|op| match &op.request {
+            Some(Op::RequestRange(r)) => r.serializable,
+            Some(Op::RequestTxn(t)) => is_txn_serializable(t),
+            _ => true,
+        })
 }
 
 #[tonic::async_trait]
@@ -128,7 +137,10 @@ impl Kv for KvService {
         }
     }
 
-    async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
+    async fn delete_range(
+        &self,
+        req: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
         let req = req.into_inner();
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_delete(&req)?;
@@ -161,7 +173,10 @@ impl Kv for KvService {
         }
     }
 
-    async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+    async fn compact(
+        &self,
+        req: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
         let req = req.into_inner();
         let (revision, physical) = (req.revision, req.physical);
         let mut resp = match self.propose(Command::Compact(req)).await? {

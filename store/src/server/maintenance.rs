@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::maintenance_server::Maintenance;
 use etcd_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest, DowngradeResponse,
-    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest, MoveLeaderResponse,
-    SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
+    DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
+    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -40,7 +40,8 @@ fn not_yet(what: &str) -> Status {
     Status::unimplemented(format!("{what} is not implemented yet"))
 }
 
-type SnapshotStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
+type SnapshotStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
@@ -48,8 +49,12 @@ impl Maintenance for MaintenanceService {
         let r = r.into_inner();
         let mut resp = if AlarmAction::try_from(r.action) == Ok(AlarmAction::Get) {
             self.core.read_barrier().await?;
-            let alarms = alarms(self.core.mvcc.engine().as_ref()).map_err(|e| Status::internal(e.to_string()))?;
-            AlarmResponse { header: None, alarms }
+            let alarms = alarms(self.core.mvcc.engine().as_ref())
+                .map_err(|e| Status::internal(e.to_string()))?;
+            AlarmResponse {
+                header: None,
+                alarms,
+            }
         } else {
             match self.core.propose(Command::Alarm(r)).await? {
                 CommandResponse::Alarm(resp) => resp,
@@ -64,7 +69,11 @@ impl Maintenance for MaintenanceService {
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let m = self.core.raft.metrics().borrow().clone();
         let engine = self.core.mvcc.engine();
-        let is_learner = !m.membership_config.membership().voter_ids().any(|id| id == self.core.config.member_id);
+        let is_learner = !m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|id| id == self.core.config.member_id);
         Ok(Response::new(StatusResponse {
             header: Some(self.core.header(self.core.mvcc.current_revision())),
             version: ETCD_COMPATIBLE_VERSION.to_string(),
@@ -79,7 +88,10 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn defragment(&self, _r: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+    async fn defragment(
+        &self,
+        _r: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
         Err(not_yet("Defragment"))
     }
 
@@ -87,21 +99,33 @@ impl Maintenance for MaintenanceService {
         Err(not_yet("Hash"))
     }
 
-    async fn hash_kv(&self, _r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+    async fn hash_kv(
+        &self,
+        _r: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
         Err(not_yet("HashKV"))
     }
 
     type SnapshotStream = SnapshotStream;
 
-    async fn snapshot(&self, _r: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(
+        &self,
+        _r: Request<SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
         Err(not_yet("Snapshot"))
     }
 
-    async fn move_leader(&self, _r: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+    async fn move_leader(
+        &self,
+        _r: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
         Err(not_yet("MoveLeader"))
     }
 
-    async fn downgrade(&self, _r: Request<DowngradeRequest>) -> Result<Response<DowngradeResponse>, Status> {
+    async fn downgrade(
+        &self,
+        _r: Request<DowngradeRequest>,
+    ) -> Result<Response<DowngradeResponse>, Status> {
         Err(not_yet("Downgrade"))
     }
 }

@@ -45,7 +45,10 @@ impl WatchHub {
             return;
         }
         // No receiver is not an error: nobody is watching.
-        let _ = self.tx.send(RevisionEvents { revision, events: Arc::new(events) });
+        let _ = self.tx.send(RevisionEvents {
+            revision,
+            events: Arc::new(events),
+        });
     }
 
     /// Subscribes to revisions published from now on.

@@ -32,8 +32,18 @@ pub struct WatchService {
 
 impl WatchService {
     /// A service over `core` fed by `hub`.
-    pub fn new(core: Arc<Core>, hub: Arc<WatchHub>, progress_interval: Duration, election_timeout: Duration) -> Self {
-        Self { core, hub, progress_interval, election_timeout }
+    pub fn new(
+        core: Arc<Core>,
+        hub: Arc<WatchHub>,
+        progress_interval: Duration,
+        election_timeout: Duration,
+    ) -> Self {
+        Self {
+            core,
+            hub,
+            progress_interval,
+            election_timeout,
+        }
     }
 }
 
@@ -41,8 +51,14 @@ impl WatchService {
 impl Watch for WatchService {
     type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
 
-    async fn watch(&self, request: Request<Streaming<WatchRequest>>) -> Result<Response<Self::WatchStream>, Status> {
-        let require_leader = request.metadata().get("hasleader").is_some_and(|v| v == "true");
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let require_leader = request
+            .metadata()
+            .get("hasleader")
+            .is_some_and(|v| v == "true");
         if require_leader && self.core.leader().is_none() {
             return Err(EtcdError::NoLeader.into());
         }
@@ -53,7 +69,13 @@ impl Watch for WatchService {
             require_leader,
             election_timeout: self.election_timeout,
         };
-        tokio::spawn(session::run(self.core.clone(), self.hub.clone(), request.into_inner(), tx, config));
+        tokio::spawn(session::run(
+            self.core.clone(),
+            self.hub.clone(),
+            request.into_inner(),
+            tx,
+            config,
+        ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }

@@ -91,11 +91,24 @@ enum End {
 type Out = mpsc::Sender<Result<WatchResponse, Status>>;
 
 /// Runs a session until the client goes away or the stream fails.
-pub async fn run(core: Arc<Core>, hub: Arc<WatchHub>, requests: Streaming<WatchRequest>, out: Out, config: SessionConfig) {
+pub async fn run(
+    core: Arc<Core>,
+    hub: Arc<WatchHub>,
+    requests: Streaming<WatchRequest>,
+    out: Out,
+    config: SessionConfig,
+) {
     let hub_rx = hub.subscribe();
     let processed = core.mvcc.current_revision();
-    let mut session =
-        Session { core, hub_rx, out: out.clone(), watchers: BTreeMap::new(), next_auto_id: 0, processed, config };
+    let mut session = Session {
+        core,
+        hub_rx,
+        out: out.clone(),
+        watchers: BTreeMap::new(),
+        next_auto_id: 0,
+        processed,
+        config,
+    };
     if let Err(End::Fail(status)) = session.serve(requests).await {
         let _ = out.send(Err(status)).await;
     }
@@ -114,7 +127,10 @@ struct Session {
 
 impl Session {
     async fn serve(&mut self, mut requests: Streaming<WatchRequest>) -> Result<(), End> {
-        let mut progress = tokio::time::interval_at(Instant::now() + self.config.progress_interval, self.config.progress_interval);
+        let mut progress = tokio::time::interval_at(
+            Instant::now() + self.config.progress_interval,
+            self.config.progress_interval,
+        );
         let mut leader_check = tokio::time::interval(self.config.election_timeout);
         let mut no_leader_since: Option<Instant> = None;
         loop {
@@ -153,7 +169,11 @@ impl Session {
     }
 
     fn response(&self, watch_id: i64, revision: i64) -> WatchResponse {
-        WatchResponse { header: Some(self.core.header(revision)), watch_id, ..Default::default() }
+        WatchResponse {
+            header: Some(self.core.header(revision)),
+            watch_id,
+            ..Default::default()
+        }
     }
 
     async fn handle(&mut self, req: WatchRequest) -> Result<(), End> {
@@ -174,7 +194,11 @@ impl Session {
 
     async fn create(&mut self, c: WatchCreateRequest) -> Result<(), End> {
         let current = self.core.mvcc.current_revision();
-        let key = if c.key.is_empty() { vec![0] } else { c.key.clone() };
+        let key = if c.key.is_empty() {
+            vec![0]
+        } else {
+            c.key.clone()
+        };
         let cancel_reason = if !c.range_end.is_empty() && c.range_end != [0] && key >= c.range_end {
             Some(ERR_EMPTY_RANGE)
         } else if c.watch_id != 0 && self.watchers.contains_key(&c.watch_id) {
@@ -189,8 +213,16 @@ impl Session {
             resp.cancel_reason = reason.to_string();
             return self.send(resp).await;
         }
-        let id = if c.watch_id != 0 { c.watch_id } else { self.auto_id() };
-        let start = if c.start_revision == 0 { current + 1 } else { c.start_revision };
+        let id = if c.watch_id != 0 {
+            c.watch_id
+        } else {
+            self.auto_id()
+        };
+        let start = if c.start_revision == 0 {
+            current + 1
+        } else {
+            c.start_revision
+        };
         let filters: Vec<i32> = c.filters.clone();
         let watcher = Watcher {
             id,
@@ -224,21 +256,34 @@ impl Session {
     /// Delivers history from storage to watcher `id` up to revision `to`.
     async fn catch_up(&mut self, id: i64, to: i64) -> Result<(), End> {
         loop {
-            let Some(w) = self.watchers.get(&id) else { return Ok(()) };
+            let Some(w) = self.watchers.get(&id) else {
+                return Ok(());
+            };
             if w.next_rev > to {
                 return Ok(());
             }
             let from = w.next_rev;
-            let (events, last) = match self.core.mvcc.events_between(from, to, CATCH_UP_EVENTS_PER_STEP) {
-                Ok(r) => r,
-                Err(MvccError::Compacted) => return self.cancel_compacted(id).await,
-                Err(MvccError::FutureRev) => return Ok(()),
-                Err(MvccError::Engine(e)) => return Err(End::Fail(Status::internal(e.to_string()))),
-            };
+            let (events, last) =
+                match self
+                    .core
+                    .mvcc
+                    .events_between(from, to, CATCH_UP_EVENTS_PER_STEP)
+                {
+                    Ok(r) => r,
+                    Err(MvccError::Compacted) => return self.cancel_compacted(id).await,
+                    Err(MvccError::FutureRev) => return Ok(()),
+                    Err(MvccError::Engine(e)) => {
+                        return Err(End::Fail(Status::internal(e.to_string())))
+                    }
+                };
             let w = self.watchers.get_mut(&id).expect("checked above");
             w.next_rev = last + 1;
             let w = self.watchers.get(&id).expect("checked above");
-            let mine: Vec<Event> = events.iter().filter(|e| w.wants(e)).map(|e| w.shape(e)).collect();
+            let mine: Vec<Event> = events
+                .iter()
+                .filter(|e| w.wants(e))
+                .map(|e| w.shape(e))
+                .collect();
             if !mine.is_empty() {
                 self.send_events(id, mine, last).await?;
             }
@@ -300,12 +345,19 @@ impl Session {
         }
         let ids: Vec<i64> = self.watchers.keys().copied().collect();
         for id in ids {
-            let Some(w) = self.watchers.get_mut(&id) else { continue };
+            let Some(w) = self.watchers.get_mut(&id) else {
+                continue;
+            };
             if w.next_rev > batch.revision {
                 continue;
             }
             w.next_rev = batch.revision + 1;
-            let mine: Vec<Event> = batch.events.iter().filter(|e| w.wants(e)).map(|e| w.shape(e)).collect();
+            let mine: Vec<Event> = batch
+                .events
+                .iter()
+                .filter(|e| w.wants(e))
+                .map(|e| w.shape(e))
+                .collect();
             if !mine.is_empty() {
                 self.send_events(id, mine, batch.revision).await?;
             }
@@ -341,15 +393,20 @@ impl Session {
         self.drain_hub().await?;
         let synced = self.watchers.values().all(|w| w.next_rev > self.processed);
         if synced {
-            self.send(self.response(PROGRESS_WATCH_ID, self.processed)).await?;
+            self.send(self.response(PROGRESS_WATCH_ID, self.processed))
+                .await?;
         }
         Ok(())
     }
 
     async fn periodic_progress(&mut self) -> Result<(), End> {
         self.drain_hub().await?;
-        let ids: Vec<i64> =
-            self.watchers.values().filter(|w| w.progress_notify && w.next_rev > self.processed).map(|w| w.id).collect();
+        let ids: Vec<i64> = self
+            .watchers
+            .values()
+            .filter(|w| w.progress_notify && w.next_rev > self.processed)
+            .map(|w| w.id)
+            .collect();
         for id in ids {
             self.send(self.response(id, self.processed)).await?;
         }
