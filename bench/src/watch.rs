@@ -120,15 +120,26 @@ pub async fn open_streams(
     Ok(open)
 }
 
+/// Waits for the Created answer of the watch just requested on `stream`.
+/// Responses for watchers created earlier on the same stream (events,
+/// progress) may arrive first while writes are in flight; they are skipped.
 async fn await_created(stream: &mut WatchStream) -> Result<()> {
-    let resp = tokio::time::timeout(CREATE_TIMEOUT, stream.message())
-        .await
-        .context("watch creation timed out")??
-        .context("watch stream closed during creation")?;
-    if !resp.created() || resp.canceled() {
-        bail!("watch not created: {}", resp.cancel_reason());
+    let deadline = tokio::time::Instant::now() + CREATE_TIMEOUT;
+    loop {
+        let resp = tokio::time::timeout_at(deadline, stream.message())
+            .await
+            .context("watch creation timed out")??
+            .context("watch stream closed during creation")?;
+        if resp.created() {
+            if resp.canceled() {
+                bail!("watch not created: {}", resp.cancel_reason());
+            }
+            return Ok(());
+        }
+        if resp.canceled() {
+            bail!("watch canceled during creation: {}", resp.cancel_reason());
+        }
     }
-    Ok(())
 }
 
 /// Receives events until the target is met; records "watch-delivery" latency per

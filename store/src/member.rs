@@ -129,8 +129,13 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
     let raft = openraft::Config {
         cluster_name: config.initial_cluster_token.clone(),
         heartbeat_interval: config.heartbeat_interval,
-        election_timeout_min: config.election_timeout,
-        election_timeout_max: config.election_timeout * 2,
+        // openraft 0.9 voters refuse votes while the leader's lease (equal to
+        // election_timeout_max) may still hold, so the first candidate after
+        // a leader failure is always refused and the second wins. With
+        // [election/2, election] a new leader takes 1 to 2 election timeouts,
+        // close to etcd's randomized [election, 2 x election).
+        election_timeout_min: (config.election_timeout / 2).max(3 * config.heartbeat_interval),
+        election_timeout_max: config.election_timeout.max(4 * config.heartbeat_interval),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_count.max(1)),
         max_in_snapshot_log_to_keep: SNAPSHOT_CATCH_UP_ENTRIES.min(config.snapshot_count),
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,

@@ -6,6 +6,8 @@
 //! the payload as `Err(..)` and is surfaced as `RPCError::RemoteError`,
 //! while transport failures are `Unreachable` so openraft backs off.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
@@ -26,9 +28,29 @@ use super::codec;
 use super::types::{MemberInfo, NodeId, TypeConfig};
 use crate::limits::PEER_RPC_TIMEOUT_MS;
 
-/// Builds peer clients for openraft.
+/// Builds peer clients for openraft. Channels are cached per member and
+/// peer URL: openraft asks for a new client per replication stream and per
+/// ReadIndex round, and a tonic channel multiplexes all of them over one
+/// HTTP/2 connection, so no round pays for a new connection.
 #[derive(Clone, Default)]
-pub struct PeerNetworkFactory {}
+pub struct PeerNetworkFactory {
+    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+}
+
+impl PeerNetworkFactory {
+    fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, String> {
+        let url = node.peer_urls.first().cloned().unwrap_or_default();
+        let mut cache = self.channels.lock().expect("peer channel cache lock");
+        if let Some((cached_url, channel)) = cache.get(&target) {
+            if *cached_url == url {
+                return Ok(channel.clone());
+            }
+        }
+        let channel = peer_channel(node)?;
+        cache.insert(target, (url, channel.clone()));
+        Ok(channel)
+    }
+}
 
 /// Largest peer message in either direction: a snapshot chunk or a batch of
 /// entries, each bounded well below this (1.5 MiB requests x 512 entries
@@ -63,7 +85,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
     async fn new_client(&mut self, target: NodeId, node: &MemberInfo) -> Self::Network {
         PeerNetwork {
             target,
-            client: peer_channel(node).map(peer_client),
+            client: self.channel(target, node).map(peer_client),
         }
     }
 }
