@@ -21,6 +21,7 @@ pub mod member;
 pub mod mvcc;
 pub mod raft;
 pub mod server;
+pub mod snapshot;
 pub mod watch;
 
 pub use config::Config;

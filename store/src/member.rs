@@ -31,6 +31,7 @@ use etcd_proto::etcdserverpb::lease_server::LeaseServer;
 use etcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use etcd_proto::etcdserverpb::watch_server::WatchServer;
 use etcd_proto::storepeer::raft_peer_server::RaftPeerServer;
+use etcd_proto::storepeer::RaftMessage;
 use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -42,19 +43,21 @@ use crate::engine::{Engine, Table, WriteBatch};
 use crate::lease::service::{spawn_lease_tasks, LeaseService};
 use crate::lease::Lessor;
 use crate::limits::{
-    GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, MAX_SEND_BYTES, REQUEST_TIMEOUT_BASE_MS,
-    SNAPSHOT_CATCH_UP_ENTRIES, SNAPSHOT_CHUNK_BYTES, TRANSPORT_MAX_DECODE_BYTES,
+    GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, MAX_SEND_BYTES, PEER_RPC_TIMEOUT_MS,
+    REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES, SNAPSHOT_CHUNK_BYTES,
+    TRANSPORT_MAX_DECODE_BYTES,
 };
 use crate::mvcc::MvccStore;
+use crate::raft::codec;
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
+use crate::raft::network::{peer_channel, peer_client, PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
 use crate::raft::peer_service::PeerService;
 use crate::raft::state_machine::{reload_lessor, spawn_compactor, StateMachine};
 use crate::raft::types::cluster_id;
 use crate::raft::types::MemberAttributes;
 use crate::raft::{Command, MemberInfo, NodeId, Raft};
 use crate::server::cluster::ClusterService;
-use crate::server::core::{Core, CoreConfig};
+use crate::server::core::{Core, CoreConfig, ForwardError, LeaderReply, LeaderRequest};
 use crate::server::http;
 use crate::server::kv::KvService;
 use crate::server::maintenance::MaintenanceService;
@@ -79,7 +82,7 @@ struct Identity {
     fresh: bool,
 }
 
-fn load_identity(
+async fn load_identity(
     engine: &dyn Engine,
     config: &Config,
 ) -> anyhow::Result<(Identity, BTreeMap<NodeId, MemberInfo>)> {
@@ -101,8 +104,12 @@ fn load_identity(
         ));
     }
     let member_id = config.member_id();
-    let ids: Vec<NodeId> = members.keys().copied().collect();
-    let cid = cluster_id(&ids);
+    let cid = if config.initial_cluster_state == "existing" {
+        fetch_cluster_id(&members, member_id).await?
+    } else {
+        let ids: Vec<NodeId> = members.keys().copied().collect();
+        cluster_id(&ids)
+    };
     let mut b = WriteBatch::new();
     b.put(
         Table::RaftState,
@@ -123,6 +130,51 @@ fn load_identity(
         },
         members,
     ))
+}
+
+/// How long a member joining an existing cluster keeps asking the peers of
+/// `--initial-cluster` for the cluster id before giving up.
+const JOIN_CLUSTER_ID_WAIT: Duration = Duration::from_secs(30);
+
+/// Pause between rounds of asking peers for the cluster id.
+const JOIN_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// A member started with `--initial-cluster-state existing` learns the
+/// cluster id from any running member of `--initial-cluster`.
+async fn fetch_cluster_id(
+    members: &BTreeMap<NodeId, MemberInfo>,
+    me: NodeId,
+) -> anyhow::Result<u64> {
+    let deadline = tokio::time::Instant::now() + JOIN_CLUSTER_ID_WAIT;
+    loop {
+        for (id, info) in members {
+            if *id == me {
+                continue;
+            }
+            let Ok(channel) = peer_channel(info) else {
+                continue;
+            };
+            let mut client = peer_client(channel);
+            let mut req = tonic::Request::new(RaftMessage {
+                payload: codec::encode(&LeaderRequest::ClusterId),
+            });
+            req.set_timeout(Duration::from_millis(PEER_RPC_TIMEOUT_MS));
+            let Ok(reply) = client.forward(req).await else {
+                continue;
+            };
+            let decoded: Result<Result<LeaderReply, ForwardError>, _> =
+                codec::decode(&reply.into_inner().payload);
+            if let Ok(Ok(LeaderReply::ClusterId(cid))) = decoded {
+                return Ok(cid);
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "could not reach any member of --initial-cluster to join the existing cluster"
+            );
+        }
+        tokio::time::sleep(JOIN_RETRY_PAUSE).await;
+    }
 }
 
 fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
@@ -175,7 +227,7 @@ impl Member {
         let data_dir = config.data_dir();
         create_dirs(&data_dir)?;
         let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(&data_dir.join("member/db"))?);
-        let (identity, members) = load_identity(engine.as_ref(), &config)?;
+        let (identity, members) = load_identity(engine.as_ref(), &config).await?;
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
@@ -214,6 +266,7 @@ impl Member {
             CoreConfig {
                 member_id: identity.member_id,
                 cluster_id: identity.cluster_id,
+                cluster_token: config.initial_cluster_token.clone(),
                 request_timeout: Duration::from_millis(
                     REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout,
                 ),

@@ -383,11 +383,36 @@ impl MvccStore {
         Ok((events, last.max(from - 1)))
     }
 
-    /// Revisions `<= rev` reachable at `rev` and the current compaction
-    /// revision, under one lock (for HashKV).
-    pub fn keep_at(&self, rev: i64) -> (HashSet<Revision>, i64) {
+    /// etcd's `HashKV`: CRC-32C (Castagnoli) of the bucket name "key"
+    /// followed by every stored (revision key, value) pair with revision
+    /// `<= rev`, leaving out revisions at or below the compaction revision
+    /// that a compaction at `rev` would not keep. Because the `kv` table is
+    /// etcd's own layout, the hash equals etcd's for the same history.
+    /// Returns (hash, compact revision, hashed revision).
+    pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64), MvccError> {
         let state = self.read_state();
-        (state.index.keep_at(rev), state.compact_rev)
+        let compact_rev = state.compact_rev;
+        if rev > 0 && rev <= compact_rev {
+            return Err(MvccError::Compacted);
+        }
+        if rev > state.current_rev {
+            return Err(MvccError::FutureRev);
+        }
+        let rev = if rev <= 0 { state.current_rev } else { rev };
+        let keep = state.index.keep_at(rev);
+        let mut crc = crc32c::crc32c(b"key");
+        let end = Revision::start_key(rev + 1);
+        self.engine.scan(Table::Kv, &[], Some(&end), &mut |k, v| {
+            if let Some((r, _)) = Revision::from_key(k) {
+                if r.main <= compact_rev && !keep.is_empty() && !keep.contains(&r) {
+                    return ControlFlow::Continue(());
+                }
+            }
+            crc = crc32c::crc32c_append(crc, k);
+            crc = crc32c::crc32c_append(crc, v);
+            ControlFlow::Continue(())
+        })?;
+        Ok((crc, compact_rev, rev))
     }
 }
 

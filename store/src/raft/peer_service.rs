@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::codec;
-use crate::server::core::{Core, ForwardError, LeaderRequest};
+use crate::server::core::{Core, ForwardError, LeaderReply, LeaderRequest};
 
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
@@ -59,7 +59,9 @@ impl RaftPeer for PeerService {
 
     async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let request: LeaderRequest = decode(req)?;
-        let result = if self.core.leader() == Some(self.core.config.member_id) {
+        let result = if matches!(request, LeaderRequest::ClusterId) {
+            Ok(LeaderReply::ClusterId(self.core.config.cluster_id))
+        } else if self.core.leader() == Some(self.core.config.member_id) {
             let deadline = Instant::now() + self.core.config.request_timeout;
             self.core.serve_as_leader(request, deadline).await
         } else {

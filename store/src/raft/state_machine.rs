@@ -276,6 +276,15 @@ impl StateMachine {
     }
 }
 
+/// True for `meta` keys that describe this cluster's Raft progress rather
+/// than the data (left out when a backup is restored into a new cluster).
+pub fn is_raft_bookkeeping(key: &[u8]) -> bool {
+    key == KEY_APPLIED
+        || key == KEY_MEMBERSHIP
+        || key.starts_with(MEMBER_ATTRIBUTES_PREFIX)
+        || key.starts_with(ALARM_PREFIX)
+}
+
 /// Meta key of one raised alarm: prefix, member id, alarm type.
 fn alarm_key(member_id: u64, alarm: i32) -> Vec<u8> {
     let mut k = ALARM_PREFIX.to_vec();
@@ -397,7 +406,7 @@ fn save_snapshot(
 }
 
 /// Appends `records` (snapshot format) to `batch` as puts.
-fn decode_records(mut data: &[u8], batch: &mut WriteBatch) -> std::io::Result<()> {
+pub fn decode_records(mut data: &[u8], batch: &mut WriteBatch) -> std::io::Result<()> {
     fn take<'a>(data: &mut &'a [u8], n: usize) -> std::io::Result<&'a [u8]> {
         if data.len() < n {
             return Err(std::io::Error::new(
@@ -429,7 +438,7 @@ fn decode_records(mut data: &[u8], batch: &mut WriteBatch) -> std::io::Result<()
 }
 
 /// Serializes every state machine table of `reader` (snapshot format).
-fn encode_records(reader: &dyn EngineRead) -> Result<Vec<u8>, crate::engine::EngineError> {
+pub fn encode_records(reader: &dyn EngineRead) -> Result<Vec<u8>, crate::engine::EngineError> {
     let mut out = Vec::new();
     for (i, t) in Table::STATE_MACHINE.iter().enumerate() {
         reader.scan(*t, &[], None, &mut |k, v| {

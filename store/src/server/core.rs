@@ -21,6 +21,7 @@ use etcd_proto::etcdserverpb::ResponseHeader;
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use etcd_proto::storepeer::RaftMessage;
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::ChangeMembers;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -30,7 +31,7 @@ use crate::lease::Lessor;
 use crate::mvcc::MvccStore;
 use crate::raft::codec;
 use crate::raft::network::{peer_channel, peer_client};
-use crate::raft::{Command, CommandResponse, NodeId, Raft};
+use crate::raft::{Command, CommandResponse, MemberInfo, NodeId, Raft};
 
 /// Why the leader refused a forwarded request or read index.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -50,6 +51,12 @@ pub enum LeaderRequest {
     LeaseRenew(i64),
     /// Read a lease's remaining time (TimeToLive).
     LeaseTimeToLive(i64),
+    /// Change the Raft membership (MemberAdd, MemberRemove, MemberUpdate).
+    ChangeMembership(ChangeMembers<NodeId, MemberInfo>),
+    /// Promote a learner that has caught up (MemberPromote).
+    Promote(NodeId),
+    /// The cluster id; any member answers (used by joining members).
+    ClusterId,
 }
 
 /// The leader's answer to a [`LeaderRequest`].
@@ -61,7 +68,15 @@ pub enum LeaderReply {
     LeaseRenewed(Option<i64>),
     /// (granted TTL, remaining seconds, keys), or None if it does not exist.
     LeaseTtl(Option<(i64, i64, Vec<Vec<u8>>)>),
+    /// A membership change was committed.
+    MembershipChanged,
+    /// The cluster id.
+    ClusterId(u64),
 }
+
+/// etcd promotes a learner only once its log matches at least this share of
+/// the leader's (`readyPercent = 0.9`).
+const LEARNER_READY_PERCENT: u64 = 90;
 
 /// Pause before retrying a proposal after the leader changed or is unknown:
 /// a fraction of the heartbeat interval, so a new leader is found quickly
@@ -75,6 +90,8 @@ pub struct CoreConfig {
     pub member_id: NodeId,
     /// The cluster.
     pub cluster_id: u64,
+    /// `--initial-cluster-token` (member ids of added members derive from it).
+    pub cluster_token: String,
     /// How long a request may wait for Raft.
     pub request_timeout: Duration,
     /// `--max-request-bytes`.
@@ -255,7 +272,59 @@ impl Core {
                 self.require_primary()?;
                 Ok(LeaderReply::LeaseTtl(self.lessor.time_to_live(id)))
             }
+            LeaderRequest::ChangeMembership(changes) => {
+                self.change_membership(changes, deadline).await
+            }
+            LeaderRequest::Promote(id) => {
+                self.check_learner_ready(id)?;
+                let changes = ChangeMembers::AddVoterIds([id].into_iter().collect());
+                self.change_membership(changes, deadline).await
+            }
+            LeaderRequest::ClusterId => Ok(LeaderReply::ClusterId(self.config.cluster_id)),
         }
+    }
+
+    async fn change_membership(
+        &self,
+        changes: ChangeMembers<NodeId, MemberInfo>,
+        deadline: Instant,
+    ) -> Result<LeaderReply, ForwardError> {
+        let change = self.raft.change_membership(changes, false);
+        match tokio::time::timeout_at(deadline, change).await {
+            Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
+            Ok(Ok(_)) => Ok(LeaderReply::MembershipChanged),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ForwardError::NotLeader(f.leader_id))
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                tracing::warn!(error = %e, "membership change refused");
+                Err(ForwardError::Etcd(EtcdError::MemberNotFound))
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(ForwardError::Etcd(EtcdError::Stopped)),
+        }
+    }
+
+    /// etcd's `isLearnerReady`: the learner's matched log index is at
+    /// least [`LEARNER_READY_PERCENT`] of the leader's last log index.
+    fn check_learner_ready(&self, id: NodeId) -> Result<(), ForwardError> {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        if membership.get_node(&id).is_none() {
+            return Err(ForwardError::Etcd(EtcdError::MemberNotFound));
+        }
+        if membership.voter_ids().any(|v| v == id) {
+            return Err(ForwardError::Etcd(EtcdError::MemberNotLearner));
+        }
+        let leader_index = m.last_log_index.unwrap_or(0);
+        let matched = m
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&id).cloned().flatten())
+            .map_or(0, |l| l.index);
+        if matched * 100 < leader_index * LEARNER_READY_PERCENT {
+            return Err(ForwardError::Etcd(EtcdError::LearnerNotReady));
+        }
+        Ok(())
     }
 
     fn require_primary(&self) -> Result<(), ForwardError> {

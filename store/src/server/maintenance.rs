@@ -24,6 +24,9 @@ use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 /// features on it, so we report the etcd API level we implement.
 pub const ETCD_COMPATIBLE_VERSION: &str = "3.5.16";
 
+/// Bytes per Snapshot response message (etcd sends 32 KiB chunks).
+pub const SNAPSHOT_STREAM_CHUNK_BYTES: usize = 32 * 1024;
+
 /// Serves the Maintenance API of one member.
 pub struct MaintenanceService {
     core: Arc<Core>,
@@ -92,27 +95,77 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
-        Err(not_yet("Defragment"))
+        let engine = self.core.mvcc.engine().clone();
+        tokio::task::spawn_blocking(move || engine.compact_files())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let header = Some(self.core.header(self.core.mvcc.current_revision()));
+        Ok(Response::new(DefragmentResponse { header }))
     }
 
+    /// A CRC-32C over every state machine table (etcd hashes its whole
+    /// bbolt file, which no other implementation can match; this hash is
+    /// equal on members with equal state).
     async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        Err(not_yet("Hash"))
+        let view = self.core.mvcc.engine().snapshot();
+        let mut crc = 0u32;
+        for table in crate::engine::Table::STATE_MACHINE {
+            view.scan(table, &[], None, &mut |k, v| {
+                crc = crc32c::crc32c_append(crc32c::crc32c_append(crc, k), v);
+                std::ops::ControlFlow::Continue(())
+            })
+            .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        let header = Some(self.core.header(self.core.mvcc.current_revision()));
+        Ok(Response::new(HashResponse { header, hash: crc }))
     }
 
-    async fn hash_kv(
-        &self,
-        _r: Request<HashKvRequest>,
-    ) -> Result<Response<HashKvResponse>, Status> {
-        Err(not_yet("HashKV"))
+    async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        let revision = r.into_inner().revision;
+        let (hash, compact_revision, hash_revision) =
+            self.core
+                .mvcc
+                .hash_kv(revision)
+                .map_err(|e| match e.to_etcd() {
+                    Some(etcd) => Status::from(etcd),
+                    None => Status::internal(e.to_string()),
+                })?;
+        Ok(Response::new(HashKvResponse {
+            header: Some(self.core.header(self.core.mvcc.current_revision())),
+            hash,
+            compact_revision,
+            hash_revision,
+        }))
     }
 
     type SnapshotStream = SnapshotStream;
 
+    /// Streams a consistent point-in-time backup (see [`crate::snapshot`])
+    /// in chunks, each with the bytes remaining after it, as etcd.
     async fn snapshot(
         &self,
         _r: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(not_yet("Snapshot"))
+        let view = self.core.mvcc.engine().snapshot();
+        let file = tokio::task::spawn_blocking(move || crate::snapshot::create(view.as_ref()))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let header = self.core.header(self.core.mvcc.current_revision());
+        let total = file.len();
+        let chunks: Vec<Result<SnapshotResponse, Status>> = file
+            .chunks(SNAPSHOT_STREAM_CHUNK_BYTES)
+            .scan(0usize, |sent, chunk| {
+                *sent += chunk.len();
+                Some(Ok(SnapshotResponse {
+                    header: Some(header),
+                    remaining_bytes: (total - *sent) as u64,
+                    blob: chunk.to_vec(),
+                }))
+            })
+            .collect();
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
     async fn move_leader(
