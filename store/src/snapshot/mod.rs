@@ -1,10 +1,13 @@
 //! Backup files: what `Maintenance.Snapshot` streams (and `etcdctl snapshot
 //! save` writes) and what `store-util snapshot restore` reads.
 //!
-//! Format: the magic line [`MAGIC`], then the state machine tables in the
-//! Raft snapshot record format (`raft::state_machine::encode_records`),
-//! then the SHA-256 of everything before it (32 bytes), as etcd appends a
-//! SHA-256 to its snapshots so that a restore can detect a damaged file.
+//! Format: the magic line [`MAGIC`], the length of the records (8 bytes
+//! big-endian), the state machine tables in the Raft snapshot record format
+//! (`raft::state_machine::encode_records`), zero padding up to a multiple of
+//! [`FILE_ALIGN_BYTES`], then the SHA-256 of everything before it (32
+//! bytes). etcd appends a SHA-256 to its snapshots the same way, and
+//! `etcdctl snapshot save` refuses a download whose size minus the checksum
+//! is not a multiple of 512 (bbolt's page alignment), hence the padding.
 //!
 //! Restoring writes the key-value history and leases into a fresh data
 //! directory and leaves out this cluster's Raft bookkeeping (applied index,
@@ -27,6 +30,12 @@ pub const MAGIC: &[u8] = b"etcd-rs snapshot v1\n";
 /// Length of the trailing checksum.
 pub const CHECKSUM_BYTES: usize = 32;
 
+/// The body (everything before the checksum) is padded to a multiple of
+/// this, as etcdctl expects of etcd's bbolt files.
+pub const FILE_ALIGN_BYTES: usize = 512;
+
+const LENGTH_BYTES: usize = 8;
+
 /// Backup problems.
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
@@ -46,8 +55,11 @@ pub enum BackupError {
 
 /// A backup of `view` (a consistent engine snapshot).
 pub fn create(view: &dyn EngineRead) -> Result<Vec<u8>, BackupError> {
+    let records = encode_records(view).map_err(|e| BackupError::Io(e.to_string()))?;
     let mut out = MAGIC.to_vec();
-    out.extend(encode_records(view).map_err(|e| BackupError::Io(e.to_string()))?);
+    out.extend_from_slice(&(records.len() as u64).to_be_bytes());
+    out.extend(records);
+    out.resize(out.len().div_ceil(FILE_ALIGN_BYTES) * FILE_ALIGN_BYTES, 0);
     let digest = Sha256::digest(&out);
     out.extend_from_slice(&digest);
     Ok(out)
@@ -55,14 +67,16 @@ pub fn create(view: &dyn EngineRead) -> Result<Vec<u8>, BackupError> {
 
 /// Checks a backup and returns its records.
 pub fn verify(file: &[u8]) -> Result<&[u8], BackupError> {
-    if file.len() < MAGIC.len() + CHECKSUM_BYTES || !file.starts_with(MAGIC) {
+    if file.len() < MAGIC.len() + LENGTH_BYTES + CHECKSUM_BYTES || !file.starts_with(MAGIC) {
         return Err(BackupError::BadMagic);
     }
     let (body, sum) = file.split_at(file.len() - CHECKSUM_BYTES);
     if Sha256::digest(body).as_slice() != sum {
         return Err(BackupError::Checksum);
     }
-    Ok(&body[MAGIC.len()..])
+    let rest = &body[MAGIC.len()..];
+    let len = u64::from_be_bytes(rest[..LENGTH_BYTES].try_into().expect("8 bytes")) as usize;
+    rest.get(LENGTH_BYTES..LENGTH_BYTES + len).ok_or(BackupError::Checksum)
 }
 
 /// Restores `file` into the new data directory `data_dir` (which must not
@@ -111,6 +125,7 @@ mod tests {
         b.put(Table::Meta, b"sm/applied".to_vec(), b"x".to_vec());
         engine.write(b, false).unwrap();
         let mut file = create(&engine).unwrap();
+        assert_eq!((file.len() - CHECKSUM_BYTES) % FILE_ALIGN_BYTES, 0, "etcdctl's size check");
         assert!(verify(&file).is_ok());
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
