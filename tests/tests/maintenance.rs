@@ -1,0 +1,860 @@
+//! Maintenance: HashKV, snapshot backup and restore, defragmentation, alarms
+//! and endpoint status.
+//!
+//! - HashKV: after the same history (puts, overwrites, deletes, a range
+//!   delete, a txn, a compaction, writes after it) every member of a
+//!   3-member cluster gives the same hash at the same revision (etcd-client
+//!   and `etcdctl endpoint hashkv --cluster`); and a single candidate member
+//!   gives the same hashes and errors as a single real etcd member for the
+//!   same history (the algorithm is etcd's over etcd's key layout).
+//! - Snapshot: `etcdctl snapshot save` against a candidate member, the
+//!   backup restored (`store-util snapshot restore`, like `etcdutl`) into 3
+//!   fresh data directories, a new 3-member cluster started from them serves
+//!   identical data at the same revision with the same HashKV, and takes new
+//!   writes; a corrupted or truncated backup is refused by the restore. The
+//!   same scenario runs against real etcd 3.5 with `etcdutl`.
+//! - `etcdctl defrag`, `alarm list` (empty) and `endpoint status` (version
+//!   3.5.x, one leader all members agree on, raft index) on a 3-member
+//!   candidate cluster, and compared with etcd 3.5 on single members.
+//!
+//! The restore tool is `$STORE_UTIL_BIN` if set, else `store-util` next to
+//! the candidate binary (`etcdutl` next to it if the candidate is `etcd`).
+//!
+//! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test maintenance`
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use etcd_client::{
+    Client, CompactionOptions, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp,
+};
+use integration_tests::client::{connect, describe_error};
+use integration_tests::net::peer_url;
+use integration_tests::wait::retry_until;
+use integration_tests::{Binary, Cluster, ClusterConfig, CtlOutput, Differential, Etcdctl};
+use regex::Regex;
+use tokio::process::Command;
+
+/// Members of the multi-member clusters.
+const MEMBERS: usize = 3;
+/// Size of the one large value of the history.
+const BIG_VALUE_BYTES: usize = 10 * 1024;
+/// The revision the history compacts at (physically), see [`history`].
+const COMPACT_REVISION: i64 = 28;
+/// The revision after the whole history (writes start at revision 2).
+const FINAL_REVISION: i64 = 36;
+/// Deadline for a member to have applied a revision (HashKV at a revision a
+/// member has not reached yet answers "future revision").
+const APPLY_TIMEOUT: Duration = Duration::from_secs(90);
+/// Wall-clock bound of one restore-tool run.
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Byte flipped in the corrupted copy of the backup, as a fraction of its size.
+const CORRUPT_AT_FRACTION: usize = 2;
+/// Bytes cut off the end of the truncated copy of the backup.
+const TRUNCATED_BYTES: usize = 16;
+
+// ---------------------------------------------------------------------------
+// The history every test applies.
+// ---------------------------------------------------------------------------
+
+/// One operation of the history. No leases: lease ids are chosen by the
+/// server and are part of the hashed key-values.
+#[derive(Clone, Debug)]
+enum Op {
+    Put(String, String),
+    Delete(String),
+    DeletePrefix(String),
+    /// If `key` has `version`, put `then_put` and delete `then_delete`, else
+    /// put `else_put`.
+    Txn {
+        key: String,
+        version: i64,
+        then_put: String,
+        then_delete: String,
+        else_put: String,
+    },
+    Compact(i64),
+}
+
+/// Revisions: 20 puts (2..=21), 5 overwrites (..=26), a delete (27), 3 puts
+/// (..=30), a range delete (31), a txn (32), a large value (33), the
+/// compaction at 28, a put (34), a delete of a key last written before the
+/// compaction (35), a put (36).
+fn history() -> Vec<Op> {
+    let mut ops = Vec::new();
+    for i in 1..=20 {
+        ops.push(Op::Put(format!("a/{i:02}"), format!("v{i}")));
+    }
+    for i in 1..=5 {
+        ops.push(Op::Put(format!("a/{i:02}"), format!("v{i}-2")));
+    }
+    ops.push(Op::Delete("a/03".into()));
+    for name in ["x", "y", "z"] {
+        ops.push(Op::Put(format!("b/{name}"), format!("b-{name}")));
+    }
+    ops.push(Op::DeletePrefix("b/".into()));
+    ops.push(Op::Txn {
+        key: "a/01".into(),
+        version: 2,
+        then_put: "a/txn".into(),
+        then_delete: "a/02".into(),
+        else_put: "a/else".into(),
+    });
+    ops.push(Op::Put("c/big".into(), "x".repeat(BIG_VALUE_BYTES)));
+    ops.push(Op::Compact(COMPACT_REVISION));
+    ops.push(Op::Put("a/01".into(), "v1-3".into()));
+    ops.push(Op::Delete("a/10".into()));
+    ops.push(Op::Put("d/1".into(), "d1".into()));
+    ops
+}
+
+/// Applies `op`; the response's `Debug` form (for a differential comparison).
+async fn apply(mut client: Client, op: Op) -> Result<String, etcd_client::Error> {
+    Ok(match op {
+        Op::Put(key, value) => format!("{:?}", client.put(key, value, None).await?),
+        Op::Delete(key) => format!("{:?}", client.delete(key, None).await?),
+        Op::DeletePrefix(prefix) => format!(
+            "{:?}",
+            client
+                .delete(prefix, Some(DeleteOptions::new().with_prefix()))
+                .await?
+        ),
+        Op::Txn {
+            key,
+            version,
+            then_put,
+            then_delete,
+            else_put,
+        } => {
+            let txn = Txn::new()
+                .when([Compare::version(key, CompareOp::Equal, version)])
+                .and_then([
+                    TxnOp::put(then_put, "txn", None),
+                    TxnOp::delete(then_delete, None),
+                ])
+                .or_else([TxnOp::put(else_put, "else", None)]);
+            format!("{:?}", client.txn(txn).await?)
+        }
+        Op::Compact(revision) => format!(
+            "{:?}",
+            client
+                .compact(revision, Some(CompactionOptions::new().with_physical()))
+                .await?
+        ),
+    })
+}
+
+/// Applies the whole history through `client`; returns the revision after it.
+async fn apply_history(client: &Client) -> Result<i64> {
+    for op in history() {
+        apply(client.clone(), op.clone())
+            .await
+            .with_context(|| format!("applying {op:?}"))?;
+    }
+    let revision = linearizable_revision(client).await?;
+    ensure!(
+        revision == FINAL_REVISION,
+        "revision after the history is {revision}, expected {FINAL_REVISION}"
+    );
+    Ok(revision)
+}
+
+/// The current revision, read linearizably (a barrier).
+async fn linearizable_revision(client: &Client) -> Result<i64> {
+    let response = client
+        .clone()
+        .get(
+            "\0",
+            Some(GetOptions::new().with_all_keys().with_count_only()),
+        )
+        .await?;
+    Ok(response
+        .header()
+        .context("range without header")?
+        .revision())
+}
+
+// ---------------------------------------------------------------------------
+// Helpers.
+// ---------------------------------------------------------------------------
+
+fn ctl(endpoints: &[String]) -> Etcdctl {
+    Etcdctl::new(
+        Binary::etcdctl35().expect("etcdctl 3.5"),
+        endpoints.to_vec(),
+    )
+}
+
+/// (hash, compact revision, header revision) of HashKV at `revision` on
+/// `endpoint`, retried until the member has applied `revision`.
+async fn hash_kv_when_applied(endpoint: &str, revision: i64) -> Result<(u32, i64, i64)> {
+    retry_until(
+        &format!("HashKV at {revision} on {endpoint}"),
+        APPLY_TIMEOUT,
+        || async move {
+            let mut client = connect(&[endpoint.to_string()]).await?;
+            let response = client.hash_kv(revision).await?;
+            Ok((
+                response.hash(),
+                response.compact_version(),
+                response
+                    .header()
+                    .context("hashkv without header")?
+                    .revision(),
+            ))
+        },
+    )
+    .await
+}
+
+/// One key-value pair with every field, comparable across clusters.
+type Kv = (String, Vec<u8>, i64, i64, i64, i64);
+
+/// Every key of `endpoint` (serializable: what that member stores) once it
+/// has applied `revision`, with the revision the read was served at.
+async fn all_keys(endpoint: &str, revision: i64) -> Result<(Vec<Kv>, i64)> {
+    retry_until(
+        &format!("all keys of {endpoint} at revision {revision}"),
+        APPLY_TIMEOUT,
+        || async move {
+            let response = connect(&[endpoint.to_string()])
+                .await?
+                .get(
+                    "\0",
+                    Some(GetOptions::new().with_all_keys().with_serializable()),
+                )
+                .await?;
+            let served = response
+                .header()
+                .context("range without header")?
+                .revision();
+            ensure!(
+                served >= revision,
+                "{endpoint} has applied revision {served} < {revision}"
+            );
+            let kvs = response
+                .kvs()
+                .iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(kv.key()).into_owned(),
+                        kv.value().to_vec(),
+                        kv.create_revision(),
+                        kv.mod_revision(),
+                        kv.version(),
+                        kv.lease(),
+                    )
+                })
+                .collect();
+            Ok((kvs, served))
+        },
+    )
+    .await
+}
+
+/// The value of `--<flag>=` in the command line the harness logged for
+/// member `m0` of `cluster`.
+fn harness_flag(cluster: &Cluster, flag: &str) -> Result<String> {
+    let log = cluster.dir().join("m0.log");
+    let text =
+        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    let pattern = Regex::new(&format!(r"--{flag}=(\S+)")).expect("valid pattern");
+    Ok(pattern
+        .captures(&text)
+        .with_context(|| format!("no --{flag} in {}", log.display()))?[1]
+        .to_string())
+}
+
+/// The restore tool for `server`: `$STORE_UTIL_BIN`, else `store-util` next
+/// to it, or `etcdutl` next to an `etcd` binary.
+fn restore_tool(server: &Binary) -> Binary {
+    if let Some(path) = std::env::var_os("STORE_UTIL_BIN").filter(|path| !path.is_empty()) {
+        if server.file_name() != "etcd" {
+            return Binary::at(
+                "candidate restore tool",
+                PathBuf::from(path),
+                "set STORE_UTIL_BIN",
+            )
+            .expect("restore tool");
+        }
+    }
+    let dir = server.path.parent().unwrap_or(Path::new("/"));
+    let name = if server.file_name() == "etcd" {
+        "etcdutl"
+    } else {
+        "store-util"
+    };
+    Binary::at(
+        &format!("restore tool for {}", server.role),
+        dir.join(name),
+        "build it with `cargo build --release -p store` (it is the store-util binary), \
+         or set STORE_UTIL_BIN",
+    )
+    .expect("restore tool")
+}
+
+/// Runs `tool snapshot restore <file> ...` for one member.
+async fn restore(
+    tool: &Binary,
+    file: &Path,
+    name: &str,
+    data_dir: &Path,
+    initial_cluster: &str,
+    token: &str,
+    peer: &str,
+) -> Result<CtlOutput> {
+    let output = tokio::time::timeout(
+        RESTORE_TIMEOUT,
+        Command::new(&tool.path)
+            .arg("snapshot")
+            .arg("restore")
+            .arg(file)
+            .arg(format!("--name={name}"))
+            .arg(format!("--data-dir={}", data_dir.display()))
+            .arg(format!("--initial-cluster={initial_cluster}"))
+            .arg(format!("--initial-cluster-token={token}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "{} did not finish within {RESTORE_TIMEOUT:?}",
+            tool.path.display()
+        )
+    })?
+    .with_context(|| format!("running {}", tool.path.display()))?;
+    Ok(CtlOutput {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        code: output.status.code(),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// (a) HashKV.
+// ---------------------------------------------------------------------------
+
+async fn hashkv_equal_on_every_member(binary: Binary) {
+    let cluster = Cluster::start(binary, ClusterConfig::new(MEMBERS))
+        .await
+        .expect("starting the cluster");
+    let client = cluster.client_all().await.expect("client");
+    let revision = apply_history(&client).await.expect("history");
+
+    let mut hashes = Vec::new();
+    for i in 0..MEMBERS {
+        let at_final = hash_kv_when_applied(&cluster.endpoint(i), revision)
+            .await
+            .unwrap_or_else(|e| panic!("member {i}: {e:#}"));
+        let current = hash_kv_when_applied(&cluster.endpoint(i), 0)
+            .await
+            .unwrap_or_else(|e| panic!("member {i}: {e:#}"));
+        let earlier = hash_kv_when_applied(&cluster.endpoint(i), revision - 1)
+            .await
+            .unwrap_or_else(|e| panic!("member {i}: {e:#}"));
+        assert_eq!(
+            at_final.1, COMPACT_REVISION,
+            "member {i}: HashKV compact revision"
+        );
+        assert_eq!(
+            (current.0, current.1),
+            (at_final.0, at_final.1),
+            "member {i}: HashKV at 0 (current) and at the current revision {revision}"
+        );
+        assert_ne!(
+            at_final.0,
+            earlier.0,
+            "member {i}: the hash at {revision} must differ from the hash at {} (a put happened)",
+            revision - 1
+        );
+        hashes.push((at_final.0, earlier.0));
+    }
+    let distinct: BTreeSet<_> = hashes.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        1,
+        "HashKV (at {revision}, at {}) per member differs: {hashes:?}",
+        revision - 1
+    );
+
+    let output = ctl(&cluster.endpoints())
+        .run(&[
+            "endpoint",
+            "hashkv",
+            "--cluster",
+            &format!("--rev={revision}"),
+            "-w",
+            "json",
+        ])
+        .await
+        .expect("etcdctl endpoint hashkv");
+    assert!(output.success(), "{output}");
+    let json = output.json().expect("json");
+    let entries = json.as_array().expect("an array of endpoints");
+    assert_eq!(entries.len(), MEMBERS, "{output}");
+    let mut endpoints = BTreeSet::new();
+    for entry in entries {
+        endpoints.insert(entry["Endpoint"].as_str().unwrap_or_default().to_string());
+        assert_eq!(
+            entry["HashKV"]["hash"].as_u64(),
+            Some(u64::from(hashes[0].0)),
+            "etcdctl endpoint hashkv --cluster: {output}"
+        );
+        assert_eq!(
+            entry["HashKV"]["compact_revision"].as_i64(),
+            Some(COMPACT_REVISION),
+            "{output}"
+        );
+    }
+    assert_eq!(
+        endpoints,
+        cluster.endpoints().into_iter().collect::<BTreeSet<_>>(),
+        "--cluster must reach every member's advertised client URL: {output}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashkv_equal_on_every_member_candidate() {
+    hashkv_equal_on_every_member(Binary::candidate().expect("candidate server binary")).await;
+}
+
+/// The same against real etcd 3.5: the assertions hold for the reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashkv_equal_on_every_member_etcd() {
+    hashkv_equal_on_every_member(Binary::etcd35().expect("reference etcd 3.5")).await;
+}
+
+/// HashKV outcome: hash, compact revision and header revision, or the gRPC error.
+async fn hash_kv_outcome(client: &Client, revision: i64) -> String {
+    match client.clone().hash_kv(revision).await {
+        Ok(response) => format!(
+            "hash={} compact_revision={} header_revision={:?}",
+            response.hash(),
+            response.compact_version(),
+            response.header().map(|header| header.revision())
+        ),
+        Err(error) => describe_error(&error),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashkv_matches_etcd() {
+    let mut diff = Differential::start()
+        .await
+        .expect("starting etcd and the candidate");
+    // (what, oracle outcome, candidate outcome), all compared at the end so
+    // a report shows every difference.
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    rows.push((
+        "empty store, revision 0 (current)".to_string(),
+        hash_kv_outcome(&diff.oracle.client, 0).await,
+        hash_kv_outcome(&diff.candidate.client, 0).await,
+    ));
+    for op in history() {
+        if matches!(op, Op::Compact(_)) {
+            for revision in [0, 20] {
+                rows.push((
+                    format!("before the compaction, revision {revision}"),
+                    hash_kv_outcome(&diff.oracle.client, revision).await,
+                    hash_kv_outcome(&diff.candidate.client, revision).await,
+                ));
+            }
+        }
+        diff.rpc(&format!("{op:?}"), |client| apply(client, op.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{op:?} fails on etcd: {e}"));
+    }
+    // 0 is "current"; 28 is the compaction revision itself; 27 and 1 are
+    // compacted; 37 and 100 are in the future.
+    for revision in [
+        0,
+        FINAL_REVISION,
+        35,
+        33,
+        30,
+        29,
+        COMPACT_REVISION,
+        27,
+        1,
+        37,
+        100,
+    ] {
+        rows.push((
+            format!("after the history, revision {revision}"),
+            hash_kv_outcome(&diff.oracle.client, revision).await,
+            hash_kv_outcome(&diff.candidate.client, revision).await,
+        ));
+    }
+    let table: Vec<String> = rows
+        .iter()
+        .map(|(what, expected, actual)| {
+            let mark = if expected == actual {
+                "same"
+            } else {
+                "DIFFERENT"
+            };
+            format!("{mark}: {what}:\n    oracle:    {expected}\n    candidate: {actual}")
+        })
+        .collect();
+    assert!(
+        rows.iter().all(|(_, expected, actual)| expected == actual),
+        "HashKV after the same history differs between etcd and the candidate:\n{}",
+        table.join("\n")
+    );
+    let compared: Vec<&String> = rows.iter().map(|(_, expected, _)| expected).collect();
+    assert!(
+        compared
+            .iter()
+            .any(|line| line.contains("compact_revision=28")),
+        "the history must have compacted: {compared:#?}"
+    );
+    assert!(
+        compared
+            .iter()
+            .any(|line| line.contains("required revision has been compacted")),
+        "{compared:#?}"
+    );
+    assert!(
+        compared.iter().any(|line| line.contains("future revision")),
+        "{compared:#?}"
+    );
+    let output = diff.ctl(&["endpoint", "hashkv"]).await;
+    assert!(output.success(), "{output}");
+    let output = diff.ctl(&["endpoint", "hashkv", "--rev=31"]).await;
+    assert!(output.success(), "{output}");
+}
+
+// ---------------------------------------------------------------------------
+// (b) Snapshot save and restore.
+// ---------------------------------------------------------------------------
+
+async fn snapshot_save_and_restore(binary: Binary) {
+    let tool = restore_tool(&binary);
+    let old = Cluster::start(binary.clone(), ClusterConfig::new(MEMBERS))
+        .await
+        .expect("starting the cluster");
+    let old_client = old.client_all().await.expect("client");
+    let revision = apply_history(&old_client).await.expect("history");
+    let backup_dir = tempfile::Builder::new()
+        .prefix("etcd-it-backup-")
+        .tempdir()
+        .expect("backup directory");
+    let backup = backup_dir.path().join("backup.db");
+    let saved = ctl(&[old.endpoint(1)])
+        .run(&["snapshot", "save", &backup.display().to_string()])
+        .await
+        .expect("etcdctl snapshot save");
+    assert!(saved.success(), "etcdctl snapshot save failed:\n{saved}");
+    assert!(
+        saved
+            .stdout
+            .contains(&format!("Snapshot saved at {}", backup.display())),
+        "{saved}"
+    );
+    let size = std::fs::metadata(&backup).expect("backup file").len();
+    assert!(size > BIG_VALUE_BYTES as u64, "backup of {size} bytes");
+
+    let (old_kvs, old_revision) = all_keys(&old.endpoint(0), revision)
+        .await
+        .expect("old cluster's keys");
+    assert_eq!(old_revision, revision);
+    assert!(old_kvs.iter().any(|kv| kv.0 == "c/big"), "{old_kvs:?}");
+    let old_hash = hash_kv_when_applied(&old.endpoint(0), revision)
+        .await
+        .expect("old HashKV");
+
+    // A new cluster: start it (the harness picks addresses, names and the
+    // token), stop it, replace every data directory by a restore of the
+    // backup, start it again with the same flags.
+    let new = Cluster::start(binary.clone(), ClusterConfig::new(MEMBERS))
+        .await
+        .expect("starting the new cluster");
+    let initial_cluster = harness_flag(&new, "initial-cluster").expect("--initial-cluster");
+    let token = harness_flag(&new, "initial-cluster-token").expect("--initial-cluster-token");
+    new.kill_all().expect("stopping the new cluster");
+    for i in 0..MEMBERS {
+        let data_dir = new.dir().join(format!("m{i}.etcd"));
+        std::fs::remove_dir_all(&data_dir)
+            .unwrap_or_else(|e| panic!("removing {}: {e}", data_dir.display()));
+        let peer = peer_url(ip_of(&new.endpoint(i)));
+        let output = restore(
+            &tool,
+            &backup,
+            &format!("m{i}"),
+            &data_dir,
+            &initial_cluster,
+            &token,
+            &peer,
+        )
+        .await
+        .expect("running the restore tool");
+        assert!(
+            output.success(),
+            "{} snapshot restore for m{i} failed:\n{output}",
+            tool.path.display()
+        );
+        assert!(
+            data_dir.is_dir(),
+            "restore created no {}",
+            data_dir.display()
+        );
+    }
+    for i in 0..MEMBERS {
+        new.restart(i).expect("starting a restored member");
+    }
+    new.wait_healthy()
+        .await
+        .expect("the restored cluster becomes healthy");
+
+    let new_client = new.client_all().await.expect("client");
+    let new_revision = linearizable_revision(&new_client).await.expect("barrier");
+    assert_eq!(
+        new_revision, revision,
+        "the restored cluster must be at the backup's revision"
+    );
+    for i in 0..MEMBERS {
+        let (kvs, _) = all_keys(&new.endpoint(i), revision)
+            .await
+            .unwrap_or_else(|e| panic!("restored member {i}: {e:#}"));
+        assert!(
+            kvs == old_kvs,
+            "restored member {i} serves different data:\n old: {:?}\n new: {:?}",
+            summary(&old_kvs),
+            summary(&kvs)
+        );
+        let hash = hash_kv_when_applied(&new.endpoint(i), revision)
+            .await
+            .unwrap_or_else(|e| panic!("restored member {i}: {e:#}"));
+        assert_eq!(
+            (hash.0, hash.1),
+            (old_hash.0, old_hash.1),
+            "restored member {i}: HashKV (hash, compact revision) at {revision} differs from the old cluster's"
+        );
+    }
+
+    // New writes work, on every member.
+    let put = new_client
+        .clone()
+        .put("after/restore", "yes", None)
+        .await
+        .expect("a write to the restored cluster");
+    let written = put.header().expect("header").revision();
+    assert_eq!(written, revision + 1, "the first write after the restore");
+    for i in 0..MEMBERS {
+        let (kvs, _) = all_keys(&new.endpoint(i), written)
+            .await
+            .unwrap_or_else(|e| panic!("restored member {i}: {e:#}"));
+        assert!(
+            kvs.iter()
+                .any(|kv| kv.0 == "after/restore" && kv.1 == b"yes" && kv.3 == written),
+            "restored member {i} lacks the new write: {:?}",
+            summary(&kvs)
+        );
+    }
+
+    // A corrupted and a truncated backup are refused.
+    let bytes = std::fs::read(&backup).expect("reading the backup");
+    let mut corrupted = bytes.clone();
+    corrupted[bytes.len() / CORRUPT_AT_FRACTION] ^= 0xff;
+    let truncated = bytes[..bytes.len() - TRUNCATED_BYTES].to_vec();
+    for (what, content) in [("corrupted", corrupted), ("truncated", truncated)] {
+        let file = backup_dir.path().join(format!("{what}.db"));
+        std::fs::write(&file, content).expect("writing the damaged backup");
+        let data_dir = backup_dir.path().join(format!("{what}.etcd"));
+        let output = restore(
+            &tool,
+            &file,
+            "m0",
+            &data_dir,
+            &initial_cluster,
+            &token,
+            &peer_url(ip_of(&new.endpoint(0))),
+        )
+        .await
+        .expect("running the restore tool");
+        assert!(
+            !output.success(),
+            "{} snapshot restore must refuse a {what} backup:\n{output}",
+            tool.path.display()
+        );
+        assert!(
+            !output.stderr.trim().is_empty() || !output.stdout.trim().is_empty(),
+            "the refusal of a {what} backup must say why:\n{output}"
+        );
+    }
+}
+
+/// Keys with value lengths and revisions, for a readable report.
+fn summary(kvs: &[Kv]) -> Vec<String> {
+    kvs.iter()
+        .map(|(key, value, create, modified, version, lease)| {
+            format!(
+                "{key} ({} bytes) create={create} mod={modified} version={version} lease={lease}",
+                value.len()
+            )
+        })
+        .collect()
+}
+
+/// The IP of a `http://IP:PORT` URL.
+fn ip_of(url: &str) -> std::net::Ipv4Addr {
+    url.trim_start_matches("http://")
+        .split(':')
+        .next()
+        .and_then(|host| host.parse().ok())
+        .unwrap_or_else(|| panic!("not an http://IP:PORT url: {url}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_save_and_restore_candidate() {
+    snapshot_save_and_restore(Binary::candidate().expect("candidate server binary")).await;
+}
+
+/// The same against real etcd 3.5 and etcdutl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_save_and_restore_etcd() {
+    snapshot_save_and_restore(Binary::etcd35().expect("reference etcd 3.5")).await;
+}
+
+// ---------------------------------------------------------------------------
+// (c) Defragment, alarms, endpoint status.
+// ---------------------------------------------------------------------------
+
+async fn defrag_alarms_and_status(binary: Binary) {
+    let cluster = Cluster::start(binary, ClusterConfig::new(MEMBERS))
+        .await
+        .expect("starting the cluster");
+    let client = cluster.client_all().await.expect("client");
+    let revision = apply_history(&client).await.expect("history");
+    let endpoints = cluster.endpoints();
+    let etcdctl = ctl(&endpoints);
+
+    let output = etcdctl.run(&["defrag"]).await.expect("etcdctl defrag");
+    assert!(output.success(), "etcdctl defrag failed:\n{output}");
+    for endpoint in &endpoints {
+        assert!(
+            output
+                .stdout
+                .contains(&format!("Finished defragmenting etcd member[{endpoint}]")),
+            "defrag of {endpoint} not reported:\n{output}"
+        );
+    }
+    for i in 0..MEMBERS {
+        let (kvs, _) = all_keys(&cluster.endpoint(i), revision)
+            .await
+            .unwrap_or_else(|e| panic!("member {i} after defrag: {e:#}"));
+        assert!(kvs.iter().any(|kv| kv.0 == "c/big"), "member {i}: {kvs:?}");
+    }
+
+    let output = etcdctl
+        .run(&["alarm", "list"])
+        .await
+        .expect("etcdctl alarm list");
+    assert!(output.success(), "{output}");
+    assert_eq!(output.stdout.trim(), "", "no alarm is raised:\n{output}");
+
+    let output = etcdctl
+        .run(&["endpoint", "status", "-w", "json"])
+        .await
+        .expect("etcdctl endpoint status");
+    assert!(output.success(), "{output}");
+    let json = output.json().expect("json");
+    let statuses = json.as_array().expect("an array of endpoints");
+    assert_eq!(statuses.len(), MEMBERS, "{output}");
+    let mut ids = BTreeSet::new();
+    let mut leaders = BTreeSet::new();
+    let version_3_5 = Regex::new(r"^3\.5\.\d+$").expect("valid pattern");
+    for entry in statuses {
+        let status = &entry["Status"];
+        let version = status["version"].as_str().unwrap_or_default();
+        assert!(
+            version_3_5.is_match(version),
+            "version {version:?} is not 3.5.x: {output}"
+        );
+        ids.insert(status["header"]["member_id"].as_u64().unwrap_or(0));
+        leaders.insert(status["leader"].as_u64().unwrap_or(0));
+        assert!(
+            status["raftIndex"].as_u64().unwrap_or(0) >= FINAL_REVISION as u64,
+            "raft index must count at least the history's entries: {output}"
+        );
+        assert!(status["raftTerm"].as_u64().unwrap_or(0) > 0, "{output}");
+        assert!(status["dbSize"].as_i64().unwrap_or(0) > 0, "{output}");
+        assert_eq!(
+            status["header"]["revision"].as_i64(),
+            Some(revision),
+            "{output}"
+        );
+    }
+    assert_eq!(ids.len(), MEMBERS, "distinct member ids: {output}");
+    assert_eq!(
+        leaders.len(),
+        1,
+        "every member names the same leader: {output}"
+    );
+    let leader = *leaders.iter().next().expect("one leader");
+    assert!(
+        ids.contains(&leader),
+        "the leader {leader:x} is a member: {output}"
+    );
+
+    let simple = etcdctl
+        .run(&["endpoint", "status"])
+        .await
+        .expect("etcdctl endpoint status");
+    assert!(simple.success(), "{simple}");
+    let line = Regex::new(
+        r"^http://\S+:2379, [0-9a-f]+, 3\.5\.\d+, [^,]+, (true|false), false, \d+, (\d+), \d+, $",
+    )
+    .expect("valid pattern");
+    let mut leader_lines = 0;
+    for text in simple.stdout.lines() {
+        let captures = line
+            .captures(text)
+            .unwrap_or_else(|| panic!("unexpected endpoint status line {text:?}:\n{simple}"));
+        leader_lines += usize::from(&captures[1] == "true");
+        assert!(captures[2].parse::<u64>().unwrap_or(0) > 0, "{simple}");
+    }
+    assert_eq!(simple.stdout.lines().count(), MEMBERS, "{simple}");
+    assert_eq!(leader_lines, 1, "exactly one leader:\n{simple}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defrag_alarms_and_status_candidate() {
+    defrag_alarms_and_status(Binary::candidate().expect("candidate server binary")).await;
+}
+
+/// The same against real etcd 3.5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defrag_alarms_and_status_etcd() {
+    defrag_alarms_and_status(Binary::etcd35().expect("reference etcd 3.5")).await;
+}
+
+/// etcdctl defrag, alarm list / disarm and endpoint status compared with
+/// etcd on single members after the same history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_commands_match_etcd() {
+    let mut diff = Differential::start()
+        .await
+        .expect("starting etcd and the candidate");
+    for op in history() {
+        diff.rpc(&format!("{op:?}"), |client| apply(client, op.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{op:?} fails on etcd: {e}"));
+    }
+    let output = diff.ctl(&["defrag"]).await;
+    assert!(output.stdout.contains("Finished defragmenting"), "{output}");
+    let output = diff.ctl(&["alarm", "list"]).await;
+    assert!(output.success() && output.stdout.is_empty(), "{output}");
+    let output = diff.ctl(&["alarm", "disarm"]).await;
+    assert!(output.success(), "{output}");
+    let output = diff.ctl(&["endpoint", "status"]).await;
+    assert!(output.stdout.contains(", 3.5.<PATCH>, "), "{output}");
+    diff.ctl(&["endpoint", "status", "-w", "json"]).await;
+    diff.ctl(&["endpoint", "health"]).await;
+    let output = diff.ctl(&["get", "", "--prefix", "--keys-only"]).await;
+    assert!(output.stdout.contains("c/big"), "{output}");
+}
