@@ -262,7 +262,7 @@ fn printed_var(output: &CtlOutput, name: &str) -> Result<String> {
 /// The member id in `Member <hex> added to|promoted in|removed from cluster <hex>`.
 fn printed_member_id(output: &CtlOutput, verb: &str) -> Result<u64> {
     let pattern = Regex::new(&format!(
-        r"(?m)^Member ([0-9a-f]+) {verb} cluster [0-9a-f]+$"
+        r"(?m)^Member +([0-9a-f]+) {verb} cluster +[0-9a-f]+$"
     ))
     .expect("valid pattern");
     let hex = &pattern
@@ -800,8 +800,9 @@ async fn grow_and_shrink_under_writes_etcd() {
 
 /// `normalize` plus the member and cluster ids of `Member <id> ... cluster <id>`.
 fn normalized(output: &CtlOutput) -> CtlOutput {
-    let ids = Regex::new(r"Member [0-9a-f]+ (added to|promoted in|removed from) cluster [0-9a-f]+")
-        .expect("valid pattern");
+    let ids =
+        Regex::new(r"Member +[0-9a-f]+ (added to|promoted in|removed from) cluster +[0-9a-f]+")
+            .expect("valid pattern");
     let normalized = output.normalized();
     CtlOutput {
         stdout: ids
