@@ -5,7 +5,8 @@
 //!   `ETCD_INITIAL_CLUSTER` that `member add` printed, wait until the learner
 //!   has applied the leader's log, `member promote` retried while the leader
 //!   answers "not in sync"), then shrunk back to 3 (`member remove` of an
-//!   original member, then its process is stopped), while a client keeps
+//!   original member, a follower or, in a second variant, the leader; then
+//!   its process is stopped), while a client keeps
 //!   writing unique keys. Afterwards every acknowledged write is served by
 //!   every remaining member (serializable reads after a linearizable
 //!   barrier) with its exact value and mod revision, no key that was never
@@ -440,23 +441,41 @@ async fn check_writes(endpoint: &str, barrier: i64, writes: &Writes) -> Result<u
     Ok(actual.len())
 }
 
-async fn grow_and_shrink_under_writes(binary: Binary) {
+/// Which original member the shrink removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Victim {
+    /// A follower, chosen before the writer starts (the writer never talks
+    /// to it).
+    Follower,
+    /// The leader at the time of the removal (the writer talks to every
+    /// original member, the removed one included).
+    Leader,
+}
+
+async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
     let cluster = Cluster::start(binary.clone(), ClusterConfig::new(MEMBERS))
         .await
         .expect("starting the cluster");
     let token = cluster_token(&cluster).expect("cluster token");
-    let victim = cluster
-        .follower()
-        .await
-        .expect("a follower to remove later");
-    let stays: Vec<usize> = (0..MEMBERS).filter(|&i| i != victim).collect();
-    let victim_id = cluster.member_id(victim).await.expect("victim id");
     let originals: Vec<String> = cluster.endpoints();
+    let follower = match which {
+        Victim::Follower => Some(
+            cluster
+                .follower()
+                .await
+                .expect("a follower to remove later"),
+        ),
+        Victim::Leader => None,
+    };
+    let writer_endpoints: Vec<String> = (0..MEMBERS)
+        .filter(|&i| Some(i) != follower)
+        .map(|i| cluster.endpoint(i))
+        .collect();
 
     let stop = Arc::new(AtomicBool::new(false));
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let writer = tokio::spawn(write_until_stopped(
-        stays.iter().map(|&i| cluster.endpoint(i)).collect(),
+        writer_endpoints,
         stop.clone(),
         acknowledged.clone(),
     ));
@@ -518,7 +537,7 @@ async fn grow_and_shrink_under_writes(binary: Binary) {
         "ETCD_INITIAL_CLUSTER printed by member add:\n{added}"
     );
 
-    let listed = member_list(&originals[stays[0]])
+    let listed = member_list(&originals[0])
         .await
         .expect("member list with the learner");
     let learner = listed.iter().find(|member| member.id == new_id);
@@ -604,6 +623,26 @@ async fn grow_and_shrink_under_writes(binary: Binary) {
     let after_grow = acknowledged.load(Ordering::Relaxed);
 
     // Shrink: remove one of the original members, then stop its process.
+    let victim = match follower {
+        Some(follower) => follower,
+        None => retry_until(
+            "the leader to be one of the original members",
+            PROMOTED_READY_TIMEOUT,
+            || async {
+                let leader = member_status(&new_endpoint).await?.leader();
+                for i in 0..MEMBERS {
+                    if cluster.member_id(i).await? == leader {
+                        return Ok(i);
+                    }
+                }
+                bail!("the leader is {leader:x}, the added member")
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}")),
+    };
+    let victim_id = cluster.member_id(victim).await.expect("victim id");
+    let stays: Vec<usize> = (0..MEMBERS).filter(|&i| i != victim).collect();
     let mut remaining: Vec<String> = stays.iter().map(|&i| cluster.endpoint(i)).collect();
     remaining.push(new_endpoint.clone());
     let victim_hex = format!("{victim_id:x}");
@@ -637,7 +676,7 @@ async fn grow_and_shrink_under_writes(binary: Binary) {
         .expect("the writer stops")
         .expect("the writer task");
     eprintln!(
-        "{}: {} acknowledged writes ({} before the grow finished, {} before the shrink), {} errors: {:?}",
+        "{} removing {which:?} m{victim}: {} acknowledged writes ({} before the grow finished, {} before the shrink), {} errors: {:?}",
         binary.role,
         writes.acknowledged.len(),
         after_grow,
@@ -784,14 +823,30 @@ fn ip_of(url: &str) -> std::net::Ipv4Addr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_and_shrink_under_writes_candidate() {
-    grow_and_shrink_under_writes(Binary::candidate().expect("candidate server binary")).await;
+    let binary = Binary::candidate().expect("candidate server binary");
+    grow_and_shrink_under_writes(binary, Victim::Follower).await;
 }
 
 /// The same scenario against real etcd 3.5: the assertions hold for the
 /// reference.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_and_shrink_under_writes_etcd() {
-    grow_and_shrink_under_writes(Binary::etcd35().expect("reference etcd 3.5")).await;
+    let binary = Binary::etcd35().expect("reference etcd 3.5");
+    grow_and_shrink_under_writes(binary, Victim::Follower).await;
+}
+
+/// The shrink removes the leader (it steps down; the writer talked to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grow_and_shrink_removing_the_leader_candidate() {
+    let binary = Binary::candidate().expect("candidate server binary");
+    grow_and_shrink_under_writes(binary, Victim::Leader).await;
+}
+
+/// The same against real etcd 3.5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grow_and_shrink_removing_the_leader_etcd() {
+    let binary = Binary::etcd35().expect("reference etcd 3.5");
+    grow_and_shrink_under_writes(binary, Victim::Leader).await;
 }
 
 // ---------------------------------------------------------------------------
