@@ -193,6 +193,16 @@ impl Engine for MemoryEngine {
         self.size_in_use_bytes()
     }
 
+    fn tables_size_bytes(&self, tables: &[Table]) -> u64 {
+        let all = self.tables.read().expect("memory engine lock");
+        tables
+            .iter()
+            .filter_map(|t| all.get(t))
+            .flat_map(|t| t.iter())
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum()
+    }
+
     fn size_in_use_bytes(&self) -> u64 {
         let tables = self.tables.read().expect("memory engine lock");
         tables

@@ -189,6 +189,10 @@ pub trait Engine: EngineRead + 'static {
     /// Approximate bytes the engine uses on disk (or in memory).
     fn size_bytes(&self) -> u64;
 
+    /// Approximate bytes used by `tables` alone (the quota counts only the
+    /// state machine, as etcd's counts only its bbolt file, not its WAL).
+    fn tables_size_bytes(&self, tables: &[Table]) -> u64;
+
     /// Approximate bytes of live data (what `size_bytes` would become
     /// after a full compaction of the files).
     fn size_in_use_bytes(&self) -> u64;

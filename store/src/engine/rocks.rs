@@ -52,7 +52,11 @@ impl RocksEngine {
     }
 
     fn property_sum(&self, name: &str) -> u64 {
-        Table::ALL
+        self.property_sum_of(&Table::ALL, name)
+    }
+
+    fn property_sum_of(&self, tables: &[Table], name: &str) -> u64 {
+        tables
             .iter()
             .filter_map(|t| {
                 self.db
@@ -164,6 +168,11 @@ impl Engine for RocksEngine {
     fn size_bytes(&self) -> u64 {
         self.property_sum("rocksdb.total-sst-files-size")
             + self.property_sum("rocksdb.cur-size-all-mem-tables")
+    }
+
+    fn tables_size_bytes(&self, tables: &[Table]) -> u64 {
+        self.property_sum_of(tables, "rocksdb.total-sst-files-size")
+            + self.property_sum_of(tables, "rocksdb.cur-size-all-mem-tables")
     }
 
     fn size_in_use_bytes(&self) -> u64 {

@@ -35,6 +35,9 @@ pub const MAX_REVOKES_PER_CHECK: usize = 500;
 /// client to read.
 pub const KEEPALIVE_OUTPUT_QUEUE: usize = 16;
 
+/// etcd's `leaseOverhead`: bytes a lease grant is charged against the quota.
+pub const LEASE_OVERHEAD_BYTES: u64 = 64;
+
 /// Serves the Lease API of one member.
 pub struct LeaseService {
     core: Arc<Core>,
@@ -83,6 +86,7 @@ impl Lease for LeaseService {
             req.id
         };
         let ttl = lessor(&self.core).effective_ttl(req.ttl);
+        self.core.check_quota(LEASE_OVERHEAD_BYTES).await?;
         match self
             .core
             .propose(Command::LeaseGrant(LeaseGrantRequest { ttl, id }))

@@ -121,6 +121,14 @@ impl StateMachine {
         log_id: &LogId<NodeId>,
         cmd: &Command,
     ) -> Result<CommandResponse, StorageError<NodeId>> {
+        if consumes_space(cmd) && nospace_raised(self.engine().as_ref()).map_err(sm_read_err)? {
+            // etcd's capped applier: with NOSPACE raised, nothing that grows
+            // the database is applied (deletes and compactions still are).
+            self.engine()
+                .write(Self::applied_batch(log_id, None), false)
+                .map_err(sm_write_err)?;
+            return Ok(CommandResponse::Error(EtcdError::NoSpace));
+        }
         let mut txn = self.mvcc.write();
         let mut compaction = None;
         let mut extra = Self::applied_batch(log_id, None);
@@ -283,6 +291,21 @@ pub fn is_raft_bookkeeping(key: &[u8]) -> bool {
         || key == KEY_MEMBERSHIP
         || key.starts_with(MEMBER_ATTRIBUTES_PREFIX)
         || key.starts_with(ALARM_PREFIX)
+}
+
+/// Commands refused while the NOSPACE alarm is raised.
+fn consumes_space(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Put(_) | Command::Txn(_) | Command::LeaseGrant(_)
+    )
+}
+
+/// True if any member has raised the NOSPACE alarm.
+pub fn nospace_raised(engine: &dyn EngineRead) -> Result<bool, crate::engine::EngineError> {
+    Ok(alarms(engine)?
+        .iter()
+        .any(|a| a.alarm == AlarmType::Nospace as i32))
 }
 
 /// Meta key of one raised alarm: prefix, member id, alarm type.

@@ -31,7 +31,10 @@ use crate::lease::Lessor;
 use crate::mvcc::MvccStore;
 use crate::raft::codec;
 use crate::raft::network::{peer_channel, peer_client};
+use crate::raft::state_machine::nospace_raised;
 use crate::raft::{Command, CommandResponse, MemberInfo, NodeId, Raft};
+use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
+use etcd_proto::etcdserverpb::{AlarmRequest, AlarmType};
 
 /// Why the leader refused a forwarded request or read index.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -369,6 +372,27 @@ impl Core {
             Ok(reply) => decode_forward(&reply.into_inner().payload),
             Err(status) => Err(transport_failure(&status)),
         }
+    }
+
+    /// etcd's quota check before a write that grows the database: refused
+    /// with NOSPACE while the alarm is raised, and raising it when the
+    /// database plus this request would pass `--quota-backend-bytes`.
+    pub async fn check_quota(&self, cost_bytes: u64) -> Result<(), tonic::Status> {
+        let engine = self.mvcc.engine();
+        if nospace_raised(engine.as_ref()).map_err(|e| tonic::Status::internal(e.to_string()))? {
+            return Err(EtcdError::NoSpace.into());
+        }
+        let used = engine.tables_size_bytes(&crate::engine::Table::STATE_MACHINE);
+        if used + cost_bytes <= self.config.quota_bytes {
+            return Ok(());
+        }
+        let raise = AlarmRequest {
+            action: AlarmAction::Activate as i32,
+            member_id: self.config.member_id,
+            alarm: AlarmType::Nospace as i32,
+        };
+        self.propose(Command::Alarm(raise)).await?;
+        Err(EtcdError::NoSpace.into())
     }
 
     /// Passes a linearizable read barrier: afterwards this member's state

@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 use super::core::Core;
 use crate::engine::WriteBatch;
 use crate::errors::{grpc_message_too_large, EtcdError};
+
 use crate::kv::{self, validate, KvError, NoLeases};
 use crate::limits::GRPC_OVERHEAD_BYTES;
 use crate::raft::{Command, CommandResponse};
@@ -69,6 +70,23 @@ pub fn check_transport_size(msg: &impl Message, max_request_bytes: usize) -> Res
         return Err(grpc_message_too_large(len, limit));
     }
     Ok(())
+}
+
+/// etcd's `kvOverhead`: bytes charged per key-value beyond key and value.
+pub const KV_OVERHEAD_BYTES: u64 = 256;
+
+/// etcd's `costTxn`: the puts of the larger branch.
+fn txn_cost(req: &TxnRequest) -> u64 {
+    let branch = |ops: &[etcd_proto::etcdserverpb::RequestOp]| -> u64 {
+        ops.iter()
+            .map(|op| match &op.request {
+                Some(Op::RequestPut(p)) => KV_OVERHEAD_BYTES + (p.key.len() + p.value.len()) as u64,
+                Some(Op::RequestTxn(t)) => txn_cost(t),
+                _ => 0,
+            })
+            .sum()
+    };
+    branch(&req.success).max(branch(&req.failure))
 }
 
 /// Converts a KV failure to the wire.
@@ -128,6 +146,9 @@ impl Kv for KvService {
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_put(&req)?;
         self.check_size(&req)?;
+        self.core
+            .check_quota(KV_OVERHEAD_BYTES + (req.key.len() + req.value.len()) as u64)
+            .await?;
         match self.propose(Command::Put(req)).await? {
             CommandResponse::Put(mut resp) => {
                 self.core.fill(&mut resp.header);
@@ -164,6 +185,7 @@ impl Kv for KvService {
             return Ok(Response::new(resp));
         }
         self.check_size(&req)?;
+        self.core.check_quota(txn_cost(&req)).await?;
         match self.propose(Command::Txn(req)).await? {
             CommandResponse::Txn(mut resp) => {
                 self.core.fill(&mut resp.header);

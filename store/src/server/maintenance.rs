@@ -85,7 +85,16 @@ impl Maintenance for MaintenanceService {
             raft_index: m.last_log_index.unwrap_or(0),
             raft_term: m.current_term,
             raft_applied_index: m.last_applied.map_or(0, |l| l.index),
-            errors: Vec::new(),
+            errors: alarms(engine.as_ref())
+                .unwrap_or_default()
+                .iter()
+                .map(|a| {
+                    let name = etcd_proto::etcdserverpb::AlarmType::try_from(a.alarm)
+                        .map(|t| t.as_str_name().to_string())
+                        .unwrap_or_else(|_| a.alarm.to_string());
+                    format!("memberID:{} alarm:{} ", a.member_id, name)
+                })
+                .collect(),
             db_size_in_use: engine.size_in_use_bytes() as i64,
             is_learner,
         }))
@@ -131,6 +140,12 @@ impl Maintenance for MaintenanceService {
                     Some(etcd) => Status::from(etcd),
                     None => Status::internal(e.to_string()),
                 })?;
+        // etcd reports -1 (its initial compactMainRev) before any compaction.
+        let compact_revision = if compact_revision == 0 {
+            -1
+        } else {
+            compact_revision
+        };
         Ok(Response::new(HashKvResponse {
             header: Some(self.core.header(self.core.mvcc.current_revision())),
             hash,

@@ -76,7 +76,8 @@ pub fn verify(file: &[u8]) -> Result<&[u8], BackupError> {
     }
     let rest = &body[MAGIC.len()..];
     let len = u64::from_be_bytes(rest[..LENGTH_BYTES].try_into().expect("8 bytes")) as usize;
-    rest.get(LENGTH_BYTES..LENGTH_BYTES + len).ok_or(BackupError::Checksum)
+    rest.get(LENGTH_BYTES..LENGTH_BYTES + len)
+        .ok_or(BackupError::Checksum)
 }
 
 /// Restores `file` into the new data directory `data_dir` (which must not
@@ -125,7 +126,11 @@ mod tests {
         b.put(Table::Meta, b"sm/applied".to_vec(), b"x".to_vec());
         engine.write(b, false).unwrap();
         let mut file = create(&engine).unwrap();
-        assert_eq!((file.len() - CHECKSUM_BYTES) % FILE_ALIGN_BYTES, 0, "etcdctl's size check");
+        assert_eq!(
+            (file.len() - CHECKSUM_BYTES) % FILE_ALIGN_BYTES,
+            0,
+            "etcdctl's size check"
+        );
         assert!(verify(&file).is_ok());
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
