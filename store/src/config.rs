@@ -91,6 +91,30 @@ pub struct Config {
     /// Maximum number of operations permitted in a transaction.
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = DEFAULT_MAX_TXN_OPS)]
     pub max_txn_ops: usize,
+    /// Path to the client server TLS cert file.
+    #[arg(long, env = "ETCD_CERT_FILE")]
+    pub cert_file: Option<PathBuf>,
+    /// Path to the client server TLS key file.
+    #[arg(long, env = "ETCD_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Path to the client server TLS trusted CA cert file.
+    #[arg(long, env = "ETCD_TRUSTED_CA_FILE")]
+    pub trusted_ca_file: Option<PathBuf>,
+    /// Enable client cert authentication.
+    #[arg(long, env = "ETCD_CLIENT_CERT_AUTH", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub client_cert_auth: bool,
+    /// Path to the peer server TLS cert file.
+    #[arg(long, env = "ETCD_PEER_CERT_FILE")]
+    pub peer_cert_file: Option<PathBuf>,
+    /// Path to the peer server TLS key file.
+    #[arg(long, env = "ETCD_PEER_KEY_FILE")]
+    pub peer_key_file: Option<PathBuf>,
+    /// Path to the peer server TLS trusted CA file.
+    #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE")]
+    pub peer_trusted_ca_file: Option<PathBuf>,
+    /// Enable peer client cert authentication.
+    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_AUTH", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub peer_client_cert_auth: bool,
     /// Duration of periodic watch progress notifications.
     #[arg(
         long,
@@ -231,7 +255,11 @@ pub fn split_urls(list: &str) -> Vec<String> {
 }
 
 /// Resolves listen URLs (`http://host:port`) to socket addresses.
-pub fn listen_addrs(flag: &'static str, list: &str) -> Result<Vec<SocketAddr>, ConfigError> {
+/// A listen address and whether it serves TLS (`https://`).
+pub type ListenAddr = (SocketAddr, bool);
+
+/// Resolves listen URLs (`http://` or `https://host:port`) to addresses.
+pub fn listen_addrs(flag: &'static str, list: &str) -> Result<Vec<ListenAddr>, ConfigError> {
     let mut out = Vec::new();
     for u in split_urls(list) {
         let bad = |reason: String| ConfigError::BadUrl {
@@ -240,11 +268,11 @@ pub fn listen_addrs(flag: &'static str, list: &str) -> Result<Vec<SocketAddr>, C
             reason,
         };
         let parsed = url::Url::parse(&u).map_err(|e| bad(e.to_string()))?;
-        match parsed.scheme() {
-            "http" | "unix" => {}
-            "https" => return Err(bad("TLS listeners are not supported yet".into())),
+        let tls = match parsed.scheme() {
+            "http" => false,
+            "https" => true,
             other => return Err(bad(format!("unsupported scheme {other:?}"))),
-        }
+        };
         let host = parsed.host_str().ok_or_else(|| bad("no host".into()))?;
         let port = parsed.port().ok_or_else(|| bad("no port".into()))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -255,8 +283,8 @@ pub fn listen_addrs(flag: &'static str, list: &str) -> Result<Vec<SocketAddr>, C
             .into_iter()
             .min_by_key(|a| !a.is_ipv4())
             .ok_or_else(|| bad("resolves to nothing".into()))?;
-        if !out.contains(&first) {
-            out.push(first);
+        if !out.iter().any(|(a, _)| *a == first) {
+            out.push((first, tls));
         }
     }
     Ok(out)
@@ -296,6 +324,26 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl Config {
+    /// Client TLS files.
+    pub fn client_tls(&self) -> crate::tls::TlsFiles {
+        crate::tls::TlsFiles {
+            cert: self.cert_file.clone(),
+            key: self.key_file.clone(),
+            trusted_ca: self.trusted_ca_file.clone(),
+            client_cert_auth: self.client_cert_auth,
+        }
+    }
+
+    /// Peer TLS files.
+    pub fn peer_tls(&self) -> crate::tls::TlsFiles {
+        crate::tls::TlsFiles {
+            cert: self.peer_cert_file.clone(),
+            key: self.peer_key_file.clone(),
+            trusted_ca: self.peer_trusted_ca_file.clone(),
+            client_cert_auth: self.peer_client_cert_auth,
+        }
+    }
+
     /// `--experimental-watch-progress-notify-interval` as a duration.
     pub fn progress_notify_interval(&self) -> Result<Duration, ConfigError> {
         let d = parse_go_duration(&self.experimental_watch_progress_notify_interval)

@@ -22,6 +22,7 @@ pub mod mvcc;
 pub mod raft;
 pub mod server;
 pub mod snapshot;
+pub mod tls;
 pub mod watch;
 
 pub use config::Config;

@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{listen_addrs, split_urls, Config};
+use crate::config::{listen_addrs, split_urls, Config, ListenAddr};
 use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, Table, WriteBatch};
 use crate::lease::service::{spawn_lease_tasks, LeaseService};
@@ -61,6 +61,7 @@ use crate::server::core::{Core, CoreConfig, ForwardError, LeaderReply, LeaderReq
 use crate::server::http;
 use crate::server::kv::KvService;
 use crate::server::maintenance::MaintenanceService;
+use crate::tls::{TlsFiles, TlsListener};
 use crate::watch::{WatchHub, WatchService};
 
 const KEY_MEMBER_ID: &[u8] = b"identity/member_id";
@@ -85,6 +86,7 @@ struct Identity {
 async fn load_identity(
     engine: &dyn Engine,
     config: &Config,
+    peer_tls: Option<&tonic::transport::ClientTlsConfig>,
 ) -> anyhow::Result<(Identity, BTreeMap<NodeId, MemberInfo>)> {
     let members: BTreeMap<NodeId, MemberInfo> = config.initial_members()?.into_iter().collect();
     let stored = engine.get(Table::RaftState, KEY_MEMBER_ID)?;
@@ -105,7 +107,7 @@ async fn load_identity(
     }
     let member_id = config.member_id();
     let cid = if config.initial_cluster_state == "existing" {
-        fetch_cluster_id(&members, member_id).await?
+        fetch_cluster_id(&members, member_id, peer_tls).await?
     } else {
         let ids: Vec<NodeId> = members.keys().copied().collect();
         cluster_id(&ids)
@@ -144,6 +146,7 @@ const JOIN_RETRY_PAUSE: Duration = Duration::from_millis(200);
 async fn fetch_cluster_id(
     members: &BTreeMap<NodeId, MemberInfo>,
     me: NodeId,
+    tls: Option<&tonic::transport::ClientTlsConfig>,
 ) -> anyhow::Result<u64> {
     let deadline = tokio::time::Instant::now() + JOIN_CLUSTER_ID_WAIT;
     loop {
@@ -151,7 +154,7 @@ async fn fetch_cluster_id(
             if *id == me {
                 continue;
             }
-            let Ok(channel) = peer_channel(info) else {
+            let Ok(channel) = peer_channel(info, tls) else {
                 continue;
             };
             let mut client = peer_client(channel);
@@ -198,13 +201,24 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
     Ok(raft.validate()?)
 }
 
-async fn bind_all(addrs: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
+/// A bound listener, with the TLS configuration if its URL is `https://`.
+struct Bound {
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+async fn bind_all(addrs: &[ListenAddr], tls: &TlsFiles, side: &str) -> anyhow::Result<Vec<Bound>> {
     let mut out = Vec::new();
-    for a in addrs {
-        let l = TcpListener::bind(a)
+    for (a, https) in addrs {
+        let tls = if *https {
+            Some(tls.server_config(side)?)
+        } else {
+            None
+        };
+        let listener = TcpListener::bind(a)
             .await
             .map_err(|e| anyhow::anyhow!("listen on {a}: {e}"))?;
-        out.push(l);
+        out.push(Bound { listener, tls });
     }
     Ok(out)
 }
@@ -227,7 +241,13 @@ impl Member {
         let data_dir = config.data_dir();
         create_dirs(&data_dir)?;
         let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(&data_dir.join("member/db"))?);
-        let (identity, members) = load_identity(engine.as_ref(), &config).await?;
+        let peer_tls = if config.peer_tls().enabled() || config.peer_trusted_ca_file.is_some() {
+            Some(config.peer_tls().tonic_client()?)
+        } else {
+            None
+        };
+        let (identity, members) =
+            load_identity(engine.as_ref(), &config, peer_tls.as_ref()).await?;
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
@@ -246,19 +266,16 @@ impl Member {
         let raft = Raft::new(
             identity.member_id,
             Arc::new(raft_config(&config)?),
-            PeerNetworkFactory::default(),
+            PeerNetworkFactory::new(peer_tls.clone()),
             log_store,
             sm,
         )
         .await?;
 
-        let peer_listeners =
-            bind_all(&listen_addrs("listen-peer-urls", &config.listen_peer_urls)?).await?;
-        let client_listeners = bind_all(&listen_addrs(
-            "listen-client-urls",
-            &config.listen_client_urls,
-        )?)
-        .await?;
+        let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
+        let peer_listeners = bind_all(&peer_addrs, &config.peer_tls(), "--peer-").await?;
+        let client_addrs = listen_addrs("listen-client-urls", &config.listen_client_urls)?;
+        let client_listeners = bind_all(&client_addrs, &config.client_tls(), "--").await?;
         if identity.fresh && config.initial_cluster_state == "new" {
             initialize(&raft, members).await?;
         }
@@ -267,6 +284,7 @@ impl Member {
                 member_id: identity.member_id,
                 cluster_id: identity.cluster_id,
                 cluster_token: config.initial_cluster_token.clone(),
+                peer_tls: peer_tls.clone(),
                 request_timeout: Duration::from_millis(
                     REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout,
                 ),
@@ -283,11 +301,11 @@ impl Member {
             core: core.clone(),
             client_addrs: client_listeners
                 .iter()
-                .map(|l| l.local_addr())
+                .map(|b| b.listener.local_addr())
                 .collect::<Result<_, _>>()?,
             peer_addrs: peer_listeners
                 .iter()
-                .map(|l| l.local_addr())
+                .map(|b| b.listener.local_addr())
                 .collect::<Result<_, _>>()?,
             shutdown,
             tasks: Vec::new(),
@@ -302,14 +320,20 @@ impl Member {
             },
             member.shutdown.subscribe(),
         );
-        for l in peer_listeners {
+        for b in peer_listeners {
+            let tls = match b.tls {
+                Some(_) => Some(config.peer_tls().tonic_server()?),
+                None => None,
+            };
             member.tasks.push(tokio::spawn(serve_peer(
-                l,
+                b.listener,
+                tls,
                 core.clone(),
                 member.shutdown.subscribe(),
             )));
         }
         for l in client_listeners {
+            let Bound { listener: l, tls } = l;
             let services = ClientServices {
                 core: core.clone(),
                 hub: hub.clone(),
@@ -319,6 +343,7 @@ impl Member {
             };
             member.tasks.push(tokio::spawn(serve_client(
                 l,
+                tls,
                 services,
                 member.shutdown.subscribe(),
             )));
@@ -411,13 +436,27 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
-async fn serve_peer(listener: TcpListener, core: Arc<Core>, shutdown: watch::Receiver<bool>) {
+async fn serve_peer(
+    listener: TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    core: Arc<Core>,
+    shutdown: watch::Receiver<bool>,
+) {
     let svc = RaftPeerServer::new(PeerService::new(core))
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let result = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    let mut builder = tonic::transport::Server::builder().tcp_nodelay(true);
+    if let Some(tls) = tls {
+        builder = match builder.tls_config(tls) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %e, "peer TLS configuration");
+                return;
+            }
+        };
+    }
+    let result = builder
         .add_service(svc)
         .serve_with_incoming_shutdown(incoming, stopped(shutdown))
         .await;
@@ -437,6 +476,7 @@ struct ClientServices {
 
 async fn serve_client(
     listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     services: ClientServices,
     shutdown: watch::Receiver<bool>,
 ) {
@@ -474,13 +514,25 @@ async fn serve_client(
         .add_service(lease)
         .add_service(cluster);
     let app = http::routes(core).merge(grpc.into_axum_router());
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(stopped(shutdown))
-        .await;
+    let result = match tls {
+        Some(config) => match TlsListener::new(listener, config) {
+            Ok(l) => {
+                axum::serve(l, app)
+                    .with_graceful_shutdown(stopped(shutdown))
+                    .await
+            }
+            Err(e) => Err(e),
+        },
+        None => {
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped(shutdown))
+                .await
+        }
+    };
     if let Err(e) = result {
         tracing::error!(error = %e, "client server failed");
     }

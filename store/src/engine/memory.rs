@@ -87,39 +87,16 @@ impl EngineRead for MemoryEngine {
         ))
     }
 
-    fn scan(
+    fn scan_range(
         &self,
         table: Table,
         start: &[u8],
         end: Option<&[u8]>,
+        reverse: bool,
         visit: &mut ScanVisitor<'_>,
     ) -> EngineResult<()> {
-        scan_in(
-            &self.tables.read().expect("memory engine lock"),
-            table,
-            start,
-            end,
-            false,
-            visit,
-        );
-        Ok(())
-    }
-
-    fn scan_reverse(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        visit: &mut ScanVisitor<'_>,
-    ) -> EngineResult<()> {
-        scan_in(
-            &self.tables.read().expect("memory engine lock"),
-            table,
-            start,
-            end,
-            true,
-            visit,
-        );
+        let tables = self.tables.read().expect("memory engine lock");
+        scan_in(&tables, table, start, end, reverse, visit);
         Ok(())
     }
 }
@@ -129,25 +106,15 @@ impl EngineRead for MemorySnapshot {
         Ok(get_in(&self.tables, table, key))
     }
 
-    fn scan(
+    fn scan_range(
         &self,
         table: Table,
         start: &[u8],
         end: Option<&[u8]>,
+        reverse: bool,
         visit: &mut ScanVisitor<'_>,
     ) -> EngineResult<()> {
-        scan_in(&self.tables, table, start, end, false, visit);
-        Ok(())
-    }
-
-    fn scan_reverse(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        visit: &mut ScanVisitor<'_>,
-    ) -> EngineResult<()> {
-        scan_in(&self.tables, table, start, end, true, visit);
+        scan_in(&self.tables, table, start, end, reverse, visit);
         Ok(())
     }
 }

@@ -153,15 +153,28 @@ pub trait EngineRead: Send + Sync {
     /// The value of `key`, if present.
     fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>>;
 
-    /// Visits keys in `[start, end)` in ascending order (`end = None`:
-    /// to the end of the table) until the visitor breaks.
+    /// Visits keys in `[start, end)` (`end = None`: to the end of the
+    /// table), ascending or, with `reverse`, descending, until the visitor
+    /// breaks.
+    fn scan_range(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()>;
+
+    /// Visits keys in `[start, end)` in ascending order.
     fn scan(
         &self,
         table: Table,
         start: &[u8],
         end: Option<&[u8]>,
         visit: &mut ScanVisitor<'_>,
-    ) -> EngineResult<()>;
+    ) -> EngineResult<()> {
+        self.scan_range(table, start, end, false, visit)
+    }
 
     /// Visits keys in `[start, end)` in descending order.
     fn scan_reverse(
@@ -170,7 +183,9 @@ pub trait EngineRead: Send + Sync {
         start: &[u8],
         end: Option<&[u8]>,
         visit: &mut ScanVisitor<'_>,
-    ) -> EngineResult<()>;
+    ) -> EngineResult<()> {
+        self.scan_range(table, start, end, true, visit)
+    }
 }
 
 /// A storage engine. Implementations are internally synchronized.

@@ -9,9 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rocksdb::{
-    ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions, WriteOptions, DB,
-};
+use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, ReadOptions, WriteOptions, DB};
 
 use super::{
     BatchOp, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch,
@@ -100,44 +98,34 @@ fn empty_range(start: &[u8], end: Option<&[u8]>) -> bool {
     matches!(end, Some(e) if e <= start)
 }
 
+fn mode(reverse: bool) -> IteratorMode<'static> {
+    if reverse {
+        IteratorMode::End
+    } else {
+        IteratorMode::Start
+    }
+}
+
 impl EngineRead for RocksEngine {
     fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
-        Ok(self
+        let value = self.db.get_pinned_cf(self.cf(table), key).map_err(err)?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    fn scan_range(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut ScanVisitor<'_>,
+    ) -> EngineResult<()> {
+        if empty_range(start, end) {
+            return Ok(());
+        }
+        let iter = self
             .db
-            .get_pinned_cf(self.cf(table), key)
-            .map_err(err)?
-            .map(|v| v.to_vec()))
-    }
-
-    fn scan(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        visit: &mut ScanVisitor<'_>,
-    ) -> EngineResult<()> {
-        if empty_range(start, end) {
-            return Ok(());
-        }
-        let iter =
-            self.db
-                .iterator_cf_opt(self.cf(table), read_opts(start, end), IteratorMode::Start);
-        drive(iter, visit)
-    }
-
-    fn scan_reverse(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        visit: &mut ScanVisitor<'_>,
-    ) -> EngineResult<()> {
-        if empty_range(start, end) {
-            return Ok(());
-        }
-        let iter =
-            self.db
-                .iterator_cf_opt(self.cf(table), read_opts(start, end), IteratorMode::End);
+            .iterator_cf_opt(self.cf(table), read_opts(start, end), mode(reverse));
         drive(iter, visit)
     }
 }
@@ -213,45 +201,28 @@ impl RocksSnapshot {
 
 impl EngineRead for RocksSnapshot {
     fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
-        Ok(self
+        let value = self
             .snapshot
             .get_pinned_cf(cf_of(&self.db, table), key)
-            .map_err(err)?
-            .map(|v| v.to_vec()))
+            .map_err(err)?;
+        Ok(value.map(|v| v.to_vec()))
     }
 
-    fn scan(
+    fn scan_range(
         &self,
         table: Table,
         start: &[u8],
         end: Option<&[u8]>,
+        reverse: bool,
         visit: &mut ScanVisitor<'_>,
     ) -> EngineResult<()> {
         if empty_range(start, end) {
             return Ok(());
         }
-        let mode = IteratorMode::From(start, Direction::Forward);
-        let iter =
-            self.snapshot
-                .iterator_cf_opt(cf_of(&self.db, table), read_opts(start, end), mode);
-        drive(iter, visit)
-    }
-
-    fn scan_reverse(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        visit: &mut ScanVisitor<'_>,
-    ) -> EngineResult<()> {
-        if empty_range(start, end) {
-            return Ok(());
-        }
-        let iter = self.snapshot.iterator_cf_opt(
-            cf_of(&self.db, table),
-            read_opts(start, end),
-            IteratorMode::End,
-        );
+        let cf = cf_of(&self.db, table);
+        let iter = self
+            .snapshot
+            .iterator_cf_opt(cf, read_opts(start, end), mode(reverse));
         drive(iter, visit)
     }
 }

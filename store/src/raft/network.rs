@@ -22,7 +22,7 @@ use openraft::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::codec;
 use super::types::{MemberInfo, NodeId, TypeConfig};
@@ -35,9 +35,18 @@ use crate::limits::PEER_RPC_TIMEOUT_MS;
 #[derive(Clone, Default)]
 pub struct PeerNetworkFactory {
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    tls: Option<ClientTlsConfig>,
 }
 
 impl PeerNetworkFactory {
+    /// A factory dialing `https://` peers with `tls`.
+    pub fn new(tls: Option<ClientTlsConfig>) -> Self {
+        Self {
+            channels: Arc::default(),
+            tls,
+        }
+    }
+
     fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, String> {
         let url = node.peer_urls.first().cloned().unwrap_or_default();
         let mut cache = self.channels.lock().expect("peer channel cache lock");
@@ -46,7 +55,7 @@ impl PeerNetworkFactory {
                 return Ok(channel.clone());
             }
         }
-        let channel = peer_channel(node)?;
+        let channel = peer_channel(node, self.tls.as_ref())?;
         cache.insert(target, (url, channel.clone()));
         Ok(channel)
     }
@@ -58,17 +67,23 @@ impl PeerNetworkFactory {
 pub const MAX_PEER_MESSAGE_BYTES: usize = 1024 * 1024 * 1024;
 
 /// A lazily connected channel to a member's first peer URL.
-pub fn peer_channel(node: &MemberInfo) -> Result<Channel, String> {
+pub fn peer_channel(node: &MemberInfo, tls: Option<&ClientTlsConfig>) -> Result<Channel, String> {
     let url = node
         .peer_urls
         .first()
         .ok_or_else(|| format!("member {} has no peer URL", node.name))?;
-    let endpoint = Endpoint::from_shared(url.clone())
+    let mut endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| format!("bad peer URL {url}: {e}"))?
         .connect_timeout(Duration::from_millis(PEER_RPC_TIMEOUT_MS))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_while_idle(true);
+    if url.starts_with("https://") {
+        let tls = tls.cloned().unwrap_or_default();
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| format!("TLS for peer URL {url}: {e}"))?;
+    }
     Ok(endpoint.connect_lazy())
 }
 

@@ -95,6 +95,8 @@ pub struct CoreConfig {
     pub cluster_id: u64,
     /// `--initial-cluster-token` (member ids of added members derive from it).
     pub cluster_token: String,
+    /// TLS for dialing `https://` peers.
+    pub peer_tls: Option<tonic::transport::ClientTlsConfig>,
     /// How long a request may wait for Raft.
     pub request_timeout: Duration,
     /// `--max-request-bytes`.
@@ -199,7 +201,9 @@ impl Core {
             .get_node(&id)
             .cloned()
             .ok_or(EtcdError::NoLeader)?;
-        let client = peer_client(peer_channel(&node).map_err(|_| EtcdError::NoLeader)?);
+        let client = peer_client(
+            peer_channel(&node, self.config.peer_tls.as_ref()).map_err(|_| EtcdError::NoLeader)?,
+        );
         self.peers
             .lock()
             .expect("peer cache lock")

@@ -1,0 +1,228 @@
+//! TLS for client and peer traffic with etcd's flags, on rustls.
+//!
+//! Client side (`--cert-file`, `--key-file`, `--trusted-ca-file`,
+//! `--client-cert-auth`): `https://` client listeners accept TLS connections
+//! (ALPN h2 and http/1.1, so gRPC and `/health` share the port); with
+//! `--client-cert-auth` a client must present a certificate signed by the
+//! trusted CA, which is what kube-apiserver's `--etcd-certfile` provides.
+//!
+//! Peer side (`--peer-cert-file`, `--peer-key-file`, `--peer-trusted-ca-file`,
+//! `--peer-client-cert-auth`): `https://` peer listeners serve the peer
+//! protocol over TLS, and members dial `https://` peer URLs with the peer
+//! certificate as their client identity.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a client may take to finish the TLS handshake before the
+/// connection is dropped (so a stalled client holds no slot for long).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Handshaken connections waiting for the server to take them.
+const ACCEPT_QUEUE: usize = 128;
+
+/// One side's certificate files, as etcd's flags name them.
+#[derive(Debug, Clone, Default)]
+pub struct TlsFiles {
+    /// Certificate chain (PEM).
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM).
+    pub key: Option<PathBuf>,
+    /// CA bundle that signs acceptable client (or peer) certificates.
+    pub trusted_ca: Option<PathBuf>,
+    /// Require a certificate from every client (or peer).
+    pub client_cert_auth: bool,
+}
+
+/// TLS configuration problems.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsError(pub String);
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| TlsError(format!("read certificates {}: {e}", path.display())))?
+        .collect();
+    let certs =
+        certs.map_err(|e| TlsError(format!("parse certificates {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(TlsError(format!("no certificate in {}", path.display())));
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| TlsError(format!("read private key {}: {e}", path.display())))
+}
+
+fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    for cert in read_certs(path)? {
+        store
+            .add(cert)
+            .map_err(|e| TlsError(format!("trusted CA {}: {e}", path.display())))?;
+    }
+    Ok(store)
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl TlsFiles {
+    /// True if a certificate is configured.
+    pub fn enabled(&self) -> bool {
+        self.cert.is_some()
+    }
+
+    fn cert_and_key(&self, side: &str) -> Result<(&Path, &Path), TlsError> {
+        match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => Ok((c, k)),
+            _ => Err(TlsError(format!(
+                "TLS key/cert ({side}cert-file, {side}key-file) must be provided for {side}url with HTTPS scheme"
+            ))),
+        }
+    }
+
+    /// The rustls server configuration (`side` is "--" or "--peer-" for
+    /// error messages).
+    pub fn server_config(&self, side: &str) -> Result<Arc<ServerConfig>, TlsError> {
+        let (cert, key) = self.cert_and_key(side)?;
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError(e.to_string()))?;
+        let builder = match (&self.trusted_ca, self.client_cert_auth) {
+            (Some(ca), true) => {
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+                        .build()
+                        .map_err(|e| TlsError(e.to_string()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            (None, true) => {
+                return Err(TlsError(format!(
+                    "{side}client-cert-auth needs {side}trusted-ca-file"
+                )));
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        let mut config = builder
+            .with_single_cert(read_certs(cert)?, read_key(key)?)
+            .map_err(|e| {
+                TlsError(format!(
+                    "certificate {} and key {}: {e}",
+                    cert.display(),
+                    key.display()
+                ))
+            })?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// tonic's server TLS settings (peer port).
+    pub fn tonic_server(&self) -> Result<tonic::transport::ServerTlsConfig, TlsError> {
+        let (cert, key) = self.cert_and_key("--peer-")?;
+        let read =
+            |p: &Path| std::fs::read(p).map_err(|e| TlsError(format!("read {}: {e}", p.display())));
+        let mut config = tonic::transport::ServerTlsConfig::new().identity(
+            tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
+        );
+        if let Some(ca) = &self.trusted_ca {
+            config = config
+                .client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?))
+                .client_auth_optional(!self.client_cert_auth);
+        }
+        Ok(config)
+    }
+
+    /// tonic's client TLS settings (dialing peers).
+    pub fn tonic_client(&self) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
+        let read =
+            |p: &Path| std::fs::read(p).map_err(|e| TlsError(format!("read {}: {e}", p.display())));
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        if let Some(ca) = &self.trusted_ca {
+            config = config.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+        }
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read(cert)?,
+                read(key)?,
+            ));
+        }
+        Ok(config)
+    }
+}
+
+/// An axum listener that hands out TLS connections. A background task
+/// accepts TCP connections and runs each handshake in its own task (bounded
+/// by [`HANDSHAKE_TIMEOUT`]), so one slow client cannot delay others.
+pub struct TlsListener {
+    incoming: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    /// Starts accepting on `listener` with `config`.
+    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        let acceptor = TlsAcceptor::from(config);
+        let (tx, incoming) = mpsc::channel(ACCEPT_QUEUE);
+        tokio::spawn(async move {
+            loop {
+                let (tcp, addr) = match listener.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                if tx.is_closed() {
+                    return;
+                }
+                let (acceptor, conn_tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = conn_tx.send((tls, addr)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %addr, error = %e, "TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(Self { incoming, local })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.incoming.recv().await {
+            Some(c) => c,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
