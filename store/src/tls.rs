@@ -41,7 +41,8 @@ pub struct TlsFiles {
     pub key: Option<PathBuf>,
     /// CA bundle that signs acceptable client (or peer) certificates.
     pub trusted_ca: Option<PathBuf>,
-    /// Require a certificate from every client (or peer).
+    /// Require a certificate from every client (or peer). As in etcd, a
+    /// trusted CA file requires one as well.
     pub client_cert_auth: bool,
 }
 
@@ -103,8 +104,10 @@ impl TlsFiles {
         let builder = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError(e.to_string()))?;
+        // As etcd 3.5: a trusted CA file alone already makes client
+        // certificates mandatory (`TrustedCAFile != "" || ClientCertAuth`).
         let builder = match (&self.trusted_ca, self.client_cert_auth) {
-            (Some(ca), true) => {
+            (Some(ca), _) => {
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
                         .build()
@@ -116,7 +119,7 @@ impl TlsFiles {
                     "{side}client-cert-auth needs {side}trusted-ca-file"
                 )));
             }
-            _ => builder.with_no_client_auth(),
+            (None, false) => builder.with_no_client_auth(),
         };
         let mut config = builder
             .with_single_cert(read_certs(cert)?, read_key(key)?)
@@ -142,7 +145,7 @@ impl TlsFiles {
         if let Some(ca) = &self.trusted_ca {
             config = config
                 .client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?))
-                .client_auth_optional(!self.client_cert_auth);
+                .client_auth_optional(false);
         }
         Ok(config)
     }
