@@ -50,7 +50,7 @@ use crate::limits::{
 use crate::mvcc::MvccStore;
 use crate::raft::codec;
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{peer_channel, peer_client, PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
+use crate::raft::network::{peer_client, PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
 use crate::raft::peer_service::PeerService;
 use crate::raft::state_machine::{reload_lessor, spawn_compactor, StateMachine};
 use crate::raft::types::cluster_id;
@@ -86,7 +86,7 @@ struct Identity {
 async fn load_identity(
     engine: &dyn Engine,
     config: &Config,
-    peer_tls: Option<&tonic::transport::ClientTlsConfig>,
+    peers: &PeerNetworkFactory,
 ) -> anyhow::Result<(Identity, BTreeMap<NodeId, MemberInfo>)> {
     let members: BTreeMap<NodeId, MemberInfo> = config.initial_members()?.into_iter().collect();
     let stored = engine.get(Table::RaftState, KEY_MEMBER_ID)?;
@@ -107,7 +107,7 @@ async fn load_identity(
     }
     let member_id = config.member_id();
     let cid = if config.initial_cluster_state == "existing" {
-        fetch_cluster_id(&members, member_id, peer_tls).await?
+        fetch_cluster_id(&members, member_id, peers).await?
     } else {
         let ids: Vec<NodeId> = members.keys().copied().collect();
         cluster_id(&ids)
@@ -146,7 +146,7 @@ const JOIN_RETRY_PAUSE: Duration = Duration::from_millis(200);
 async fn fetch_cluster_id(
     members: &BTreeMap<NodeId, MemberInfo>,
     me: NodeId,
-    tls: Option<&tonic::transport::ClientTlsConfig>,
+    peers: &PeerNetworkFactory,
 ) -> anyhow::Result<u64> {
     let deadline = tokio::time::Instant::now() + JOIN_CLUSTER_ID_WAIT;
     loop {
@@ -154,7 +154,7 @@ async fn fetch_cluster_id(
             if *id == me {
                 continue;
             }
-            let Ok(channel) = peer_channel(info, tls) else {
+            let Ok(channel) = peers.channel(*id, info) else {
                 continue;
             };
             let mut client = peer_client(channel);
@@ -246,8 +246,8 @@ impl Member {
         } else {
             None
         };
-        let (identity, members) =
-            load_identity(engine.as_ref(), &config, peer_tls.as_ref()).await?;
+        let peers = PeerNetworkFactory::new(peer_tls);
+        let (identity, members) = load_identity(engine.as_ref(), &config, &peers).await?;
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
@@ -266,7 +266,7 @@ impl Member {
         let raft = Raft::new(
             identity.member_id,
             Arc::new(raft_config(&config)?),
-            PeerNetworkFactory::new(peer_tls.clone()),
+            peers.clone(),
             log_store,
             sm,
         )
@@ -284,7 +284,6 @@ impl Member {
                 member_id: identity.member_id,
                 cluster_id: identity.cluster_id,
                 cluster_token: config.initial_cluster_token.clone(),
-                peer_tls: peer_tls.clone(),
                 request_timeout: Duration::from_millis(
                     REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout,
                 ),
@@ -295,6 +294,7 @@ impl Member {
             raft,
             mvcc,
             lessor,
+            peers,
         );
         let (shutdown, _) = watch::channel(false);
         let mut member = Member {

@@ -47,7 +47,10 @@ impl PeerNetworkFactory {
         }
     }
 
-    fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, String> {
+    /// The cached channel to `target` at its first peer URL (a new one if
+    /// the URL changed). Shared by Raft replication and by the member's
+    /// forwarding and ReadIndex calls.
+    pub fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, String> {
         let url = node.peer_urls.first().cloned().unwrap_or_default();
         let mut cache = self.channels.lock().expect("peer channel cache lock");
         if let Some((cached_url, channel)) = cache.get(&target) {
@@ -67,7 +70,7 @@ impl PeerNetworkFactory {
 pub const MAX_PEER_MESSAGE_BYTES: usize = 1024 * 1024 * 1024;
 
 /// A lazily connected channel to a member's first peer URL.
-pub fn peer_channel(node: &MemberInfo, tls: Option<&ClientTlsConfig>) -> Result<Channel, String> {
+fn peer_channel(node: &MemberInfo, tls: Option<&ClientTlsConfig>) -> Result<Channel, String> {
     let url = node
         .peer_urls
         .first()

@@ -13,8 +13,7 @@
 //! peer protocol. The serving member then waits until it has applied up to
 //! the read index and reads its own state. Serializable reads skip this.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_proto::etcdserverpb::ResponseHeader;
@@ -30,7 +29,7 @@ use crate::errors::EtcdError;
 use crate::lease::Lessor;
 use crate::mvcc::MvccStore;
 use crate::raft::codec;
-use crate::raft::network::{peer_channel, peer_client};
+use crate::raft::network::{peer_client, PeerNetworkFactory};
 use crate::raft::state_machine::nospace_raised;
 use crate::raft::{Command, CommandResponse, MemberInfo, NodeId, Raft};
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
@@ -95,8 +94,6 @@ pub struct CoreConfig {
     pub cluster_id: u64,
     /// `--initial-cluster-token` (member ids of added members derive from it).
     pub cluster_token: String,
-    /// TLS for dialing `https://` peers.
-    pub peer_tls: Option<tonic::transport::ClientTlsConfig>,
     /// How long a request may wait for Raft.
     pub request_timeout: Duration,
     /// `--max-request-bytes`.
@@ -117,7 +114,7 @@ pub struct Core {
     pub mvcc: Arc<MvccStore>,
     /// The leases.
     pub lessor: Arc<Lessor>,
-    peers: Mutex<HashMap<NodeId, RaftPeerClient<Channel>>>,
+    peers: PeerNetworkFactory,
     read_rounds: mpsc::Sender<ReadIndexWaiter>,
 }
 
@@ -154,6 +151,7 @@ impl Core {
         raft: Raft,
         mvcc: Arc<MvccStore>,
         lessor: Arc<Lessor>,
+        peers: PeerNetworkFactory,
     ) -> Arc<Self> {
         let (read_rounds, rx) = mpsc::channel(READ_INDEX_QUEUE);
         tokio::spawn(run_read_rounds(raft.clone(), config.request_timeout, rx));
@@ -162,7 +160,7 @@ impl Core {
             raft,
             mvcc,
             lessor,
-            peers: Mutex::new(HashMap::new()),
+            peers,
             read_rounds,
         })
     }
@@ -190,25 +188,21 @@ impl Core {
         self.raft.metrics().borrow().current_leader
     }
 
-    fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, EtcdError> {
-        if let Some(c) = self.peers.lock().expect("peer cache lock").get(&id) {
-            return Ok(c.clone());
-        }
+    /// A client for member `id`. A member missing from this member's view
+    /// of the membership (a leader that was just removed, or one not yet
+    /// learned) is answered as "not leader", so callers retry once the
+    /// leader is re-learned instead of failing the request.
+    fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, ForwardError> {
         let metrics = self.raft.metrics().borrow().clone();
         let node = metrics
             .membership_config
             .membership()
             .get_node(&id)
-            .cloned()
-            .ok_or(EtcdError::NoLeader)?;
-        let client = peer_client(
-            peer_channel(&node, self.config.peer_tls.as_ref()).map_err(|_| EtcdError::NoLeader)?,
-        );
-        self.peers
-            .lock()
-            .expect("peer cache lock")
-            .insert(id, client.clone());
-        Ok(client)
+            .cloned();
+        let channel = node
+            .and_then(|node| self.peers.channel(id, &node).ok())
+            .ok_or(ForwardError::NotLeader(None))?;
+        Ok(peer_client(channel))
     }
 
     /// Waits (until `deadline`) for a known leader.
@@ -367,7 +361,7 @@ impl Core {
         req: &LeaderRequest,
         deadline: Instant,
     ) -> Result<LeaderReply, ForwardError> {
-        let mut client = self.peer(leader).map_err(ForwardError::Etcd)?;
+        let mut client = self.peer(leader)?;
         let mut request = tonic::Request::new(RaftMessage {
             payload: codec::encode(req),
         });
@@ -460,7 +454,7 @@ impl Core {
         leader: NodeId,
         deadline: Instant,
     ) -> Result<u64, ForwardError> {
-        let mut client = self.peer(leader).map_err(ForwardError::Etcd)?;
+        let mut client = self.peer(leader)?;
         let mut req = tonic::Request::new(RaftMessage {
             payload: Vec::new(),
         });

@@ -30,10 +30,9 @@ impl KvService {
         Self { core }
     }
 
-    /// etcd's two size limits: gRPC's receive limit (max request bytes +
-    /// overhead, with grpc-go's own message) and the proposal limit.
+    /// etcd's proposal limit (callers have checked the transport limit,
+    /// [`check_transport_size`], on arrival).
     fn check_size(&self, msg: &impl Message) -> Result<(), Status> {
-        check_transport_size(msg, self.core.config.max_request_bytes)?;
         if msg.encoded_len() > self.core.config.max_request_bytes {
             return Err(EtcdError::RequestTooLarge.into());
         }
