@@ -115,6 +115,16 @@ pub struct Config {
     /// Enable peer client cert authentication.
     #[arg(long, env = "ETCD_PEER_CLIENT_CERT_AUTH", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub peer_client_cert_auth: bool,
+    /// Specify auth token type and its options ('simple' or 'jwt,pub-key=...,priv-key=...,sign-method=...,ttl=...').
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    pub auth_token: String,
+    /// The lifetime in seconds of a simple auth token since its last use.
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    pub auth_token_ttl: u64,
+    /// Specify bcrypt algorithm cost factor for auth password hashing.
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = crate::auth::DEFAULT_BCRYPT_COST,
+          value_parser = clap::value_parser!(u32).range(4..=31))]
+    pub bcrypt_cost: u32,
     /// Duration of periodic watch progress notifications.
     #[arg(
         long,

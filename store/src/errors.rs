@@ -104,6 +104,26 @@ pub enum EtcdError {
     AuthNotEnabled,
     #[error("etcdserver: invalid auth token")]
     InvalidAuthToken,
+    #[error("etcdserver: invalid auth management")]
+    InvalidAuthMgmt,
+    #[error("etcdserver: permission not given")]
+    PermissionNotGiven,
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
+
+    // etcd's auth package errors that reach clients unconverted (code
+    // Unknown): the maintenance server's admin check returns them as they
+    // are, and Authenticate does for a user without password.
+    #[error("auth: user name is empty")]
+    RawUserEmpty,
+    #[error("auth: user not found")]
+    RawUserNotFound,
+    #[error("auth: permission denied")]
+    RawPermissionDenied,
+    #[error("auth: invalid auth token")]
+    RawInvalidAuthToken,
+    #[error("auth: authentication failed, password was given for no password user")]
+    NoPasswordUser,
 
     // Server state.
     #[error("etcdserver: no leader")]
@@ -139,7 +159,11 @@ impl EtcdError {
         match self {
             EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
             | InvalidSortOption | RequestTooLarge | MemberBadUrls | UserEmpty | RoleEmpty
-            | AuthFailed => Code::InvalidArgument,
+            | AuthFailed | InvalidAuthMgmt | PermissionNotGiven | AuthOldRevision => {
+                Code::InvalidArgument
+            }
+            RawUserEmpty | RawUserNotFound | RawPermissionDenied | RawInvalidAuthToken
+            | NoPasswordUser => Code::Unknown,
             // etcd maps ErrTooManyRequests to a client-side error value rather
             // than a gRPC status, so grpc-go sends it with code Unknown.
             TooManyRequests => Code::Unknown,
@@ -177,6 +201,19 @@ impl EtcdError {
             | Unhealthy
             | NotSupportedForLearner => Code::Unavailable,
             Corrupt => Code::DataLoss,
+        }
+    }
+
+    /// The unconverted `auth:` error etcd's maintenance server returns for
+    /// a failed admin check (other errors are returned as they are).
+    pub fn raw_auth(self) -> Self {
+        use EtcdError::*;
+        match self {
+            UserEmpty => RawUserEmpty,
+            UserNotFound => RawUserNotFound,
+            PermissionDenied => RawPermissionDenied,
+            InvalidAuthToken => RawInvalidAuthToken,
+            other => other,
         }
     }
 
@@ -238,6 +275,21 @@ mod tests {
                 EtcdError::NoSpace,
                 Code::ResourceExhausted,
                 "etcdserver: mvcc: database space exceeded",
+            ),
+            (
+                EtcdError::AuthOldRevision,
+                Code::InvalidArgument,
+                "etcdserver: revision of auth store is old",
+            ),
+            (
+                EtcdError::PermissionDenied.raw_auth(),
+                Code::Unknown,
+                "auth: permission denied",
+            ),
+            (
+                EtcdError::PermissionDenied,
+                Code::PermissionDenied,
+                "etcdserver: permission denied",
             ),
             (
                 EtcdError::TooManyRequests,

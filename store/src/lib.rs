@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod errors;

@@ -25,6 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use etcd_proto::etcdserverpb::auth_server::AuthServer;
 use etcd_proto::etcdserverpb::cluster_server::ClusterServer;
 use etcd_proto::etcdserverpb::kv_server::KvServer;
 use etcd_proto::etcdserverpb::lease_server::LeaseServer;
@@ -37,6 +38,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::auth::service::AuthService;
+use crate::auth::{AuthStore, TokenProvider};
 use crate::config::{listen_addrs, split_urls, Config, ListenAddr};
 use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, Table, WriteBatch};
@@ -256,12 +259,19 @@ impl Member {
         let election_timeout = Duration::from_millis(config.election_timeout);
         let lessor = Arc::new(Lessor::new(election_timeout));
         reload_lessor(&mvcc, &lessor)?;
+        let tokens = TokenProvider::from_flag(
+            &config.auth_token,
+            Duration::from_secs(config.auth_token_ttl),
+        )?;
+        let auth = Arc::new(AuthStore::new(tokens, config.bcrypt_cost));
+        auth.load(engine.as_ref())?;
         let sm = StateMachine::new(
             mvcc.clone(),
             data_dir.join("member/snap"),
             compactor,
             hub.clone(),
             lessor.clone(),
+            auth.clone(),
         );
         let raft = Raft::new(
             identity.member_id,
@@ -294,6 +304,7 @@ impl Member {
             raft,
             mvcc,
             lessor,
+            auth,
             peers,
         );
         let (shutdown, _) = watch::channel(false);
@@ -508,7 +519,11 @@ async fn serve_client(
     let cluster = ClusterServer::new(ClusterService::new(core.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);
+    let auth = AuthServer::new(AuthService::new(core.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
     let grpc = tonic::service::Routes::new(kv)
+        .add_service(auth)
         .add_service(maintenance)
         .add_service(watch)
         .add_service(lease)
@@ -517,6 +532,7 @@ async fn serve_client(
     let result = match tls {
         Some(config) => match TlsListener::new(listener, config) {
             Ok(l) => {
+                let app = app.into_make_service_with_connect_info::<crate::tls::ClientPeer>();
                 axum::serve(l, app)
                     .with_graceful_shutdown(stopped(shutdown))
                     .await

@@ -10,6 +10,9 @@
 //! `--peer-client-cert-auth`): `https://` peer listeners serve the peer
 //! protocol over TLS, and members dial `https://` peer URLs with the peer
 //! certificate as their client identity.
+//!
+//! A verified client certificate's common name is the user for auth when a
+//! request carries no token, as in etcd ([`ClientPeer`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -172,7 +175,7 @@ impl TlsFiles {
 /// accepts TCP connections and runs each handshake in its own task (bounded
 /// by [`HANDSHAKE_TIMEOUT`]), so one slow client cannot delay others.
 pub struct TlsListener {
-    incoming: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    incoming: mpsc::Receiver<(TlsStream<TcpStream>, ClientPeer)>,
     local: SocketAddr,
 }
 
@@ -200,7 +203,11 @@ impl TlsListener {
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(tls)) => {
-                            let _ = conn_tx.send((tls, addr)).await;
+                            let peer = ClientPeer {
+                                addr,
+                                common_name: peer_common_name(&tls),
+                            };
+                            let _ = conn_tx.send((tls, peer)).await;
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(peer = %addr, error = %e, "TLS handshake failed")
@@ -216,7 +223,7 @@ impl TlsListener {
 
 impl axum::serve::Listener for TlsListener {
     type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
+    type Addr = ClientPeer;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.incoming.recv().await {
@@ -226,6 +233,140 @@ impl axum::serve::Listener for TlsListener {
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+        Ok(ClientPeer {
+            addr: self.local,
+            common_name: None,
+        })
+    }
+}
+
+/// A TLS client connection: its address and, if it presented a verified
+/// certificate, that certificate's common name. Handlers find it in the
+/// request extensions as `axum::extract::ConnectInfo<ClientPeer>`.
+#[derive(Debug, Clone)]
+pub struct ClientPeer {
+    /// The client's address.
+    pub addr: SocketAddr,
+    /// CN of the client certificate.
+    pub common_name: Option<String>,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for ClientPeer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        stream.remote_addr().clone()
+    }
+}
+
+/// The subject common name of the client's (verified) leaf certificate.
+fn peer_common_name(tls: &TlsStream<TcpStream>) -> Option<String> {
+    let leaf = tls.get_ref().1.peer_certificates()?.first()?;
+    let cert = webpki::EndEntityCert::try_from(leaf).ok()?;
+    common_name(cert.subject())
+}
+
+/// DER tags used in an X.509 Name.
+const DER_SEQUENCE: u8 = 0x30;
+const DER_SET: u8 = 0x31;
+const DER_OID: u8 = 0x06;
+/// The attribute type id-at-commonName (2.5.4.3), DER-encoded.
+const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+
+/// Splits one DER element off `input`: (tag, contents, rest).
+fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (first as usize, rest)
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > std::mem::size_of::<usize>() || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | *b as usize);
+        (len, &rest[n..])
+    };
+    if rest.len() < len {
+        return None;
+    }
+    Some((tag, &rest[..len], &rest[len..]))
+}
+
+/// The first commonName in the contents of an X.509 Name (a sequence of
+/// SETs of `SEQUENCE { type OID, value }`); string types are read as UTF-8.
+fn common_name(mut name: &[u8]) -> Option<String> {
+    while !name.is_empty() {
+        let (tag, mut set, rest) = der_element(name)?;
+        name = rest;
+        if tag != DER_SET {
+            return None;
+        }
+        while !set.is_empty() {
+            let (tag, attribute, rest) = der_element(set)?;
+            set = rest;
+            if tag != DER_SEQUENCE {
+                return None;
+            }
+            let (tag, oid, value) = der_element(attribute)?;
+            if tag == DER_OID && oid == OID_COMMON_NAME {
+                let (_, text, _) = der_element(value)?;
+                return String::from_utf8(text.to_vec()).ok();
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `SET { SEQUENCE { OID, UTF8String } }`.
+    fn rdn(oid: &[u8], value: &str) -> Vec<u8> {
+        let mut attr = vec![DER_OID, oid.len() as u8];
+        attr.extend_from_slice(oid);
+        attr.extend_from_slice(&[0x0c, value.len() as u8]);
+        attr.extend_from_slice(value.as_bytes());
+        let mut seq = vec![DER_SEQUENCE, attr.len() as u8];
+        seq.extend(attr);
+        let mut set = vec![DER_SET, seq.len() as u8];
+        set.extend(seq);
+        set
+    }
+
+    #[test]
+    fn finds_the_common_name_among_other_attributes() {
+        let organization = [0x55, 0x04, 0x0a];
+        let mut name = rdn(&organization, "system:masters");
+        name.extend(rdn(OID_COMMON_NAME, "kube-apiserver-etcd-client"));
+        assert_eq!(
+            common_name(&name).as_deref(),
+            Some("kube-apiserver-etcd-client")
+        );
+        assert_eq!(common_name(&rdn(&organization, "x")), None);
+    }
+
+    #[test]
+    fn malformed_names_yield_nothing() {
+        let name = rdn(OID_COMMON_NAME, "alice");
+        for cut in 0..name.len() {
+            assert_eq!(common_name(&name[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(common_name(&[DER_SET, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
+    }
+
+    #[test]
+    fn long_form_lengths_are_read() {
+        let long = "a".repeat(200);
+        let mut attr = vec![DER_OID, 3, 0x55, 0x04, 0x03, 0x0c, 0x81, 200];
+        attr.extend_from_slice(long.as_bytes());
+        let mut seq = vec![DER_SEQUENCE, 0x81, attr.len() as u8];
+        seq.extend(attr);
+        let mut set = vec![DER_SET, 0x81, seq.len() as u8];
+        set.extend(seq);
+        assert_eq!(common_name(&set), Some(long));
     }
 }

@@ -36,6 +36,12 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
             compactor,
             store::watch::WatchHub::new(),
             lessor,
+            Arc::new(store::auth::AuthStore::new(
+                store::auth::TokenProvider::Simple(store::auth::token::SimpleTokens::new(
+                    store::auth::token::DEFAULT_SIMPLE_TOKEN_TTL,
+                )),
+                store::auth::DEFAULT_BCRYPT_COST,
+            )),
         );
         Ok((dir, LogStore::new(engine), sm))
     }

@@ -76,6 +76,7 @@ impl Lease for LeaseService {
         &self,
         req: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         if req.ttl > MAX_LEASE_TTL_SECONDS {
             return Err(EtcdError::LeaseTtlTooLarge.into());
@@ -89,7 +90,7 @@ impl Lease for LeaseService {
         self.core.check_quota(LEASE_OVERHEAD_BYTES).await?;
         match self
             .core
-            .propose(Command::LeaseGrant(LeaseGrantRequest { ttl, id }))
+            .propose_as(by, Command::LeaseGrant(LeaseGrantRequest { ttl, id }))
             .await?
         {
             CommandResponse::LeaseGrant(mut resp) => {
@@ -105,9 +106,10 @@ impl Lease for LeaseService {
         &self,
         req: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        let by = self.core.caller(&req).await?;
         match self
             .core
-            .propose(Command::LeaseRevoke(req.into_inner()))
+            .propose_as(by, Command::LeaseRevoke(req.into_inner()))
             .await?
         {
             CommandResponse::LeaseRevoke(mut resp) => {

@@ -20,7 +20,7 @@ pub mod peer_service;
 pub mod state_machine;
 pub mod types;
 
-pub use types::{Command, CommandResponse, MemberInfo, NodeId, TypeConfig};
+pub use types::{Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
 
 /// openraft's handle for our configuration.
 pub type Raft = openraft::Raft<TypeConfig>;

@@ -34,7 +34,10 @@ use openraft::{
 use tokio::sync::mpsc;
 
 use super::codec;
-use super::types::{Command, CommandResponse, MemberAttributes, MemberInfo, NodeId, TypeConfig};
+use super::types::{
+    Command, CommandResponse, MemberAttributes, MemberInfo, NodeId, Proposal, TypeConfig,
+};
+use crate::auth::{AuthInfo, AuthStore};
 use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
@@ -59,6 +62,7 @@ pub struct StateMachine {
     compactor: mpsc::Sender<CompactionJob>,
     hub: Arc<WatchHub>,
     lessor: Arc<Lessor>,
+    auth: Arc<AuthStore>,
 }
 
 fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -89,6 +93,7 @@ impl StateMachine {
         compactor: mpsc::Sender<CompactionJob>,
         hub: Arc<WatchHub>,
         lessor: Arc<Lessor>,
+        auth: Arc<AuthStore>,
     ) -> Self {
         Self {
             mvcc,
@@ -96,6 +101,7 @@ impl StateMachine {
             compactor,
             hub,
             lessor,
+            auth,
         }
     }
 
@@ -116,6 +122,53 @@ impl StateMachine {
         b
     }
 
+    /// Records `log_id` as applied without changing anything else, and
+    /// answers `err` (a refused command).
+    fn refuse(
+        &self,
+        log_id: &LogId<NodeId>,
+        err: EtcdError,
+    ) -> Result<CommandResponse, StorageError<NodeId>> {
+        self.engine()
+            .write(Self::applied_batch(log_id, None), false)
+            .map_err(sm_write_err)?;
+        Ok(CommandResponse::Error(err))
+    }
+
+    fn apply_proposal(
+        &self,
+        log_id: &LogId<NodeId>,
+        proposal: &Proposal,
+    ) -> Result<CommandResponse, StorageError<NodeId>> {
+        let Proposal { by, cmd } = proposal;
+        if let Command::Auth(c) = cmd {
+            return self.apply_auth(log_id, c, by.as_ref());
+        }
+        if let Some(info) = by {
+            if let Err(e) = self.auth.check_command(info, cmd, &self.lessor) {
+                return self.refuse(log_id, e);
+            }
+        }
+        self.apply_command(log_id, cmd)
+    }
+
+    fn apply_auth(
+        &self,
+        log_id: &LogId<NodeId>,
+        cmd: &crate::auth::AuthCommand,
+        by: Option<&AuthInfo>,
+    ) -> Result<CommandResponse, StorageError<NodeId>> {
+        let mut batch = Self::applied_batch(log_id, None);
+        match self.auth.prepare(cmd, by, log_id.index, &mut batch) {
+            Ok((reply, pending)) => {
+                self.engine().write(batch, false).map_err(sm_write_err)?;
+                self.auth.install(pending);
+                Ok(CommandResponse::Auth(reply))
+            }
+            Err(e) => self.refuse(log_id, e),
+        }
+    }
+
     fn apply_command(
         &self,
         log_id: &LogId<NodeId>,
@@ -124,10 +177,7 @@ impl StateMachine {
         if consumes_space(cmd) && nospace_raised(self.engine().as_ref()).map_err(sm_read_err)? {
             // etcd's capped applier: with NOSPACE raised, nothing that grows
             // the database is applied (deletes and compactions still are).
-            self.engine()
-                .write(Self::applied_batch(log_id, None), false)
-                .map_err(sm_write_err)?;
-            return Ok(CommandResponse::Error(EtcdError::NoSpace));
+            return self.refuse(log_id, EtcdError::NoSpace);
         }
         let mut txn = self.mvcc.write();
         let mut compaction = None;
@@ -144,6 +194,7 @@ impl StateMachine {
             Command::Alarm(r) => apply_alarm(self.engine().as_ref(), r, &mut extra)
                 .map(CommandResponse::Alarm)
                 .map_err(KvError::Storage),
+            Command::Auth(_) => unreachable!("auth commands are applied by apply_auth"),
             Command::PublishMember(attrs) => {
                 extra.put(
                     Table::Meta,
@@ -235,7 +286,7 @@ impl StateMachine {
     ) -> Result<CommandResponse, StorageError<NodeId>> {
         let log_id = entry.get_log_id();
         match &entry.payload {
-            EntryPayload::Normal(cmd) => self.apply_command(log_id, cmd),
+            EntryPayload::Normal(p) => self.apply_proposal(log_id, p),
             EntryPayload::Blank => {
                 self.engine()
                     .write(Self::applied_batch(log_id, None), false)
@@ -280,7 +331,8 @@ impl StateMachine {
             Ok(None) => {}
             Err(e) => return Err(sm_read_err(e)),
         }
-        reload_lessor(&self.mvcc, &self.lessor).map_err(sm_read_err)
+        reload_lessor(&self.mvcc, &self.lessor).map_err(sm_read_err)?;
+        self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
     }
 }
 

@@ -11,6 +11,7 @@ use etcd_proto::etcdserverpb::{
 use serde::{Deserialize, Serialize};
 
 use super::codec::prost_bytes;
+use crate::auth::{AuthCommand, AuthInfo, AuthReply};
 use crate::errors::EtcdError;
 
 /// A member id: etcd's 64-bit member ID.
@@ -19,7 +20,7 @@ pub type NodeId = u64;
 openraft::declare_raft_types!(
     /// The store's openraft configuration.
     pub TypeConfig:
-        D = Command,
+        D = Proposal,
         R = CommandResponse,
         NodeId = NodeId,
         Node = MemberInfo,
@@ -45,6 +46,18 @@ impl fmt::Display for MemberInfo {
     }
 }
 
+/// What a log entry carries: a command and, for a client's request, who
+/// sent it (checked against the auth state when applied). Commands a
+/// member issues on its own (lease expiry, quota alarms, publishing its
+/// attributes, Authenticate after the password check) carry `None`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The sender, for permission checks.
+    pub by: Option<AuthInfo>,
+    /// The command.
+    pub cmd: Command,
+}
+
 /// A replicated state machine command: an etcd write request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -66,6 +79,8 @@ pub enum Command {
     PublishMember(MemberAttributes),
     /// Maintenance.Alarm ACTIVATE or DEACTIVATE.
     Alarm(#[serde(with = "prost_bytes")] AlarmRequest),
+    /// A change to users, roles or the auth switch, or an Authenticate.
+    Auth(AuthCommand),
 }
 
 /// What a member publishes about itself.
@@ -97,6 +112,8 @@ pub enum CommandResponse {
     LeaseRevoke(#[serde(with = "prost_bytes")] LeaseRevokeResponse),
     /// Applied an Alarm change.
     Alarm(#[serde(with = "prost_bytes")] AlarmResponse),
+    /// Applied an auth command.
+    Auth(AuthReply),
     /// The command was refused by the state machine (for example a Put
     /// naming an unknown lease); nothing changed.
     Error(EtcdError),

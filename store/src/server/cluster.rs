@@ -81,8 +81,9 @@ fn check_peer_urls(urls: &[String]) -> Result<(), EtcdError> {
 }
 
 impl ClusterService {
+    /// etcd's cluster server header: cluster, member and term, no revision.
     fn header(&self) -> Option<etcd_proto::etcdserverpb::ResponseHeader> {
-        Some(self.core.header(self.core.mvcc.current_revision()))
+        Some(self.core.header(0))
     }
 
     async fn change(&self, changes: ChangeMembers<NodeId, MemberInfo>) -> Result<(), Status> {
@@ -121,6 +122,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
+        self.core.check_admin(&r).await?;
         let r = r.into_inner();
         check_peer_urls(&r.peer_ur_ls)?;
         let current = self.members()?;
@@ -164,6 +166,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
+        self.core.check_admin(&r).await?;
         let id = r.into_inner().id;
         let current = self.members()?;
         let target = current
@@ -193,6 +196,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        self.core.check_admin(&r).await?;
         let r = r.into_inner();
         check_peer_urls(&r.peer_ur_ls)?;
         let metrics = self.core.raft.metrics().borrow().clone();
@@ -241,6 +245,7 @@ impl Cluster for ClusterService {
         &self,
         r: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
+        self.core.check_admin(&r).await?;
         let id = r.into_inner().id;
         self.core.on_leader(LeaderRequest::Promote(id)).await?;
         let members = self

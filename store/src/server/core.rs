@@ -25,13 +25,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use crate::auth::{AuthInfo, AuthStore};
 use crate::errors::EtcdError;
 use crate::lease::Lessor;
 use crate::mvcc::MvccStore;
 use crate::raft::codec;
 use crate::raft::network::{peer_client, PeerNetworkFactory};
 use crate::raft::state_machine::nospace_raised;
-use crate::raft::{Command, CommandResponse, MemberInfo, NodeId, Raft};
+use crate::raft::{Command, CommandResponse, MemberInfo, NodeId, Proposal, Raft};
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::{AlarmRequest, AlarmType};
 
@@ -48,7 +49,7 @@ pub enum ForwardError {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum LeaderRequest {
     /// Replicate a command.
-    Propose(Command),
+    Propose(Proposal),
     /// Restart a lease's clock (KeepAlive).
     LeaseRenew(i64),
     /// Read a lease's remaining time (TimeToLive).
@@ -114,6 +115,8 @@ pub struct Core {
     pub mvcc: Arc<MvccStore>,
     /// The leases.
     pub lessor: Arc<Lessor>,
+    /// Users, roles, tokens.
+    pub auth: Arc<AuthStore>,
     peers: PeerNetworkFactory,
     read_rounds: mpsc::Sender<ReadIndexWaiter>,
 }
@@ -151,6 +154,7 @@ impl Core {
         raft: Raft,
         mvcc: Arc<MvccStore>,
         lessor: Arc<Lessor>,
+        auth: Arc<AuthStore>,
         peers: PeerNetworkFactory,
     ) -> Arc<Self> {
         let (read_rounds, rx) = mpsc::channel(READ_INDEX_QUEUE);
@@ -160,6 +164,7 @@ impl Core {
             raft,
             mvcc,
             lessor,
+            auth,
             peers,
             read_rounds,
         })
@@ -221,9 +226,24 @@ impl Core {
         }
     }
 
-    /// Replicates `cmd` and returns the state machine's answer.
+    /// Replicates a command of this member's own (no sender to check) and
+    /// returns the state machine's answer.
     pub async fn propose(&self, cmd: Command) -> Result<CommandResponse, EtcdError> {
-        match self.on_leader(LeaderRequest::Propose(cmd)).await? {
+        self.submit(Proposal { by: None, cmd }).await
+    }
+
+    /// Replicates a client's command, checked against `by`'s permissions
+    /// when applied.
+    pub async fn propose_as(
+        &self,
+        by: AuthInfo,
+        cmd: Command,
+    ) -> Result<CommandResponse, EtcdError> {
+        self.submit(Proposal { by: Some(by), cmd }).await
+    }
+
+    async fn submit(&self, proposal: Proposal) -> Result<CommandResponse, EtcdError> {
+        match self.on_leader(LeaderRequest::Propose(proposal)).await? {
             LeaderReply::Applied(resp) => Ok(resp),
             other => unreachable!("the leader answered a proposal with {other:?}"),
         }
@@ -339,7 +359,7 @@ impl Core {
     /// Proposes on this member, which believes it is the leader.
     pub async fn propose_local(
         &self,
-        cmd: Command,
+        cmd: Proposal,
         deadline: Instant,
     ) -> Result<CommandResponse, ForwardError> {
         match tokio::time::timeout_at(deadline, self.raft.client_write(cmd)).await {

@@ -15,6 +15,7 @@ use super::core::Core;
 use crate::engine::WriteBatch;
 use crate::errors::{grpc_message_too_large, EtcdError};
 
+use crate::auth::{self, Access, AuthInfo};
 use crate::kv::{self, validate, KvError, NoLeases};
 use crate::limits::GRPC_OVERHEAD_BYTES;
 use crate::raft::{Command, CommandResponse};
@@ -39,17 +40,18 @@ impl KvService {
         Ok(())
     }
 
-    async fn propose(&self, cmd: Command) -> Result<CommandResponse, Status> {
-        match self.core.propose(cmd).await? {
+    async fn propose(&self, by: AuthInfo, cmd: Command) -> Result<CommandResponse, Status> {
+        match self.core.propose_as(by, cmd).await? {
             CommandResponse::Error(e) => Err(e.into()),
             other => Ok(other),
         }
     }
 
-    async fn read_only_txn(&self, req: &TxnRequest) -> Result<TxnResponse, Status> {
+    async fn read_only_txn(&self, by: &AuthInfo, req: &TxnRequest) -> Result<TxnResponse, Status> {
         if !is_txn_serializable(req) {
             self.core.read_barrier().await?;
         }
+        auth::check_txn(&self.core.auth.state(), by, req)?;
         let mut txn = self.core.mvcc.write();
         let result = kv::txn::txn(&mut txn, &NoLeases, req);
         assert!(!txn.has_changes(), "a read-only txn changed the store");
@@ -129,18 +131,24 @@ fn is_txn_serializable(req: &TxnRequest) -> bool {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_range(&req)?;
         if !req.serializable {
             self.core.read_barrier().await?;
         }
+        self.core
+            .auth
+            .state()
+            .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
         let mut resp = kv::range::range(self.core.mvcc.as_ref(), &req).map_err(kv_status)?;
         self.core.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_put(&req)?;
@@ -148,7 +156,7 @@ impl Kv for KvService {
         self.core
             .check_quota(KV_OVERHEAD_BYTES + (req.key.len() + req.value.len()) as u64)
             .await?;
-        match self.propose(Command::Put(req)).await? {
+        match self.propose(by, Command::Put(req)).await? {
             CommandResponse::Put(mut resp) => {
                 self.core.fill(&mut resp.header);
                 Ok(Response::new(resp))
@@ -161,11 +169,12 @@ impl Kv for KvService {
         &self,
         req: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_delete(&req)?;
         self.check_size(&req)?;
-        match self.propose(Command::DeleteRange(req)).await? {
+        match self.propose(by, Command::DeleteRange(req)).await? {
             CommandResponse::DeleteRange(mut resp) => {
                 self.core.fill(&mut resp.header);
                 Ok(Response::new(resp))
@@ -175,17 +184,18 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_txn(&req, self.core.config.max_txn_ops)?;
         if is_txn_read_only(&req) {
-            let mut resp = self.read_only_txn(&req).await?;
+            let mut resp = self.read_only_txn(&by, &req).await?;
             self.core.fill(&mut resp.header);
             return Ok(Response::new(resp));
         }
         self.check_size(&req)?;
         self.core.check_quota(txn_cost(&req)).await?;
-        match self.propose(Command::Txn(req)).await? {
+        match self.propose(by, Command::Txn(req)).await? {
             CommandResponse::Txn(mut resp) => {
                 self.core.fill(&mut resp.header);
                 Ok(Response::new(resp))
@@ -198,9 +208,10 @@ impl Kv for KvService {
         &self,
         req: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         let (revision, physical) = (req.revision, req.physical);
-        let mut resp = match self.propose(Command::Compact(req)).await? {
+        let mut resp = match self.propose(by, Command::Compact(req)).await? {
             CommandResponse::Compact(resp) => resp,
             other => return Err(unexpected(&other)),
         };

@@ -37,6 +37,15 @@ impl MaintenanceService {
     pub fn new(core: Arc<Core>) -> Self {
         Self { core }
     }
+
+    /// etcd 3.5's `authMaintenanceServer.isAuthenticated`: root only once
+    /// auth is enabled, failing with the raw `auth:` error (code Unknown).
+    async fn require_root<T>(&self, r: &Request<T>) -> Result<(), Status> {
+        self.core
+            .check_admin(r)
+            .await
+            .map_err(|e| Status::from(e.raw_auth()))
+    }
 }
 
 fn not_yet(what: &str) -> Status {
@@ -102,8 +111,9 @@ impl Maintenance for MaintenanceService {
 
     async fn defragment(
         &self,
-        _r: Request<DefragmentRequest>,
+        r: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        self.require_root(&r).await?;
         let engine = self.core.mvcc.engine().clone();
         tokio::task::spawn_blocking(move || engine.compact_files())
             .await
@@ -116,7 +126,8 @@ impl Maintenance for MaintenanceService {
     /// A CRC-32C over every state machine table (etcd hashes its whole
     /// bbolt file, which no other implementation can match; this hash is
     /// equal on members with equal state).
-    async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+    async fn hash(&self, r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        self.require_root(&r).await?;
         let view = self.core.mvcc.engine().snapshot();
         let mut crc = 0u32;
         for table in crate::engine::Table::STATE_MACHINE {
@@ -131,6 +142,7 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        self.require_root(&r).await?;
         let revision = r.into_inner().revision;
         let (hash, compact_revision, hash_revision) =
             self.core
@@ -160,8 +172,9 @@ impl Maintenance for MaintenanceService {
     /// in chunks, each with the bytes remaining after it, as etcd.
     async fn snapshot(
         &self,
-        _r: Request<SnapshotRequest>,
+        r: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        self.require_root(&r).await?;
         let view = self.core.mvcc.engine().snapshot();
         let file = tokio::task::spawn_blocking(move || crate::snapshot::create(view.as_ref()))
             .await

@@ -62,8 +62,10 @@ impl Watch for WatchService {
         if require_leader && self.core.leader().is_none() {
             return Err(EtcdError::NoLeader.into());
         }
+        let caller = self.core.caller(&request).await;
         let (tx, rx) = mpsc::channel(STREAM_OUTPUT_QUEUE);
         let config = SessionConfig {
+            caller,
             progress_interval: self.progress_interval,
             max_response_bytes: self.core.config.max_request_bytes + GRPC_OVERHEAD_BYTES,
             require_leader,

@@ -17,8 +17,10 @@ use tokio::time::Instant;
 use tonic::{Status, Streaming};
 
 use super::hub::{RevisionEvents, WatchHub};
+use crate::auth::{Access, AuthInfo};
 use crate::errors::EtcdError;
 use crate::mvcc::{KeyRange, MvccError};
+use crate::server::caller::grpc_error_text;
 use crate::server::core::Core;
 
 /// Events read from storage per catch-up step: bounds the memory and the
@@ -47,6 +49,9 @@ pub struct SessionConfig {
     pub require_leader: bool,
     /// The member's election timeout.
     pub election_timeout: Duration,
+    /// The stream's credentials (or why they are invalid), checked against
+    /// each watcher's range when it is created.
+    pub caller: Result<AuthInfo, EtcdError>,
 }
 
 struct Watcher {
@@ -199,10 +204,12 @@ impl Session {
         } else {
             c.key.clone()
         };
-        let cancel_reason = if !c.range_end.is_empty() && c.range_end != [0] && key >= c.range_end {
-            Some(ERR_EMPTY_RANGE)
+        let cancel_reason = if let Err(e) = self.permitted(&key, &c.range_end) {
+            Some(grpc_error_text(e))
+        } else if !c.range_end.is_empty() && c.range_end != [0] && key >= c.range_end {
+            Some(ERR_EMPTY_RANGE.to_string())
         } else if c.watch_id != 0 && self.watchers.contains_key(&c.watch_id) {
-            Some(ERR_DUPLICATE_ID)
+            Some(ERR_DUPLICATE_ID.to_string())
         } else {
             None
         };
@@ -210,7 +217,7 @@ impl Session {
             let mut resp = self.response(-1, current);
             resp.created = true;
             resp.canceled = true;
-            resp.cancel_reason = reason.to_string();
+            resp.cancel_reason = reason;
             return self.send(resp).await;
         }
         let id = if c.watch_id != 0 {
@@ -242,6 +249,16 @@ impl Session {
             self.catch_up(id, self.processed).await?;
         }
         Ok(())
+    }
+
+    /// etcd's `isWatchPermitted`: read access to the watched range. An
+    /// invalid token, no user or a stale revision are all refused.
+    fn permitted(&self, key: &[u8], range_end: &[u8]) -> Result<(), EtcdError> {
+        let info = self.config.caller.as_ref().map_err(|e| *e)?;
+        self.core
+            .auth
+            .state()
+            .check_keys(info, Access::Read, key, range_end)
     }
 
     fn auto_id(&mut self) -> i64 {

@@ -1,0 +1,361 @@
+//! Auth tokens, as etcd's `--auth-token` offers them.
+//!
+//! **simple** (etcd's default): an opaque `<16 random letters>.<raft index>`.
+//! The member that checked the password proposes an Authenticate command;
+//! every member registers the token when it applies that entry, so the
+//! token works on any member. A member that has not applied the entry yet
+//! waits for it (the index is in the token). Tokens live in memory only, for
+//! `--auth-token-ttl` seconds after their last use, and are dropped when
+//! their user is deleted or changes password, or when auth is disabled.
+//!
+//! **jwt**: `jwt,pub-key=<pem>,priv-key=<pem>,sign-method=<alg>,ttl=<dur>`.
+//! A signed token carrying `username`, `revision` and `exp`; any member
+//! verifies it with the public key, nothing is stored. Its revision is the
+//! auth revision at sign-in, so any later auth change makes it stale and
+//! clients re-authenticate (etcd's `ErrAuthOldRevision`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::config::parse_go_duration;
+use crate::errors::EtcdError;
+
+/// Letters in a simple token's random prefix (etcd: 16).
+pub const SIMPLE_TOKEN_PREFIX_LEN: usize = 16;
+
+/// etcd's default `--auth-token-ttl`.
+pub const DEFAULT_SIMPLE_TOKEN_TTL: Duration = Duration::from_secs(300);
+
+/// etcd's default JWT lifetime.
+pub const DEFAULT_JWT_TTL: Duration = Duration::from_secs(300);
+
+/// Simple tokens kept before expired ones are swept on the next insert.
+const SIMPLE_TOKEN_SWEEP_AT: usize = 4_096;
+
+/// A random simple-token prefix.
+pub fn random_prefix() -> String {
+    const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut rng = rand::thread_rng();
+    (0..SIMPLE_TOKEN_PREFIX_LEN)
+        .map(|_| LETTERS[rng.gen_range(0..LETTERS.len())] as char)
+        .collect()
+}
+
+/// The Raft index a simple token was issued at, if it is one.
+pub fn simple_token_index(token: &str) -> Option<u64> {
+    let (prefix, index) = token.rsplit_once('.')?;
+    if prefix.len() != SIMPLE_TOKEN_PREFIX_LEN {
+        return None;
+    }
+    index.parse().ok()
+}
+
+/// Registered simple tokens: token -> (user, expiry).
+#[derive(Debug)]
+pub struct SimpleTokens {
+    ttl: Duration,
+    tokens: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+impl SimpleTokens {
+    /// An empty registry whose tokens live `ttl` after their last use.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            tokens: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Registers `token` for `user`.
+    pub fn insert(&self, token: String, user: String) {
+        let now = Instant::now();
+        let mut tokens = self.tokens.lock().expect("token lock");
+        if tokens.len() >= SIMPLE_TOKEN_SWEEP_AT {
+            tokens.retain(|_, (_, expiry)| *expiry > now);
+        }
+        tokens.insert(token, (user, now + self.ttl));
+    }
+
+    /// The user of a live token, extending its life.
+    pub fn user(&self, token: &str) -> Option<String> {
+        let now = Instant::now();
+        let mut tokens = self.tokens.lock().expect("token lock");
+        match tokens.get_mut(token) {
+            Some((user, expiry)) if *expiry > now => {
+                *expiry = now + self.ttl;
+                Some(user.clone())
+            }
+            Some(_) => {
+                tokens.remove(token);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Drops every token of `user`.
+    pub fn invalidate_user(&self, user: &str) {
+        self.tokens
+            .lock()
+            .expect("token lock")
+            .retain(|_, (u, _)| u != user);
+    }
+
+    /// Drops every token.
+    pub fn clear(&self) {
+        self.tokens.lock().expect("token lock").clear();
+    }
+}
+
+/// The claims of etcd's JWT tokens.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JwtClaims {
+    /// The user.
+    pub username: String,
+    /// The auth revision at sign-in.
+    pub revision: u64,
+    /// Expiry, seconds since the epoch.
+    pub exp: u64,
+}
+
+/// A JWT signer/verifier from `--auth-token jwt,...`.
+pub struct Jwt {
+    algorithm: Algorithm,
+    signing: Option<EncodingKey>,
+    verifying: DecodingKey,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for Jwt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jwt")
+            .field("algorithm", &self.algorithm)
+            .field("can_sign", &self.signing.is_some())
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+/// `--auth-token`: which token provider a member runs.
+#[derive(Debug)]
+pub enum TokenProvider {
+    /// `simple`.
+    Simple(SimpleTokens),
+    /// `jwt,...`.
+    Jwt(Jwt),
+}
+
+/// A malformed `--auth-token` value.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid --auth-token: {0}")]
+pub struct TokenConfigError(pub String);
+
+impl TokenProvider {
+    /// Parses `--auth-token` (`simple` or `jwt,key=value,...`).
+    pub fn from_flag(flag: &str, simple_ttl: Duration) -> Result<Self, TokenConfigError> {
+        let mut parts = flag.split(',');
+        match parts.next().unwrap_or("") {
+            "simple" | "" => Ok(TokenProvider::Simple(SimpleTokens::new(simple_ttl))),
+            "jwt" => Ok(TokenProvider::Jwt(Jwt::from_options(parts)?)),
+            other => Err(TokenConfigError(format!("unknown token type {other:?}"))),
+        }
+    }
+}
+
+fn algorithm(name: &str) -> Result<Algorithm, TokenConfigError> {
+    Ok(match name {
+        "RS256" => Algorithm::RS256,
+        "RS384" => Algorithm::RS384,
+        "RS512" => Algorithm::RS512,
+        "PS256" => Algorithm::PS256,
+        "PS384" => Algorithm::PS384,
+        "PS512" => Algorithm::PS512,
+        "ES256" => Algorithm::ES256,
+        "ES384" => Algorithm::ES384,
+        "EdDSA" => Algorithm::EdDSA,
+        "HS256" => Algorithm::HS256,
+        "HS384" => Algorithm::HS384,
+        "HS512" => Algorithm::HS512,
+        other => {
+            return Err(TokenConfigError(format!(
+                "unsupported sign-method {other:?}"
+            )))
+        }
+    })
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>, TokenConfigError> {
+    std::fs::read(path).map_err(|e| TokenConfigError(format!("{}: {e}", path.display())))
+}
+
+impl Jwt {
+    fn from_options<'a>(options: impl Iterator<Item = &'a str>) -> Result<Self, TokenConfigError> {
+        let mut public = None;
+        let mut private = None;
+        let mut method = None;
+        let mut ttl = DEFAULT_JWT_TTL;
+        for opt in options {
+            let (k, v) = opt
+                .split_once('=')
+                .ok_or_else(|| TokenConfigError(format!("option {opt:?} is not key=value")))?;
+            match k {
+                "pub-key" => public = Some(PathBuf::from(v)),
+                "priv-key" => private = Some(PathBuf::from(v)),
+                "sign-method" => method = Some(algorithm(v)?),
+                "ttl" => ttl = parse_go_duration(v).map_err(TokenConfigError)?,
+                other => return Err(TokenConfigError(format!("unknown jwt option {other:?}"))),
+            }
+        }
+        let algorithm = method.ok_or_else(|| TokenConfigError("jwt needs sign-method".into()))?;
+        let (signing, verifying) = keys(algorithm, public.as_ref(), private.as_ref())?;
+        Ok(Self {
+            algorithm,
+            signing,
+            verifying,
+            ttl,
+        })
+    }
+
+    /// Signs a token for `username` at auth `revision`.
+    pub fn sign(&self, username: &str, revision: u64) -> Result<String, EtcdError> {
+        let key = self.signing.as_ref().ok_or(EtcdError::AuthFailed)?;
+        let exp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            + self.ttl;
+        let claims = JwtClaims {
+            username: username.to_string(),
+            revision,
+            exp: exp.as_secs(),
+        };
+        jsonwebtoken::encode(&Header::new(self.algorithm), &claims, key).map_err(|e| {
+            tracing::error!(error = %e, "failed to sign a JWT");
+            EtcdError::AuthFailed
+        })
+    }
+
+    /// The claims of a valid, unexpired token.
+    pub fn verify(&self, token: &str) -> Option<JwtClaims> {
+        let validation = Validation::new(self.algorithm);
+        jsonwebtoken::decode::<JwtClaims>(token, &self.verifying, &validation)
+            .ok()
+            .map(|t| t.claims)
+    }
+}
+
+type PemEncoder = fn(&[u8]) -> jsonwebtoken::errors::Result<EncodingKey>;
+type PemDecoder = fn(&[u8]) -> jsonwebtoken::errors::Result<DecodingKey>;
+
+/// Loads the key pair. HMAC methods use the private key file's bytes as the
+/// shared secret; asymmetric ones need the public key (and the private key
+/// to sign: without it a member can only verify, as in etcd).
+fn keys(
+    algorithm: Algorithm,
+    public: Option<&PathBuf>,
+    private: Option<&PathBuf>,
+) -> Result<(Option<EncodingKey>, DecodingKey), TokenConfigError> {
+    let bad = |e: jsonwebtoken::errors::Error| TokenConfigError(e.to_string());
+    match algorithm {
+        Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => {
+            let path = private.ok_or_else(|| TokenConfigError("HMAC needs priv-key".into()))?;
+            let secret = read(path)?;
+            Ok((
+                Some(EncodingKey::from_secret(&secret)),
+                DecodingKey::from_secret(&secret),
+            ))
+        }
+        _ => {
+            let public = read(public.ok_or_else(|| TokenConfigError("jwt needs pub-key".into()))?)?;
+            let private = private.map(read).transpose()?;
+            let (enc, dec): (PemEncoder, PemDecoder) = match algorithm {
+                Algorithm::ES256 | Algorithm::ES384 => {
+                    (EncodingKey::from_ec_pem, DecodingKey::from_ec_pem)
+                }
+                Algorithm::EdDSA => (EncodingKey::from_ed_pem, DecodingKey::from_ed_pem),
+                _ => (EncodingKey::from_rsa_pem, DecodingKey::from_rsa_pem),
+            };
+            let signing = private.as_deref().map(enc).transpose().map_err(bad)?;
+            Ok((signing, dec(&public).map_err(bad)?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simple_tokens_expire_and_are_invalidated() {
+        let t = SimpleTokens::new(Duration::from_secs(300));
+        t.insert("abc.1".into(), "alice".into());
+        t.insert("abd.2".into(), "bob".into());
+        assert_eq!(t.user("abc.1").as_deref(), Some("alice"));
+        t.invalidate_user("alice");
+        assert_eq!(t.user("abc.1"), None);
+        assert_eq!(t.user("abd.2").as_deref(), Some("bob"));
+        t.clear();
+        assert_eq!(t.user("abd.2"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn simple_tokens_live_ttl_after_last_use() {
+        let t = SimpleTokens::new(Duration::from_secs(10));
+        t.insert("tok.1".into(), "alice".into());
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert!(t.user("tok.1").is_some(), "use extends the life");
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert!(t.user("tok.1").is_some());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(t.user("tok.1").is_none());
+    }
+
+    #[test]
+    fn simple_token_index_parses_etcd_format() {
+        let p = random_prefix();
+        assert_eq!(p.len(), SIMPLE_TOKEN_PREFIX_LEN);
+        assert_eq!(simple_token_index(&format!("{p}.42")), Some(42));
+        assert_eq!(simple_token_index("short.42"), None);
+        assert_eq!(simple_token_index("eyJhbGciOiJSUzI1NiJ9.e30.sig"), None);
+    }
+
+    #[test]
+    fn hmac_jwt_round_trips_and_rejects_tampering() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("secret");
+        std::fs::write(&key, b"0123456789abcdef0123456789abcdef").unwrap();
+        let flag = format!("jwt,priv-key={},sign-method=HS256,ttl=1m", key.display());
+        let TokenProvider::Jwt(jwt) =
+            TokenProvider::from_flag(&flag, DEFAULT_SIMPLE_TOKEN_TTL).unwrap()
+        else {
+            panic!("not jwt")
+        };
+        let token = jwt.sign("alice", 7).unwrap();
+        let claims = jwt.verify(&token).unwrap();
+        assert_eq!((claims.username.as_str(), claims.revision), ("alice", 7));
+        let mut forged = token.clone();
+        forged.push('x');
+        assert!(jwt.verify(&forged).is_none());
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        for flag in [
+            "bogus",
+            "jwt,sign-method=RS256",
+            "jwt,sign-method=XX1",
+            "jwt,ttl",
+        ] {
+            assert!(
+                TokenProvider::from_flag(flag, DEFAULT_SIMPLE_TOKEN_TTL).is_err(),
+                "{flag}"
+            );
+        }
+    }
+}
