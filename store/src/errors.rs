@@ -150,6 +150,16 @@ pub enum EtcdError {
     NotSupportedForLearner,
     #[error("etcdserver: bad leader transferee")]
     BadLeaderTransferee,
+
+    // Downgrade.
+    #[error("etcdserver: invalid downgrade target version")]
+    InvalidDowngradeTargetVersion,
+    #[error("etcdserver: wrong downgrade target version format")]
+    WrongDowngradeVersionFormat,
+    #[error("etcdserver: no inflight downgrade job")]
+    NoInflightDowngrade,
+    #[error("etcdserver: unknown method")]
+    UnknownMethod,
 }
 
 impl EtcdError {
@@ -157,13 +167,26 @@ impl EtcdError {
     pub fn code(self) -> Code {
         use EtcdError::*;
         match self {
-            EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
-            | InvalidSortOption | RequestTooLarge | MemberBadUrls | UserEmpty | RoleEmpty
-            | AuthFailed | InvalidAuthMgmt | PermissionNotGiven | AuthOldRevision => {
-                Code::InvalidArgument
-            }
+            EmptyKey
+            | KeyNotFound
+            | ValueProvided
+            | LeaseProvided
+            | TooManyOps
+            | DuplicateKey
+            | InvalidSortOption
+            | RequestTooLarge
+            | MemberBadUrls
+            | UserEmpty
+            | RoleEmpty
+            | AuthFailed
+            | InvalidAuthMgmt
+            | PermissionNotGiven
+            | AuthOldRevision
+            | InvalidDowngradeTargetVersion
+            | WrongDowngradeVersionFormat => Code::InvalidArgument,
             RawUserEmpty | RawUserNotFound | RawPermissionDenied | RawInvalidAuthToken
-            | NoPasswordUser => Code::Unknown,
+            | NoPasswordUser | UnknownMethod => Code::Unknown,
+            NoInflightDowngrade => Code::FailedPrecondition,
             // etcd maps ErrTooManyRequests to a client-side error value rather
             // than a gRPC status, so grpc-go sends it with code Unknown.
             TooManyRequests => Code::Unknown,

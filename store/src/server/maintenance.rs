@@ -15,9 +15,11 @@ use etcd_proto::etcdserverpb::{
 use tonic::{Request, Response, Status};
 
 use super::core::Core;
+use crate::errors::EtcdError;
 use crate::raft::state_machine::alarms;
 use crate::raft::{Command, CommandResponse};
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
+use etcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
 
 /// The etcd version this member reports. kube-apiserver enables consistent
 /// reads from its watch cache only for etcd >= 3.5.13, and clients gate
@@ -45,6 +47,17 @@ impl MaintenanceService {
             .check_admin(r)
             .await
             .map_err(|e| Status::from(e.raw_auth()))
+    }
+}
+
+/// etcd's `convertToClusterVersion`: "major.minor" or a full semver.
+fn downgrade_target(version: &str) -> Result<(u64, u64), EtcdError> {
+    let core = version.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    let numbers: Option<Vec<u64>> = parts.iter().map(|p| p.parse().ok()).collect();
+    match numbers.as_deref() {
+        Some([major, minor]) | Some([major, minor, _]) => Ok((*major, *minor)),
+        _ => Err(EtcdError::WrongDowngradeVersionFormat),
     }
 }
 
@@ -205,8 +218,40 @@ impl Maintenance for MaintenanceService {
 
     async fn downgrade(
         &self,
-        _r: Request<DowngradeRequest>,
+        r: Request<DowngradeRequest>,
     ) -> Result<Response<DowngradeResponse>, Status> {
-        Err(not_yet("Downgrade"))
+        self.require_root(&r).await?;
+        let r = r.into_inner();
+        match DowngradeAction::try_from(r.action) {
+            Ok(DowngradeAction::Validate) | Ok(DowngradeAction::Enable) => {
+                downgrade_target(&r.version)?;
+                // etcd allows exactly one minor version down, then expects
+                // that release's binaries to take over the data directory.
+                // No etcd release reads this store's data, so no target
+                // is valid.
+                Err(EtcdError::InvalidDowngradeTargetVersion.into())
+            }
+            Ok(DowngradeAction::Cancel) => Err(EtcdError::NoInflightDowngrade.into()),
+            Err(_) => Err(EtcdError::UnknownMethod.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downgrade_versions_parse_like_etcd() {
+        assert_eq!(downgrade_target("3.4"), Ok((3, 4)));
+        assert_eq!(downgrade_target("3.4.0"), Ok((3, 4)));
+        assert_eq!(downgrade_target("3.4.0-rc.1"), Ok((3, 4)));
+        for bad in ["", "3", "three.four", "3.4.0.1", "v3.4"] {
+            assert_eq!(
+                downgrade_target(bad),
+                Err(EtcdError::WrongDowngradeVersionFormat),
+                "{bad}"
+            );
+        }
     }
 }
