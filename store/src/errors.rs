@@ -130,6 +130,8 @@ pub enum EtcdError {
     NotSupportedForLearner,
     #[error("etcdserver: bad leader transferee")]
     BadLeaderTransferee,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    LeaderTransferTimeout,
 }
 
 impl EtcdError {
@@ -175,7 +177,8 @@ impl EtcdError {
             | TimeoutDueToLeaderFail
             | TimeoutDueToConnectionLost
             | Unhealthy
-            | NotSupportedForLearner => Code::Unavailable,
+            | NotSupportedForLearner
+            | LeaderTransferTimeout => Code::Unavailable,
             Corrupt => Code::DataLoss,
         }
     }
@@ -238,6 +241,16 @@ mod tests {
                 EtcdError::NoSpace,
                 Code::ResourceExhausted,
                 "etcdserver: mvcc: database space exceeded",
+            ),
+            (
+                EtcdError::BadLeaderTransferee,
+                Code::FailedPrecondition,
+                "etcdserver: bad leader transferee",
+            ),
+            (
+                EtcdError::LeaderTransferTimeout,
+                Code::Unavailable,
+                "etcdserver: request timed out, leader transfer took too long",
             ),
             (
                 EtcdError::TooManyRequests,
