@@ -6,3 +6,4 @@ pub mod core;
 pub mod http;
 pub mod kv;
 pub mod maintenance;
+pub mod transfer;
