@@ -150,6 +150,8 @@ pub enum EtcdError {
     NotSupportedForLearner,
     #[error("etcdserver: bad leader transferee")]
     BadLeaderTransferee,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    LeaderTransferTimeout,
 
     // Downgrade.
     #[error("etcdserver: invalid downgrade target version")]
@@ -222,7 +224,8 @@ impl EtcdError {
             | TimeoutDueToLeaderFail
             | TimeoutDueToConnectionLost
             | Unhealthy
-            | NotSupportedForLearner => Code::Unavailable,
+            | NotSupportedForLearner
+            | LeaderTransferTimeout => Code::Unavailable,
             Corrupt => Code::DataLoss,
         }
     }
@@ -313,6 +316,16 @@ mod tests {
                 EtcdError::PermissionDenied,
                 Code::PermissionDenied,
                 "etcdserver: permission denied",
+            ),
+            (
+                EtcdError::BadLeaderTransferee,
+                Code::FailedPrecondition,
+                "etcdserver: bad leader transferee",
+            ),
+            (
+                EtcdError::LeaderTransferTimeout,
+                Code::Unavailable,
+                "etcdserver: request timed out, leader transfer took too long",
             ),
             (
                 EtcdError::TooManyRequests,

@@ -76,4 +76,14 @@ impl RaftPeer for PeerService {
     ) -> Result<Response<RaftMessage>, Status> {
         reply(&self.core.read_index_local().await)
     }
+
+    async fn leader_transfer(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        reply(&crate::server::transfer::serve_peer(
+            &self.core,
+            decode(req)?,
+        ))
+    }
 }

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use super::transfer::{LeaderTransfer, TransferGate};
 use crate::auth::{AuthInfo, AuthStore};
 use crate::errors::EtcdError;
 use crate::lease::Lessor;
@@ -119,6 +120,8 @@ pub struct Core {
     pub auth: Arc<AuthStore>,
     peers: PeerNetworkFactory,
     read_rounds: mpsc::Sender<ReadIndexWaiter>,
+    /// Leadership transfer (MoveLeader) state, see [`super::transfer`].
+    pub transfer: LeaderTransfer,
 }
 
 type ReadIndexWaiter = oneshot::Sender<Result<u64, ForwardError>>;
@@ -131,16 +134,22 @@ const READ_INDEX_QUEUE: usize = 16_384;
 /// leadership once for all of them, answers them all.
 async fn run_read_rounds(
     raft: Raft,
+    gate: TransferGate,
     round_timeout: Duration,
     mut rx: mpsc::Receiver<ReadIndexWaiter>,
 ) {
     let mut waiters = Vec::new();
     while rx.recv_many(&mut waiters, READ_INDEX_QUEUE).await > 0 {
-        let result =
-            match tokio::time::timeout(round_timeout, Core::confirm_read_index(&raft)).await {
-                Ok(r) => r,
-                Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
-            };
+        // A leadership transfer holds rounds back: their heartbeats would
+        // renew the followers' leader lease (see super::transfer).
+        let round = async {
+            let _gate = gate.enter().await;
+            Core::confirm_read_index(&raft).await
+        };
+        let result = match tokio::time::timeout(round_timeout, round).await {
+            Ok(r) => r,
+            Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
+        };
         for w in waiters.drain(..) {
             let _ = w.send(result.clone());
         }
@@ -158,7 +167,14 @@ impl Core {
         peers: PeerNetworkFactory,
     ) -> Arc<Self> {
         let (read_rounds, rx) = mpsc::channel(READ_INDEX_QUEUE);
-        tokio::spawn(run_read_rounds(raft.clone(), config.request_timeout, rx));
+        let transfer = LeaderTransfer::default();
+        let gate = transfer.gate().clone();
+        tokio::spawn(run_read_rounds(
+            raft.clone(),
+            gate,
+            config.request_timeout,
+            rx,
+        ));
         Arc::new(Self {
             config,
             raft,
@@ -167,6 +183,7 @@ impl Core {
             auth,
             peers,
             read_rounds,
+            transfer,
         })
     }
 
@@ -197,7 +214,7 @@ impl Core {
     /// of the membership (a leader that was just removed, or one not yet
     /// learned) is answered as "not leader", so callers retry once the
     /// leader is re-learned instead of failing the request.
-    fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, ForwardError> {
+    pub(crate) fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, ForwardError> {
         let metrics = self.raft.metrics().borrow().clone();
         let node = metrics
             .membership_config
@@ -280,6 +297,8 @@ impl Core {
         req: LeaderRequest,
         deadline: Instant,
     ) -> Result<LeaderReply, ForwardError> {
+        // A leadership transfer holds log writes back (see super::transfer).
+        let _gate = self.transfer.gate().enter_until(deadline).await?;
         match req {
             LeaderRequest::Propose(cmd) => self
                 .propose_local(cmd, deadline)

@@ -1,8 +1,8 @@
 //! `etcdserverpb.Maintenance`: Status (what `etcdctl endpoint status` and
 //! kube-apiserver's health and version checks read) and Alarm (what
-//! `etcdctl endpoint health` and `alarm list/disarm` use). The other calls
-//! (alarms, defragment, hashes, snapshot, move-leader) belong to the
-//! maintenance work and answer `Unimplemented` until then.
+//! `etcdctl endpoint health` and `alarm list/disarm` use), Defragment, Hash,
+//! HashKV, Snapshot and MoveLeader (leadership transfer, in
+//! [`super::transfer`]). Downgrade answers `Unimplemented`.
 
 use std::sync::Arc;
 
@@ -59,10 +59,6 @@ fn downgrade_target(version: &str) -> Result<(u64, u64), EtcdError> {
         Some([major, minor]) | Some([major, minor, _]) => Ok((*major, *minor)),
         _ => Err(EtcdError::WrongDowngradeVersionFormat),
     }
-}
-
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!("{what} is not implemented yet"))
 }
 
 type SnapshotStream =
@@ -209,11 +205,14 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
+    /// Leadership transfer (see [`super::transfer`]). etcd 3.5 answers an
+    /// empty response, without a header.
     async fn move_leader(
         &self,
-        _r: Request<MoveLeaderRequest>,
+        r: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
-        Err(not_yet("MoveLeader"))
+        super::transfer::move_leader(&self.core, r.into_inner().target_id).await?;
+        Ok(Response::new(MoveLeaderResponse::default()))
     }
 
     async fn downgrade(

@@ -7,3 +7,4 @@ pub mod core;
 pub mod http;
 pub mod kv;
 pub mod maintenance;
+pub mod transfer;
