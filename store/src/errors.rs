@@ -108,7 +108,10 @@ pub enum EtcdError {
     InvalidAuthMgmt,
     #[error("etcdserver: permission not given")]
     PermissionNotGiven,
-    #[error("etcdserver: revision of auth store is old")]
+    /// etcd 3.5.1 does not convert this auth error to its gRPC form
+    /// (`etcdserver: revision of auth store is old`): clients get the raw
+    /// text with code Unknown.
+    #[error("auth: revision in header is old")]
     AuthOldRevision,
 
     // etcd's auth package errors that reach clients unconverted (code
@@ -183,11 +186,10 @@ impl EtcdError {
             | AuthFailed
             | InvalidAuthMgmt
             | PermissionNotGiven
-            | AuthOldRevision
             | InvalidDowngradeTargetVersion
             | WrongDowngradeVersionFormat => Code::InvalidArgument,
             RawUserEmpty | RawUserNotFound | RawPermissionDenied | RawInvalidAuthToken
-            | NoPasswordUser | UnknownMethod => Code::Unknown,
+            | NoPasswordUser | UnknownMethod | AuthOldRevision => Code::Unknown,
             NoInflightDowngrade => Code::FailedPrecondition,
             // etcd maps ErrTooManyRequests to a client-side error value rather
             // than a gRPC status, so grpc-go sends it with code Unknown.
@@ -304,8 +306,8 @@ mod tests {
             ),
             (
                 EtcdError::AuthOldRevision,
-                Code::InvalidArgument,
-                "etcdserver: revision of auth store is old",
+                Code::Unknown,
+                "auth: revision in header is old",
             ),
             (
                 EtcdError::PermissionDenied.raw_auth(),

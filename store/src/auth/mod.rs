@@ -13,7 +13,7 @@
 //!   applied, against the auth state at that point of the log, so every
 //!   member decides the same and a request racing an auth change is judged
 //!   consistently (a stale auth revision is refused with
-//!   `etcdserver: revision of auth store is old`).
+//!   `auth: revision in header is old`, code Unknown, as etcd 3.5.1 sends it).
 //! - Reads (Range, read-only Txn, Watch creation, UserGet/RoleGet/...) are
 //!   checked by the serving member against its applied auth state, after
 //!   the read barrier for linearizable reads.

@@ -12,7 +12,8 @@
 //! A signed token carrying `username`, `revision` and `exp`; any member
 //! verifies it with the public key, nothing is stored. Its revision is the
 //! auth revision at sign-in, so any later auth change makes it stale and
-//! clients re-authenticate (etcd's `ErrAuthOldRevision`).
+//! requests fail with etcd's `auth: revision in header is old` until the
+//! client authenticates again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

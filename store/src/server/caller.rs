@@ -5,7 +5,8 @@
 //! certificate; otherwise it is anonymous ([`AuthInfo::default`], refused
 //! with `user name is empty` by every check while auth is enabled). A token
 //! that does not verify is `invalid auth token`, which makes etcd clients
-//! re-authenticate. While auth is disabled credentials are not looked at.
+//! re-authenticate. While auth is disabled only a token is looked at (a
+//! stale simple token is still invalid, as in etcd).
 
 use std::time::Duration;
 
@@ -37,16 +38,19 @@ impl Core {
         metadata: &MetadataMap,
         peer: Option<&ClientPeer>,
     ) -> Result<AuthInfo, EtcdError> {
-        if !self.auth.enabled() {
-            return Ok(AuthInfo::default());
-        }
         let token = TOKEN_KEYS
             .iter()
             .find_map(|k| metadata.get(*k))
             .and_then(|v| v.to_str().ok());
         if let Some(token) = token {
+            // Checked even while auth is disabled, as etcd does: simple
+            // tokens die with `auth disable`, and a client holding one is
+            // told so and drops it.
             self.wait_for_simple_token(token).await;
             return self.auth.info_from_token(token);
+        }
+        if !self.auth.enabled() {
+            return Ok(AuthInfo::default());
         }
         if let Some(cn) = peer.and_then(|p| p.common_name.clone()) {
             let revision = self.auth.state().revision;
