@@ -24,7 +24,10 @@
 //!   raft terms and indexes, addresses, timestamps, ...) with placeholders so
 //!   outputs from two different servers can be compared byte for byte.
 //! - [`wait`]: deadline-bounded polling used by everything that waits.
+//! - [`auth`]: helpers of the Auth tests (credentials, per-user clients,
+//!   masked comparisons, JWT decoding, server processes with any flags).
 
+pub mod auth;
 pub mod binary;
 pub mod client;
 pub mod cluster;
