@@ -210,14 +210,17 @@ impl AuthState {
         key: &[u8],
         range_end: &[u8],
     ) -> Result<(), EtcdError> {
+        // Observed on etcd 3.5.1: credentials from an older auth revision
+        // (a JWT issued before `auth disable`) are refused even while auth
+        // is disabled.
+        if info.revision != 0 && info.revision < self.revision {
+            return Err(EtcdError::AuthOldRevision);
+        }
         if !self.enabled {
             return Ok(());
         }
         if info.revision == 0 {
             return Err(EtcdError::UserEmpty);
-        }
-        if info.revision < self.revision {
-            return Err(EtcdError::AuthOldRevision);
         }
         let user = self
             .users
@@ -571,6 +574,24 @@ mod tests {
             revision: s.revision,
         };
         assert_eq!(s.check_keys(&root, Access::Write, b"zzz", b"\0"), Ok(()));
+    }
+
+    #[test]
+    fn stale_credentials_are_refused_even_after_disable() {
+        let mut s = enabled_with_alice();
+        let alice = AuthInfo {
+            username: "alice".into(),
+            revision: s.revision,
+        };
+        s.apply(&AuthCommand::Disable, None).unwrap();
+        assert_eq!(
+            s.check_keys(&alice, Access::Read, b"zzz", b""),
+            Err(EtcdError::AuthOldRevision)
+        );
+        assert_eq!(
+            s.check_keys(&AuthInfo::default(), Access::Read, b"zzz", b""),
+            Ok(())
+        );
     }
 
     #[test]

@@ -204,9 +204,15 @@ impl Session {
         } else {
             c.key.clone()
         };
-        let cancel_reason = if let Err(e) = self.permitted(&key, &c.range_end) {
-            Some(grpc_error_text(e))
-        } else if !c.range_end.is_empty() && c.range_end != [0] && key >= c.range_end {
+        if let Err(e) = self.permitted(&key, &c.range_end) {
+            // etcd answers a refused watch with the id the request asked for.
+            let mut resp = self.response(c.watch_id, current);
+            resp.created = true;
+            resp.canceled = true;
+            resp.cancel_reason = grpc_error_text(e);
+            return self.send(resp).await;
+        }
+        let cancel_reason = if !c.range_end.is_empty() && c.range_end != [0] && key >= c.range_end {
             Some(ERR_EMPTY_RANGE.to_string())
         } else if c.watch_id != 0 && self.watchers.contains_key(&c.watch_id) {
             Some(ERR_DUPLICATE_ID.to_string())
