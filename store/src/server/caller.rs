@@ -8,8 +8,7 @@
 //! re-authenticate. While auth is disabled only a token is looked at (a
 //! stale simple token is still invalid, as in etcd).
 
-use std::time::Duration;
-
+use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
 
 use super::core::Core;
@@ -69,24 +68,11 @@ impl Core {
         if !matches!(self.auth.tokens, TokenProvider::Simple(_)) {
             return;
         }
-        let Some(index) = simple_token_index(token) else {
-            return;
-        };
-        let applied = self
-            .raft
-            .metrics()
-            .borrow()
-            .last_applied
-            .map_or(0, |l| l.index);
-        if applied >= index {
-            return;
+        if let Some(index) = simple_token_index(token) {
+            let deadline = Instant::now() + self.config.request_timeout;
+            // On timeout the lookup that follows answers "invalid token".
+            let _ = self.wait_applied(index, deadline).await;
         }
-        let timeout: Duration = self.config.request_timeout;
-        let _ = self
-            .raft
-            .wait(Some(timeout))
-            .applied_index_at_least(Some(index), "auth token")
-            .await;
     }
 
     /// etcd's `IsAdminPermitted` for `req`'s caller (cluster changes).

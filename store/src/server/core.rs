@@ -505,7 +505,8 @@ impl Core {
         }
     }
 
-    async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), EtcdError> {
+    /// Waits until this member has applied `index` (or `deadline`).
+    pub async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), EtcdError> {
         let applied = self
             .raft
             .metrics()
