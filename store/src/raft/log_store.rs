@@ -40,18 +40,40 @@ type Flushed = LogFlushed<TypeConfig>;
 #[derive(Clone)]
 pub struct LogStore {
     engine: Arc<dyn Engine>,
-    flusher: SyncSender<Flushed>,
+    flusher: Arc<Flusher>,
+}
+
+/// The flusher thread's queue and handle. When the last log store clone
+/// goes, the queue closes and the thread is joined, so no thread outlives
+/// the store while still holding (and possibly closing) the engine: a
+/// RocksDB closed by a detached thread during process exit aborts.
+struct Flusher {
+    queue: Option<SyncSender<Flushed>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl LogStore {
     /// A log store on `engine`, starting its flusher thread.
     pub fn new(engine: Arc<dyn Engine>) -> Self {
-        let (flusher, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
+        let (queue, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
         let flush_engine = engine.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("raft-log-flusher".into())
             .spawn(move || run_flusher(flush_engine, rx))
             .expect("spawn flusher thread");
+        let flusher = Arc::new(Flusher {
+            queue: Some(queue),
+            thread: Some(thread),
+        });
         Self { engine, flusher }
     }
 
@@ -230,7 +252,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.engine
             .write(b, false)
             .map_err(|e| StorageIOError::write_logs(&e))?;
-        self.flusher.send(callback).map_err(|_| {
+        let queue = self.flusher.queue.as_ref().expect("open until dropped");
+        queue.send(callback).map_err(|_| {
             StorageIOError::write_logs(&std::io::Error::other("log flusher stopped"))
         })?;
         Ok(())
