@@ -356,11 +356,7 @@ impl Core {
             return Err(ForwardError::Etcd(EtcdError::MemberNotLearner));
         }
         let leader_index = m.last_log_index.unwrap_or(0);
-        let matched = m
-            .replication
-            .as_ref()
-            .and_then(|r| r.get(&id).cloned().flatten())
-            .map_or(0, |l| l.index);
+        let matched = matched_index(&m, id);
         if matched * 100 < leader_index * LEARNER_READY_PERCENT {
             return Err(ForwardError::Etcd(EtcdError::LearnerNotReady));
         }
@@ -524,6 +520,15 @@ impl Core {
             .map(|_| ())
             .map_err(|_| EtcdError::Timeout)
     }
+}
+
+/// A member's matched log index, as the leader's metrics report it (0 if
+/// unknown or if this member does not lead).
+pub fn matched_index(m: &openraft::RaftMetrics<NodeId, MemberInfo>, id: NodeId) -> u64 {
+    m.replication
+        .as_ref()
+        .and_then(|r| r.get(&id).cloned().flatten())
+        .map_or(0, |l| l.index)
 }
 
 fn decode_forward(payload: &[u8]) -> Result<LeaderReply, ForwardError> {

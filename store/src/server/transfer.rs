@@ -67,7 +67,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use tokio::time::Instant;
 
-use super::core::{Core, ForwardError};
+use super::core::{matched_index, Core, ForwardError};
 use crate::errors::EtcdError;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
 use crate::raft::{codec, MemberInfo, NodeId, Raft};
@@ -309,7 +309,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
     // 1. Catch up to the log as it is now, writes still flowing.
     let goal = core.raft.metrics().borrow().last_log_index.unwrap_or(0);
     wait_for(&core.raft, deadline, |m| {
-        m.current_leader != Some(me) || matched(m, target) >= goal
+        m.current_leader != Some(me) || matched_index(m, target) >= goal
     })
     .await?;
 
@@ -324,7 +324,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
 
     // 3. Catch up exactly.
     wait_for(&core.raft, deadline, |m| {
-        m.current_leader != Some(me) || matched(m, target) >= m.last_log_index.unwrap_or(0)
+        m.current_leader != Some(me) || matched_index(m, target) >= m.last_log_index.unwrap_or(0)
     })
     .await?;
 
@@ -411,14 +411,6 @@ fn finished(core: &Core, target: NodeId) -> Result<(), EtcdError> {
     } else {
         Err(EtcdError::LeaderTransferTimeout)
     }
-}
-
-/// The target's matched log index, as the leader's metrics report it.
-fn matched(m: &RaftMetrics<NodeId, MemberInfo>, target: NodeId) -> u64 {
-    m.replication
-        .as_ref()
-        .and_then(|r| r.get(&target).cloned().flatten())
-        .map_or(0, |l| l.index)
 }
 
 /// Waits until `done` holds for the Raft metrics; the transfer's timeout
