@@ -5,38 +5,23 @@
 //! - [`UserClients`]: one etcd-client per side that authenticated as the same
 //!   user at connect time (`ConnectOptions::with_user`), and
 //!   [`UserClients::rpc`] to run one operation on both and compare.
-//! - [`CtlPair`]: etcdctl steps run on both sides and compared after
-//!   [`normalize`](crate::normalize()) plus per-step [`Mask`]s for values
-//!   that legitimately differ between two servers (server-chosen lease ids,
-//!   the remaining TTL of a lease, etcdctl's log lines with local paths);
-//!   also for servers the tests start themselves (TLS).
 //! - [`auth_revision`]: the `AuthRevision` printed by `etcdctl auth status`.
 //! - [`jwt_parts`]: the header and payload of a JWT (base64url JSON), decoded
 //!   without verifying the signature.
-//! - [`ServerProcess`]: one server process started with arbitrary flags, for
-//!   setups the harness's [`crate::Cluster`] (plain http) cannot start, such
-//!   as https client URLs; killed and reaped on drop.
+//!
+//! Both sides are compared with the harness's oracle
+//! ([`crate::differential`]).
 
 use std::fmt::Debug;
-use std::fs::File;
 use std::future::Future;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Context, Result};
 use etcd_client::{Client, ConnectOptions};
-use regex::Regex;
 
 use crate::binary::Binary;
 use crate::client::{describe, CONNECT_TIMEOUT, REQUEST_TIMEOUT};
-use crate::differential::Differential;
-use crate::etcdctl::{CtlOutput, Etcdctl};
-use crate::watchlease::{assert_same, ctl_lines};
-
-/// Lines of a [`ServerProcess`]'s log printed when a test fails.
-pub const LOG_TAIL_LINES: usize = 40;
+use crate::differential::{same_text, Differential};
+use crate::etcdctl::CtlOutput;
 
 /// `--user=<user>` followed by `args` (`user` is `name:password`). The flag
 /// comes first so that it never ends up after a `--` (as in `etcdctl lock
@@ -145,101 +130,6 @@ impl UserClients {
     }
 }
 
-/// Panics (with [`assert_same`]'s report) unless the two texts are equal.
-pub fn same_text(candidate_binary: &Binary, what: &str, oracle: &str, candidate: &str) {
-    let lines = |text: &str| text.lines().map(str::to_string).collect::<Vec<_>>();
-    assert_same(what, &lines(oracle), &lines(candidate), candidate_binary);
-}
-
-/// A replacement applied to both outputs of a [`CtlPair`] step (after
-/// the standard normalization): every match of `pattern` becomes
-/// `replacement` (with `${n}` capture references).
-pub struct Mask {
-    pattern: Regex,
-    replacement: &'static str,
-}
-
-impl Mask {
-    pub fn new(pattern: &str, replacement: &'static str) -> Mask {
-        Mask {
-            pattern: Regex::new(pattern).expect("mask patterns are valid"),
-            replacement,
-        }
-    }
-
-    fn apply(&self, text: &str) -> String {
-        self.pattern
-            .replace_all(text, self.replacement)
-            .into_owned()
-    }
-}
-
-/// `output` normalized, then masked.
-pub fn masked(output: &CtlOutput, masks: &[Mask]) -> CtlOutput {
-    let output = output.normalized();
-    let apply = |text: &str| {
-        masks
-            .iter()
-            .fold(text.to_string(), |t, mask| mask.apply(&t))
-    };
-    CtlOutput {
-        stdout: apply(&output.stdout),
-        stderr: apply(&output.stderr),
-        code: output.code,
-    }
-}
-
-/// An etcdctl runner per side, and the candidate's binary for reports.
-/// Steps run on both sides concurrently and compare the normalized and
-/// masked outputs (exit code, stdout, stderr).
-pub struct CtlPair {
-    pub oracle: Etcdctl,
-    pub candidate: Etcdctl,
-    pub candidate_binary: Binary,
-}
-
-impl CtlPair {
-    /// The etcdctl 3.5 runners of `d`.
-    pub fn of(d: &Differential) -> CtlPair {
-        CtlPair {
-            oracle: d.oracle.ctl35.clone(),
-            candidate: d.candidate.ctl35.clone(),
-            candidate_binary: d.candidate.cluster.binary().clone(),
-        }
-    }
-
-    /// The same `args` on both sides; returns the oracle's masked output.
-    pub async fn run(&self, args: &[&str], masks: &[Mask]) -> CtlOutput {
-        self.run_each(args, args, b"", masks).await
-    }
-
-    /// Side-specific arguments (e.g. a file each side writes), the same
-    /// `stdin`; returns the oracle's masked output.
-    pub async fn run_each(
-        &self,
-        oracle_args: &[&str],
-        candidate_args: &[&str],
-        stdin: &[u8],
-        masks: &[Mask],
-    ) -> CtlOutput {
-        let (expected, actual) = tokio::join!(
-            self.oracle.run_with_stdin(oracle_args, stdin),
-            self.candidate.run_with_stdin(candidate_args, stdin)
-        );
-        let what = format!("etcdctl {oracle_args:?}");
-        let expected = expected.unwrap_or_else(|e| panic!("{what} on the oracle: {e:#}"));
-        let actual = actual.unwrap_or_else(|e| panic!("{what} on the candidate: {e:#}"));
-        let (expected, actual) = (masked(&expected, masks), masked(&actual, masks));
-        assert_same(
-            &what,
-            &ctl_lines("etcdctl", &expected),
-            &ctl_lines("etcdctl", &actual),
-            &self.candidate_binary,
-        );
-        expected
-    }
-}
-
 /// The `AuthRevision: N` of `etcdctl auth status` output.
 pub fn auth_revision(output: &CtlOutput) -> Result<u64> {
     let line = output
@@ -294,90 +184,6 @@ pub fn base64url_decode(text: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// One server process with arbitrary flags, its output appended to a log
-/// file. Dropping it SIGKILLs and reaps the process; during a panic the
-/// log's tail is printed first.
-pub struct ServerProcess {
-    name: String,
-    log_path: PathBuf,
-    child: Mutex<Option<Child>>,
-}
-
-impl ServerProcess {
-    /// Starts `binary` with `args`; `name` labels the log (`<dir>/<name>.log`).
-    pub fn spawn(binary: &Binary, name: &str, dir: &Path, args: &[String]) -> Result<Self> {
-        let log_path = dir.join(format!("{name}.log"));
-        let mut log = File::options()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .with_context(|| format!("opening {}", log_path.display()))?;
-        writeln!(
-            log,
-            "==== test: start of {name}: {} {}",
-            binary.path.display(),
-            args.join(" ")
-        )?;
-        let child = Command::new(&binary.path)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("spawning {} for {name}", binary.path.display()))?;
-        Ok(Self {
-            name: name.to_string(),
-            log_path,
-            child: Mutex::new(Some(child)),
-        })
-    }
-
-    /// The last [`LOG_TAIL_LINES`] lines of the log, with a title.
-    pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        format!(
-            "==== last {LOG_TAIL_LINES} lines of {} ({}) ====\n{}\n",
-            self.name,
-            self.log_path.display(),
-            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-        )
-    }
-
-    /// A [`crate::wait::permanent`] error (with the log tail) once the
-    /// process has exited.
-    pub fn ensure_running(&self) -> Result<()> {
-        let mut child = self.child.lock().expect("child lock");
-        match child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => Ok(()),
-            other => Err(crate::wait::permanent(format!(
-                "{} is not running ({other:?})\n{}",
-                self.name,
-                self.log_tail()
-            ))),
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("{}", self.log_tail());
-        }
-        let child = self
-            .child
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        if let Some(mut child) = child {
-            if let Ok(None) = child.try_wait() {
-                let _ = child.kill();
-            }
-            let _ = child.wait();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,19 +214,5 @@ mod tests {
             code: Some(0),
         };
         assert_eq!(auth_revision(&output).unwrap(), 7);
-    }
-
-    #[test]
-    fn masks_apply_after_normalization() {
-        let output = CtlOutput {
-            stdout: "lease 694d7f3e9a1c2b0a granted with TTL(60s), remaining(59s)\n".to_string(),
-            stderr: String::new(),
-            code: Some(0),
-        };
-        let masks = [Mask::new(r"remaining\(\d+s\)", "remaining(<TTL>)")];
-        assert_eq!(
-            masked(&output, &masks).stdout,
-            "lease 694d7f3e9a1c2b0a granted with TTL(60s), remaining(<TTL>)\n"
-        );
     }
 }

@@ -9,8 +9,8 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use etcd_client::{Client, ConnectOptions};
+use anyhow::{ensure, Context, Result};
+use etcd_client::{Client, ConnectOptions, StatusResponse, TlsOptions};
 
 use crate::normalize::normalize;
 
@@ -18,6 +18,9 @@ use crate::normalize::normalize;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Upper bound for one RPC made through a harness connection.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Key read by the health check (it is never written, so reading it leaves
+/// the revision untouched).
+pub const HEALTH_KEY: &str = "health";
 
 /// Connects to `endpoints` with the harness's default timeouts.
 pub async fn connect(endpoints: &[String]) -> Result<Client> {
@@ -35,6 +38,28 @@ pub async fn connect_with_timeout(
     Client::connect(endpoints, Some(options))
         .await
         .with_context(|| format!("connecting etcd-client to {endpoints:?}"))
+}
+
+/// Connects to `endpoints` over TLS with the harness's default timeouts
+/// (the connect timeout bounds the TLS handshake too).
+pub async fn connect_tls(endpoints: &[String], tls: TlsOptions) -> Result<Client> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_timeout(REQUEST_TIMEOUT)
+        .with_tls(tls);
+    Client::connect(endpoints, Some(options))
+        .await
+        .with_context(|| format!("connecting etcd-client with TLS to {endpoints:?}"))
+}
+
+/// Checks that the member behind `client` knows a leader and serves a
+/// linearizable read (so it is connected to a quorum and caught up to the
+/// commit index at the time of the read); returns its status.
+pub async fn check_serving(client: &mut Client) -> Result<StatusResponse> {
+    let status = client.status().await?;
+    ensure!(status.leader() != 0, "no leader yet");
+    client.get(HEALTH_KEY, None).await?;
+    Ok(status)
 }
 
 /// The gRPC status code and message of an error, or its display text if it

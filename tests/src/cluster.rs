@@ -17,11 +17,8 @@
 //! Set `IT_KEEP_DATA=1` to keep the temporary directory for inspection.
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -31,8 +28,9 @@ use etcd_client::{Client, GetOptions, StatusResponse};
 use tempfile::TempDir;
 
 use crate::binary::Binary;
-use crate::client::connect;
+use crate::client::{check_serving, connect};
 use crate::net::{allocate_ip, client_url, peer_url};
+use crate::process::{tail, Process};
 use crate::wait::{permanent, retry_until};
 
 /// Deadline for a whole cluster (or a restarted member) to become healthy.
@@ -45,12 +43,9 @@ pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// Default `--election-timeout` (etcd's default).
 pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Lines of each member's log printed when a test fails.
-pub const LOG_TAIL_LINES: usize = 40;
+pub const LOG_TAIL_LINES: usize = crate::process::LOG_TAIL_LINES;
 /// Cluster sizes the harness supports.
 pub const SUPPORTED_SIZES: [usize; 3] = [1, 3, 5];
-/// Key read by the health check (it is never written, so reading it leaves
-/// the revision untouched).
-const HEALTH_KEY: &str = "health";
 
 static NEXT_CLUSTER: AtomicU32 = AtomicU32::new(0);
 
@@ -100,7 +95,7 @@ struct Member {
     ip: Ipv4Addr,
     log_path: PathBuf,
     args: Vec<String>,
-    child: Mutex<Option<Child>>,
+    process: Mutex<Option<Process>>,
     id: Mutex<Option<u64>>,
     starts: AtomicU32,
 }
@@ -134,27 +129,16 @@ impl Cluster {
         let ips = (0..config.size)
             .map(|_| allocate_ip())
             .collect::<Result<Vec<_>>>()?;
-        let initial_cluster = ips
-            .iter()
-            .enumerate()
-            .map(|(i, ip)| format!("{}={}", member_name(i), peer_url(*ip)))
-            .collect::<Vec<_>>()
-            .join(",");
-        let token = format!(
-            "it-{}-{}",
-            std::process::id(),
-            NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed)
-        );
+        let peer_urls: Vec<String> = ips.iter().map(|ip| peer_url(*ip)).collect();
+        let initial_cluster = initial_cluster(&peer_urls);
+        let token = new_token("it");
         let members = ips
             .iter()
             .enumerate()
             .map(|(i, ip)| {
-                Member::new(
-                    i,
-                    *ip,
-                    dir.path(),
-                    member_args(i, *ip, dir.path(), &initial_cluster, &token, config),
-                )
+                let flags =
+                    MemberFlags::new(&member_name(i), *ip, dir.path(), &initial_cluster, &token);
+                Member::new(i, *ip, dir.path(), flags.args(config))
             })
             .collect();
         let cluster = Cluster {
@@ -191,6 +175,26 @@ impl Cluster {
         client_url(self.members[i].ip)
     }
 
+    /// The loopback address of member `i`.
+    pub fn ip(&self, i: usize) -> Ipv4Addr {
+        self.members[i].ip
+    }
+
+    /// Peer URL of member `i`.
+    pub fn peer_url(&self, i: usize) -> String {
+        peer_url(self.members[i].ip)
+    }
+
+    /// The value of `--<flag>=` that member `i` is started with (e.g.
+    /// `initial-cluster-token`), if it has that flag.
+    pub fn flag(&self, i: usize, flag: &str) -> Option<String> {
+        let prefix = format!("--{flag}=");
+        self.members[i]
+            .args
+            .iter()
+            .find_map(|arg| arg.strip_prefix(&prefix).map(str::to_string))
+    }
+
     /// Client URLs of all members, running or not.
     pub fn endpoints(&self) -> Vec<String> {
         (0..self.size()).map(|i| self.endpoint(i)).collect()
@@ -211,11 +215,8 @@ impl Cluster {
 
     /// Whether member `i` has a live process (one that has not exited).
     pub fn is_running(&self, i: usize) -> bool {
-        let mut child = self.members[i].child.lock().expect("member lock");
-        match child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => true,
-            Some(_) | None => false,
-        }
+        let process = self.members[i].process.lock().expect("member lock");
+        process.as_ref().is_some_and(Process::is_running)
     }
 
     /// Process id of member `i`, if it is running.
@@ -223,15 +224,17 @@ impl Cluster {
         if !self.is_running(i) {
             return None;
         }
-        let child = self.members[i].child.lock().expect("member lock");
-        child.as_ref().map(Child::id)
+        let process = self.members[i].process.lock().expect("member lock");
+        process.as_ref().and_then(Process::pid)
     }
 
     /// SIGKILLs member `i` and reaps it. Killing a stopped member is an error.
     pub fn kill(&self, i: usize) -> Result<()> {
-        let child = self.members[i].child.lock().expect("member lock").take();
-        let mut child = child.with_context(|| format!("member {i} is not running"))?;
-        kill_and_reap(&mut child).with_context(|| format!("killing member {i}"))
+        let process = self.members[i].process.lock().expect("member lock").take();
+        let process = process.with_context(|| format!("member {i} is not running"))?;
+        process
+            .kill()
+            .with_context(|| format!("killing member {i}"))
     }
 
     /// SIGKILLs every running member.
@@ -251,11 +254,9 @@ impl Cluster {
     /// Starts member `i`'s process with its fixed flags, unless it is running.
     fn launch(&self, i: usize) -> Result<()> {
         let member = &self.members[i];
-        let mut slot = member.child.lock().expect("member lock");
-        if let Some(child) = slot.as_mut() {
-            if child.try_wait()?.is_none() {
-                bail!("member {i} is already running");
-            }
+        let mut slot = member.process.lock().expect("member lock");
+        if slot.as_ref().is_some_and(Process::is_running) {
+            bail!("member {i} is already running");
         }
         *slot = Some(member.spawn(&self.binary)?);
         Ok(())
@@ -299,9 +300,9 @@ impl Cluster {
     async fn member_ready(&self, i: usize) -> Result<()> {
         self.ensure_running(i)?;
         let mut client = self.client(i).await?;
-        let status = client.status().await?;
-        ensure!(status.leader() != 0, "member {i} has no leader");
-        client.get(HEALTH_KEY, None).await?;
+        let status = check_serving(&mut client)
+            .await
+            .with_context(|| format!("member {i}"))?;
         self.remember_id(i, &status);
         Ok(())
     }
@@ -391,12 +392,11 @@ impl Cluster {
     pub fn log_tail(&self, i: usize) -> String {
         let member = &self.members[i];
         let text = std::fs::read_to_string(&member.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
         format!(
-            "==== last {LOG_TAIL_LINES} lines of {} ({}) ====\n{tail}\n",
+            "==== last {LOG_TAIL_LINES} lines of {} ({}) ====\n{}\n",
             member.name,
-            member.log_path.display()
+            member.log_path.display(),
+            tail(&text, LOG_TAIL_LINES)
         )
     }
 
@@ -414,8 +414,8 @@ impl Cluster {
     /// A [`permanent`] error if member `i`'s process is gone: waiting longer
     /// cannot make it healthy.
     fn ensure_running(&self, i: usize) -> Result<()> {
-        let mut child = self.members[i].child.lock().expect("member lock");
-        match child.as_mut().map(Child::try_wait) {
+        let process = self.members[i].process.lock().expect("member lock");
+        match process.as_ref().map(Process::try_wait) {
             Some(Ok(None)) => Ok(()),
             Some(Ok(Some(status))) => Err(permanent(format!("member {i} exited: {status}"))),
             Some(Err(error)) => Err(permanent(format!(
@@ -430,7 +430,7 @@ impl Cluster {
     /// Running members; an error if a member that should run has exited.
     fn running_or_fail(&self) -> Result<Vec<usize>> {
         for (i, member) in self.members.iter().enumerate() {
-            let started = member.child.lock().expect("member lock").is_some();
+            let started = member.process.lock().expect("member lock").is_some();
             if started {
                 self.ensure_running(i)?;
             }
@@ -445,13 +445,13 @@ impl Drop for Cluster {
             eprintln!("{}", self.log_tails());
         }
         for member in &self.members {
-            let child = member
-                .child
+            let process = member
+                .process
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .take();
-            if let Some(mut child) = child {
-                let _ = kill_and_reap(&mut child);
+            if let Some(process) = process {
+                let _ = process.kill();
             }
         }
         if std::env::var_os("IT_KEEP_DATA").is_some() {
@@ -469,83 +469,110 @@ impl Member {
             ip,
             log_path: dir.join(format!("{}.log", member_name(i))),
             args,
-            child: Mutex::new(None),
+            process: Mutex::new(None),
             id: Mutex::new(None),
             starts: AtomicU32::new(0),
         }
     }
 
-    fn spawn(&self, binary: &Binary) -> Result<Child> {
+    fn spawn(&self, binary: &Binary) -> Result<Process> {
         let start = self.starts.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut log = File::options()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .with_context(|| format!("opening {}", self.log_path.display()))?;
-        writeln!(
-            log,
-            "==== harness: start #{start} of {}: {} {}",
-            self.name,
-            binary.path.display(),
-            self.args.join(" ")
-        )?;
-        Command::new(&binary.path)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("spawning {} for {}", binary.path.display(), self.name))
+        Process::restart(binary, &self.name, start, &self.log_path, &self.args)
     }
 }
 
-fn member_name(i: usize) -> String {
+/// The name of member `i`: `m<i>`.
+pub fn member_name(i: usize) -> String {
     format!("m{i}")
 }
 
-fn member_args(
-    i: usize,
-    ip: Ipv4Addr,
-    dir: &Path,
-    initial_cluster: &str,
-    token: &str,
-    config: &ClusterConfig,
-) -> Vec<String> {
-    let name = member_name(i);
-    let mut args = vec![
-        format!("--name={name}"),
-        format!("--data-dir={}", dir.join(format!("{name}.etcd")).display()),
-        format!("--listen-client-urls={}", client_url(ip)),
-        format!("--advertise-client-urls={}", client_url(ip)),
-        format!("--listen-peer-urls={}", peer_url(ip)),
-        format!("--initial-advertise-peer-urls={}", peer_url(ip)),
-        format!("--initial-cluster={initial_cluster}"),
-        "--initial-cluster-state=new".to_string(),
-        format!("--initial-cluster-token={token}"),
-        format!(
-            "--heartbeat-interval={}",
-            config.heartbeat_interval.as_millis()
-        ),
-        format!("--election-timeout={}", config.election_timeout.as_millis()),
-        format!("--log-level={}", config.log_level),
-    ];
-    if let Some(count) = config.snapshot_count {
-        args.push(format!("--snapshot-count={count}"));
-    }
-    if let Some(bytes) = config.quota_backend_bytes {
-        args.push(format!("--quota-backend-bytes={bytes}"));
-    }
-    if let Some(bytes) = config.max_request_bytes {
-        args.push(format!("--max-request-bytes={bytes}"));
-    }
-    args
+/// The etcd command line of one member: its name, data directory, URLs,
+/// the initial cluster and token, and the timing, log level and limits of a
+/// [`ClusterConfig`]. [`Cluster`] starts its members with it; tests that
+/// start members themselves (https URLs, a member joining a running
+/// cluster) change the fields and append their own flags.
+#[derive(Clone, Debug)]
+pub struct MemberFlags {
+    /// `--name`.
+    pub name: String,
+    /// `--data-dir`.
+    pub data_dir: PathBuf,
+    /// `--listen-client-urls` and `--advertise-client-urls`.
+    pub client_url: String,
+    /// `--listen-peer-urls` and `--initial-advertise-peer-urls`.
+    pub peer_url: String,
+    /// `--initial-cluster`.
+    pub initial_cluster: String,
+    /// `--initial-cluster-state=existing` (a member joining a running
+    /// cluster) instead of `new`.
+    pub existing: bool,
+    /// `--initial-cluster-token`.
+    pub token: String,
 }
 
-/// SIGKILL (std's `Child::kill`) and wait, so the process is gone and reaped.
-fn kill_and_reap(child: &mut Child) -> Result<()> {
-    if child.try_wait()?.is_none() {
-        child.kill()?;
+impl MemberFlags {
+    /// Member `name` on `ip` with plain http URLs and the data directory
+    /// `<dir>/<name>.etcd`, starting a new cluster.
+    pub fn new(name: &str, ip: Ipv4Addr, dir: &Path, initial_cluster: &str, token: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            data_dir: dir.join(format!("{name}.etcd")),
+            client_url: client_url(ip),
+            peer_url: peer_url(ip),
+            initial_cluster: initial_cluster.to_string(),
+            existing: false,
+            token: token.to_string(),
+        }
     }
-    child.wait()?;
-    Ok(())
+
+    /// The flags, with `config`'s timing, log level and limits.
+    pub fn args(&self, config: &ClusterConfig) -> Vec<String> {
+        let state = if self.existing { "existing" } else { "new" };
+        let mut args = vec![
+            format!("--name={}", self.name),
+            format!("--data-dir={}", self.data_dir.display()),
+            format!("--listen-client-urls={}", self.client_url),
+            format!("--advertise-client-urls={}", self.client_url),
+            format!("--listen-peer-urls={}", self.peer_url),
+            format!("--initial-advertise-peer-urls={}", self.peer_url),
+            format!("--initial-cluster={}", self.initial_cluster),
+            format!("--initial-cluster-state={state}"),
+            format!("--initial-cluster-token={}", self.token),
+            format!(
+                "--heartbeat-interval={}",
+                config.heartbeat_interval.as_millis()
+            ),
+            format!("--election-timeout={}", config.election_timeout.as_millis()),
+            format!("--log-level={}", config.log_level),
+        ];
+        if let Some(count) = config.snapshot_count {
+            args.push(format!("--snapshot-count={count}"));
+        }
+        if let Some(bytes) = config.quota_backend_bytes {
+            args.push(format!("--quota-backend-bytes={bytes}"));
+        }
+        if let Some(bytes) = config.max_request_bytes {
+            args.push(format!("--max-request-bytes={bytes}"));
+        }
+        args
+    }
+}
+
+/// A fresh `--initial-cluster-token` for a cluster of this process.
+pub fn new_token(kind: &str) -> String {
+    format!(
+        "{kind}-{}-{}",
+        std::process::id(),
+        NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `m0=URL0,m1=URL1,...` of [`member_name`]s and peer URLs.
+pub fn initial_cluster(peer_urls: &[String]) -> String {
+    peer_urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| format!("{}={url}", member_name(i)))
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -12,18 +12,28 @@
 //! ([`Differential::ctl34`]) or the etcd-client crate ([`Differential::rpc`]).
 //! Every step returns the oracle's normalized result so a test can also check
 //! that the step exercised what it meant to (e.g. that an error occurred),
-//! which keeps a sequence from silently testing nothing.
+//! which keeps a sequence from silently testing nothing: [`assert_ok`],
+//! [`assert_fails`], [`assert_stdout`], [`assert_fails_anywhere`] and
+//! [`assert_grpc_error`] are those checks.
+//!
+//! [`CtlPair`] is the same comparison for any two etcdctl runners (servers a
+//! test started itself, e.g. with https URLs, or side-specific arguments),
+//! after normalization plus per-step [`Mask`]s for values that legitimately
+//! differ between two servers (server-chosen lease ids, the remaining TTL of
+//! a lease, etcdctl's log lines with local paths).
 
 use std::fmt::Debug;
 use std::future::Future;
 
 use anyhow::{Context, Result};
 use etcd_client::Client;
+use regex::Regex;
 
 use crate::binary::Binary;
-use crate::client::{connect, describe};
+use crate::client::{connect, describe, grpc_code};
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::etcdctl::{CtlOutput, Etcdctl};
+use crate::watchlease::{assert_same, ctl_lines};
 
 /// One server of the pair, with every way the tests talk to it.
 pub struct Side {
@@ -123,6 +133,24 @@ impl Differential {
         self.ctl_step(CtlVersion::V34, args, stdin).await
     }
 
+    /// Runs a table of etcdctl 3.5 steps in order, each with `flags` (e.g.
+    /// `--user=...`) before its arguments: every step is compared (see
+    /// [`Self::ctl`]) and the oracle's output checked with its [`Expect`].
+    pub async fn ctl_steps(&mut self, flags: &[&str], steps: &[Step<'_>]) {
+        for (args, expect) in steps {
+            let all: Vec<&str> = flags.iter().chain(args.iter()).copied().collect();
+            expect.check(&self.ctl(&all).await);
+        }
+    }
+
+    /// [`Self::ctl_steps`] with etcdctl 3.4.
+    pub async fn ctl34_steps(&mut self, flags: &[&str], steps: &[Step<'_>]) {
+        for (args, expect) in steps {
+            let all: Vec<&str> = flags.iter().chain(args.iter()).copied().collect();
+            expect.check(&self.ctl34(&all).await);
+        }
+    }
+
     async fn ctl_step(&mut self, version: CtlVersion, args: &[&str], stdin: &[u8]) -> CtlOutput {
         self.steps += 1;
         let step = self.steps;
@@ -191,6 +219,185 @@ impl Differential {
     }
 }
 
+/// What the oracle's output of a step must show (besides being the same on
+/// both sides), so that a table of steps cannot pass vacuously.
+#[derive(Clone, Copy, Debug)]
+pub enum Expect<'a> {
+    /// Success ([`assert_ok`]).
+    Succeeds,
+    /// Success with this on stdout ([`assert_stdout`]).
+    Prints(&'a str),
+    /// Failure with this on stderr ([`assert_fails`]).
+    Fails(&'a str),
+    /// Failure with this on stdout or stderr ([`assert_fails_anywhere`]).
+    FailsAnywhere(&'a str),
+}
+
+impl Expect<'_> {
+    /// Panics unless `out` (the oracle's output) shows what is expected.
+    pub fn check(&self, out: &CtlOutput) {
+        match *self {
+            Expect::Succeeds => assert_ok(out),
+            Expect::Prints(needle) => assert_stdout(out, needle),
+            Expect::Fails(needle) => assert_fails(out, needle),
+            Expect::FailsAnywhere(needle) => assert_fails_anywhere(out, needle),
+        }
+    }
+}
+
+/// One row of a table of etcdctl steps: the arguments and what the
+/// oracle's output must show.
+pub type Step<'a> = (&'a [&'a str], Expect<'a>);
+
+/// A started [`Differential`] (single members, reference etcd 3.5 and the
+/// candidate); panics if either does not start.
+pub async fn differential() -> Differential {
+    Differential::start()
+        .await
+        .expect("starting the reference etcd and the candidate")
+}
+
+/// The oracle's step succeeded.
+pub fn assert_ok(out: &CtlOutput) {
+    assert!(out.success(), "oracle step failed unexpectedly:\n{out}");
+}
+
+/// The oracle's step failed with `needle` on stderr.
+pub fn assert_fails(out: &CtlOutput, needle: &str) {
+    assert!(
+        !out.success() && out.stderr.contains(needle),
+        "oracle step should fail with {needle:?}:\n{out}"
+    );
+}
+
+/// The oracle's step succeeded with `needle` on stdout.
+pub fn assert_stdout(out: &CtlOutput, needle: &str) {
+    assert!(
+        out.success() && out.stdout.contains(needle),
+        "oracle stdout should contain {needle:?}:\n{out}"
+    );
+}
+
+/// Some failures print on stdout (etcdctl's per-endpoint report, a
+/// canceled watch): a non-zero exit with `needle` in stdout or stderr.
+pub fn assert_fails_anywhere(out: &CtlOutput, needle: &str) {
+    assert!(
+        !out.success() && (out.stdout.contains(needle) || out.stderr.contains(needle)),
+        "oracle step should fail with {needle:?}:\n{out}"
+    );
+}
+
+/// The oracle's etcd-client step failed with the gRPC `code` and a message
+/// containing `needle`.
+pub fn assert_grpc_error<T: Debug>(
+    result: &Result<T, etcd_client::Error>,
+    code: tonic::Code,
+    needle: &str,
+) {
+    match result {
+        Err(error) => {
+            assert_eq!(grpc_code(error), Some(code), "{error}");
+            assert!(error.to_string().contains(needle), "{error}");
+        }
+        Ok(response) => panic!("expected {code:?} {needle:?}, got {response:?}"),
+    }
+}
+
+/// Panics (with [`assert_same`]'s report) unless the two texts are equal.
+pub fn same_text(candidate_binary: &Binary, what: &str, oracle: &str, candidate: &str) {
+    let lines = |text: &str| text.lines().map(str::to_string).collect::<Vec<_>>();
+    assert_same(what, &lines(oracle), &lines(candidate), candidate_binary);
+}
+
+/// A replacement applied to both outputs of a [`CtlPair`] step (after
+/// the standard normalization): every match of `pattern` becomes
+/// `replacement` (with `${n}` capture references).
+pub struct Mask {
+    pattern: Regex,
+    replacement: &'static str,
+}
+
+impl Mask {
+    pub fn new(pattern: &str, replacement: &'static str) -> Mask {
+        Mask {
+            pattern: Regex::new(pattern).expect("mask patterns are valid"),
+            replacement,
+        }
+    }
+
+    fn apply(&self, text: &str) -> String {
+        self.pattern
+            .replace_all(text, self.replacement)
+            .into_owned()
+    }
+}
+
+/// `output` normalized, then masked.
+pub fn masked(output: &CtlOutput, masks: &[Mask]) -> CtlOutput {
+    let output = output.normalized();
+    let apply = |text: &str| {
+        masks
+            .iter()
+            .fold(text.to_string(), |t, mask| mask.apply(&t))
+    };
+    CtlOutput {
+        stdout: apply(&output.stdout),
+        stderr: apply(&output.stderr),
+        code: output.code,
+    }
+}
+
+/// An etcdctl runner per side, and the candidate's binary for reports.
+/// Steps run on both sides concurrently and compare the normalized and
+/// masked outputs (exit code, stdout, stderr).
+pub struct CtlPair {
+    pub oracle: Etcdctl,
+    pub candidate: Etcdctl,
+    pub candidate_binary: Binary,
+}
+
+impl CtlPair {
+    /// The etcdctl 3.5 runners of `d`.
+    pub fn of(d: &Differential) -> CtlPair {
+        CtlPair {
+            oracle: d.oracle.ctl35.clone(),
+            candidate: d.candidate.ctl35.clone(),
+            candidate_binary: d.candidate.cluster.binary().clone(),
+        }
+    }
+
+    /// The same `args` on both sides; returns the oracle's masked output.
+    pub async fn run(&self, args: &[&str], masks: &[Mask]) -> CtlOutput {
+        self.run_each(args, args, b"", masks).await
+    }
+
+    /// Side-specific arguments (e.g. a file each side writes), the same
+    /// `stdin`; returns the oracle's masked output.
+    pub async fn run_each(
+        &self,
+        oracle_args: &[&str],
+        candidate_args: &[&str],
+        stdin: &[u8],
+        masks: &[Mask],
+    ) -> CtlOutput {
+        let (expected, actual) = tokio::join!(
+            self.oracle.run_with_stdin(oracle_args, stdin),
+            self.candidate.run_with_stdin(candidate_args, stdin)
+        );
+        let what = format!("etcdctl {oracle_args:?}");
+        let expected = expected.unwrap_or_else(|e| panic!("{what} on the oracle: {e:#}"));
+        let actual = actual.unwrap_or_else(|e| panic!("{what} on the candidate: {e:#}"));
+        let (expected, actual) = (masked(&expected, masks), masked(&actual, masks));
+        assert_same(
+            &what,
+            &ctl_lines("etcdctl", &expected),
+            &ctl_lines("etcdctl", &actual),
+            &self.candidate_binary,
+        );
+        expected
+    }
+}
+
 /// Characters of each result shown in a mismatch report.
 const REPORT_EXCERPT_CHARS: usize = 8_000;
 
@@ -245,5 +452,19 @@ mod tests {
         assert!(shown.len() < REPORT_EXCERPT_CHARS + 100);
         assert!(shown.ends_with(&format!("[... {REPORT_EXCERPT_CHARS} more bytes]")));
         assert_eq!(excerpt("short"), "short");
+    }
+
+    #[test]
+    fn masks_apply_after_normalization() {
+        let output = CtlOutput {
+            stdout: "lease 694d7f3e9a1c2b0a granted with TTL(60s), remaining(59s)\n".to_string(),
+            stderr: String::new(),
+            code: Some(0),
+        };
+        let masks = [Mask::new(r"remaining\(\d+s\)", "remaining(<TTL>)")];
+        assert_eq!(
+            masked(&output, &masks).stdout,
+            "lease 694d7f3e9a1c2b0a granted with TTL(60s), remaining(<TTL>)\n"
+        );
     }
 }

@@ -70,6 +70,16 @@ pub fn peer_url(ip: Ipv4Addr) -> String {
     format!("http://{ip}:{PEER_PORT}")
 }
 
+/// `https://IP:2379`
+pub fn https_client_url(ip: Ipv4Addr) -> String {
+    format!("https://{ip}:{CLIENT_PORT}")
+}
+
+/// `https://IP:2380`
+pub fn https_peer_url(ip: Ipv4Addr) -> String {
+    format!("https://{ip}:{PEER_PORT}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

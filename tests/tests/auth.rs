@@ -46,25 +46,32 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use etcd_client::{
-    Certificate, Client, ConnectOptions, Error, GetOptions, Identity, LeaseGrantOptions,
-    LeaseTimeToLiveOptions, Permission, PutOptions, TlsOptions, Txn, TxnOp,
+    Client, Error, GetOptions, LeaseGrantOptions, LeaseTimeToLiveOptions, Permission, PutOptions,
+    Txn, TxnOp,
 };
-use integration_tests::auth::{
-    arg_refs, as_user, auth_revision, jwt_parts, CtlPair, Mask, ServerProcess, UserClients,
+use integration_tests::auth::{arg_refs, as_user, auth_revision, jwt_parts, UserClients};
+use integration_tests::client::{check_serving, connect_tls, describe, describe_error};
+use integration_tests::differential::Expect::{Fails, FailsAnywhere, Prints, Succeeds};
+use integration_tests::differential::{
+    assert_fails, assert_fails_anywhere, assert_grpc_error, assert_ok, assert_stdout, differential,
+    same_text, CtlPair, Mask,
 };
-use integration_tests::client::{describe, describe_error, grpc_code};
-use integration_tests::net::{allocate_ip, peer_url, CLIENT_PORT};
+use integration_tests::net::{allocate_ip, https_client_url, peer_url};
+use integration_tests::pki::{self, Ca, CertFiles};
 use integration_tests::wait::retry_until;
 use integration_tests::watchlease::{simple_watch_events, CtlProcess, FlaggedBinary};
-use integration_tests::{normalize, Binary, ClusterConfig, CtlOutput, Differential, Etcdctl};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
+use integration_tests::{
+    normalize, Binary, ClusterConfig, CtlOutput, Differential, Etcdctl, MemberFlags, Process,
 };
 
 /// etcdctl credentials of the users the tests create.
 const ROOT: &str = "root:rootpw";
 const ALICE: &str = "alice:alicepw";
+/// The flags of etcdctl steps as those users (`--user=ROOT`, `--user=ALICE`),
+/// and without a user.
+const AS_ROOT: &[&str] = &["--user=root:rootpw"];
+const AS_ALICE: &[&str] = &["--user=alice:alicepw"];
+const NO_USER: &[&str] = &[];
 /// Fixed lease ids (etcdctl spells them in hex), so both servers agree.
 const ROOT_LEASE: i64 = 0x1234;
 const ROOT_LEASE_HEX: &str = "1234";
@@ -78,56 +85,6 @@ const WATCH_EVENTS_TIMEOUT: Duration = Duration::from_secs(30);
 const WATCH_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deadline for the https servers of the certificate test to serve.
 const TLS_STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
-/// etcd-client timeouts of the certificate test.
-const TLS_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-const TLS_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn differential() -> Differential {
-    Differential::start()
-        .await
-        .expect("starting the reference etcd and the candidate")
-}
-
-fn assert_ok(out: &CtlOutput) {
-    assert!(out.success(), "oracle step failed unexpectedly:\n{out}");
-}
-
-fn assert_fails(out: &CtlOutput, needle: &str) {
-    assert!(
-        !out.success() && out.stderr.contains(needle),
-        "oracle step should fail with {needle:?}:\n{out}"
-    );
-}
-
-fn assert_stdout(out: &CtlOutput, needle: &str) {
-    assert!(
-        out.success() && out.stdout.contains(needle),
-        "oracle stdout should contain {needle:?}:\n{out}"
-    );
-}
-
-/// Some failures print on stdout (etcdctl's per-endpoint report, a
-/// canceled watch): a non-zero exit with `needle` in stdout or stderr.
-fn assert_fails_anywhere(out: &CtlOutput, needle: &str) {
-    assert!(
-        !out.success() && (out.stdout.contains(needle) || out.stderr.contains(needle)),
-        "oracle step should fail with {needle:?}:\n{out}"
-    );
-}
-
-fn assert_grpc_error<T: std::fmt::Debug>(
-    result: &Result<T, Error>,
-    code: tonic::Code,
-    needle: &str,
-) {
-    match result {
-        Err(error) => {
-            assert_eq!(grpc_code(error), Some(code), "{error}");
-            assert!(error.to_string().contains(needle), "{error}");
-        }
-        Ok(response) => panic!("expected {code:?} {needle:?}, got {response:?}"),
-    }
-}
 
 /// etcdctl 3.5 as `user` (`name:password`) on both sides.
 async fn ctl_as(d: &mut Differential, user: &str, args: &[&str]) -> CtlOutput {
@@ -203,11 +160,14 @@ async fn user_and_role_management() {
     let status = d.ctl(&["auth", "status"]).await;
     assert_stdout(&status, "Authentication Status: false");
     let mut rev = auth_revision(&status).expect("auth status");
-    assert_ok(&d.ctl(&["auth", "status", "-w", "json"]).await);
-    assert_fails(
-        &d.ctl(&["auth", "enable"]).await,
-        "root user does not exist",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["auth", "status", "-w", "json"], Succeeds),
+            (&["auth", "enable"], Fails("root user does not exist")),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 0, "a refused auth enable").await;
     assert_stdout(
         &d.ctl(&["auth", "disable"]).await,
@@ -227,32 +187,43 @@ async fn user_and_role_management() {
     // Users.
     assert_stdout(&d.ctl(&["user", "add", ROOT]).await, "User root created");
     expect_bump(&mut d, &mut rev, 1, "user add root").await;
-    assert_fails(
-        &d.ctl(&["user", "add", "root:other"]).await,
-        "user name already exists",
-    );
-    assert_fails(
-        &d.ctl(&[
-            "user",
-            "add",
-            "",
-            "--new-user-password=pw",
-            "--interactive=false",
-        ])
-        .await,
-        "user name is empty",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (
+                &["user", "add", "root:other"],
+                Fails("user name already exists"),
+            ),
+            (
+                &[
+                    "user",
+                    "add",
+                    "",
+                    "--new-user-password=pw",
+                    "--interactive=false",
+                ],
+                Fails("user name is empty"),
+            ),
+        ],
+    )
+    .await;
     // etcdctl's own check of the name:password form.
     assert_fails(
         &d.ctl(&["user", "add", ":pw"]).await,
         "empty user name is not allowed",
     );
     expect_bump(&mut d, &mut rev, 0, "refused user adds").await;
-    assert_stdout(&d.ctl(&["user", "add", ALICE]).await, "User alice created");
-    assert_stdout(
-        &d.ctl(&["user", "add", "bob", "--no-password"]).await,
-        "User bob created",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "add", ALICE], Prints("User alice created")),
+            (
+                &["user", "add", "bob", "--no-password"],
+                Prints("User bob created"),
+            ),
+        ],
+    )
+    .await;
     assert_stdout(
         &d.ctl_stdin(
             &["user", "add", "carol", "--interactive=false"],
@@ -267,36 +238,54 @@ async fn user_and_role_management() {
         "User dave created",
     );
     expect_bump(&mut d, &mut rev, 4, "four user adds").await;
-    assert_stdout(
-        &d.ctl(&["user", "list"]).await,
-        "alice\nbob\ncarol\ndave\nroot",
-    );
-    assert_ok(&d.ctl(&["user", "list", "-w", "json"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "list"], Prints("alice\nbob\ncarol\ndave\nroot")),
+            (&["user", "list", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
     assert_ok(&d.ctl34(&["user", "list"]).await);
-    assert_fails(
-        &d.ctl(&["user", "get", "nobody"]).await,
-        "user name not found",
-    );
-    assert_stdout(&d.ctl(&["user", "get", "alice"]).await, "User: alice");
-    assert_ok(&d.ctl(&["user", "get", "alice", "-w", "json"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "get", "nobody"], Fails("user name not found")),
+            (&["user", "get", "alice"], Prints("User: alice")),
+            (&["user", "get", "alice", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
 
     // Roles.
-    assert_fails(&d.ctl(&["role", "add", ""]).await, "role name is empty");
-    assert_stdout(&d.ctl(&["role", "add", "r1"]).await, "Role r1 created");
-    assert_fails(
-        &d.ctl(&["role", "add", "r1"]).await,
-        "role name already exists",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["role", "add", ""], Fails("role name is empty")),
+            (&["role", "add", "r1"], Prints("Role r1 created")),
+            (&["role", "add", "r1"], Fails("role name already exists")),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 1, "one successful role add").await;
-    assert_ok(&d.ctl(&["role", "add", "r2"]).await);
-    assert_ok(&d.ctl(&["role", "add", "r3"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["role", "add", "r2"], Succeeds),
+            (&["role", "add", "r3"], Succeeds),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 2, "two role adds").await;
-    assert_fails(
-        &d.ctl(&["role", "get", "root"]).await,
-        "role name not found",
-    );
-    assert_stdout(&d.ctl(&["role", "list"]).await, "r1\nr2\nr3");
-    assert_ok(&d.ctl(&["role", "list", "-w", "json"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["role", "get", "root"], Fails("role name not found")),
+            (&["role", "list"], Prints("r1\nr2\nr3")),
+            (&["role", "list", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
 
     // Permissions, granted out of key order.
     let grants: [&[&str]; 6] = [
@@ -313,51 +302,80 @@ async fn user_and_role_management() {
         assert_stdout(&d.ctl(&args).await, "Role r1 updated");
         expect_bump(&mut d, &mut rev, 1, &format!("grant-permission {grant:?}")).await;
     }
-    assert_fails(
-        &d.ctl(&["role", "grant-permission", "nor", "read", "k"])
-            .await,
-        "role name not found",
-    );
-    assert_ok(
-        &d.ctl(&[
-            "role",
-            "grant-permission",
-            "r2",
-            "readwrite",
-            "",
-            "--prefix",
-        ])
-        .await,
-    );
-    assert_ok(
-        &d.ctl(&["role", "grant-permission", "r3", "read", "b", "c"])
-            .await,
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (
+                &["role", "grant-permission", "nor", "read", "k"],
+                Fails("role name not found"),
+            ),
+            (
+                &[
+                    "role",
+                    "grant-permission",
+                    "r2",
+                    "readwrite",
+                    "",
+                    "--prefix",
+                ],
+                Succeeds,
+            ),
+            (
+                &["role", "grant-permission", "r3", "read", "b", "c"],
+                Succeeds,
+            ),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 2, "grants to r2 and r3").await;
-    assert_stdout(&d.ctl(&["role", "get", "r1"]).await, "Role r1");
-    assert_ok(&d.ctl(&["role", "get", "r1", "-w", "json"]).await);
-    assert_ok(&d.ctl(&["role", "get", "r2"]).await);
-    assert_ok(&d.ctl34(&["role", "get", "r1"]).await);
-    assert_ok(&d.ctl34(&["role", "get", "r2", "-w", "json"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["role", "get", "r1"], Prints("Role r1")),
+            (&["role", "get", "r1", "-w", "json"], Succeeds),
+            (&["role", "get", "r2"], Succeeds),
+        ],
+    )
+    .await;
+    d.ctl34_steps(
+        NO_USER,
+        &[
+            (&["role", "get", "r1"], Succeeds),
+            (&["role", "get", "r2", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
 
     // Revoking permissions.
-    assert_fails(
-        &d.ctl(&["role", "revoke-permission", "r1", "nothere"]).await,
-        "permission is not granted to the role",
-    );
-    assert_fails(
-        &d.ctl(&["role", "revoke-permission", "nor", "key"]).await,
-        "role name not found",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (
+                &["role", "revoke-permission", "r1", "nothere"],
+                Fails("permission is not granted to the role"),
+            ),
+            (
+                &["role", "revoke-permission", "nor", "key"],
+                Fails("role name not found"),
+            ),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 0, "refused revokes").await;
-    assert_stdout(
-        &d.ctl(&["role", "revoke-permission", "r1", "key"]).await,
-        "Permission of key key is revoked from role r1",
-    );
-    assert_ok(
-        &d.ctl(&["role", "revoke-permission", "r1", "--prefix", "dir/"])
-            .await,
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (
+                &["role", "revoke-permission", "r1", "key"],
+                Prints("Permission of key key is revoked from role r1"),
+            ),
+            (
+                &["role", "revoke-permission", "r1", "--prefix", "dir/"],
+                Succeeds,
+            ),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 2, "two revokes").await;
     assert_ok(&d.ctl(&["role", "get", "r1"]).await);
 
@@ -372,34 +390,58 @@ async fn user_and_role_management() {
         "Role r1 is granted to user alice",
     );
     expect_bump(&mut d, &mut rev, 0, "a repeated grant-role").await;
-    assert_fails(
-        &d.ctl(&["user", "grant-role", "alice", "nor"]).await,
-        "role name not found",
-    );
-    assert_fails(
-        &d.ctl(&["user", "grant-role", "nobody", "r1"]).await,
-        "user name not found",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (
+                &["user", "grant-role", "alice", "nor"],
+                Fails("role name not found"),
+            ),
+            (
+                &["user", "grant-role", "nobody", "r1"],
+                Fails("user name not found"),
+            ),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 0, "refused grant-roles").await;
-    assert_ok(&d.ctl(&["user", "grant-role", "alice", "r2"]).await);
-    assert_ok(&d.ctl(&["user", "grant-role", "alice", "r3"]).await);
-    assert_ok(&d.ctl(&["user", "grant-role", "bob", "r3"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "grant-role", "alice", "r2"], Succeeds),
+            (&["user", "grant-role", "alice", "r3"], Succeeds),
+            (&["user", "grant-role", "bob", "r3"], Succeeds),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 3, "three grant-roles").await;
-    assert_stdout(&d.ctl(&["user", "get", "alice"]).await, "Roles: r1 r2 r3");
-    assert_ok(&d.ctl(&["user", "get", "alice", "--detail"]).await);
-    assert_ok(
-        &d.ctl(&["user", "get", "alice", "--detail", "-w", "json"])
-            .await,
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "get", "alice"], Prints("Roles: r1 r2 r3")),
+            (&["user", "get", "alice", "--detail"], Succeeds),
+            (
+                &["user", "get", "alice", "--detail", "-w", "json"],
+                Succeeds,
+            ),
+        ],
+    )
+    .await;
     assert_ok(&d.ctl34(&["user", "get", "alice", "--detail"]).await);
-    assert_fails(
-        &d.ctl(&["user", "revoke-role", "carol", "r3"]).await,
-        "role is not granted to the user",
-    );
-    assert_fails(
-        &d.ctl(&["user", "revoke-role", "nobody", "r1"]).await,
-        "user name not found",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (
+                &["user", "revoke-role", "carol", "r3"],
+                Fails("role is not granted to the user"),
+            ),
+            (
+                &["user", "revoke-role", "nobody", "r1"],
+                Fails("user name not found"),
+            ),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 0, "refused revoke-roles").await;
     assert_stdout(
         &d.ctl(&["user", "revoke-role", "alice", "r2"]).await,
@@ -430,25 +472,31 @@ async fn user_and_role_management() {
     // Deleting roles and users.
     assert_stdout(&d.ctl(&["role", "delete", "r3"]).await, "Role r3 deleted");
     expect_bump(&mut d, &mut rev, 1, "role delete").await;
-    assert_ok(&d.ctl(&["user", "get", "alice"]).await);
-    assert_ok(&d.ctl(&["user", "get", "bob", "-w", "json"]).await);
-    assert_fails(
-        &d.ctl(&["role", "delete", "r3"]).await,
-        "role name not found",
-    );
-    assert_stdout(
-        &d.ctl(&["user", "delete", "dave"]).await,
-        "User dave deleted",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "get", "alice"], Succeeds),
+            (&["user", "get", "bob", "-w", "json"], Succeeds),
+            (&["role", "delete", "r3"], Fails("role name not found")),
+            (&["user", "delete", "dave"], Prints("User dave deleted")),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 1, "user delete").await;
     assert_fails(
         &d.ctl(&["user", "delete", "dave"]).await,
         "user name not found",
     );
     expect_bump(&mut d, &mut rev, 0, "refused deletes").await;
-    assert_ok(&d.ctl(&["user", "list"]).await);
-    assert_ok(&d.ctl(&["role", "list", "-w", "json"]).await);
-    assert_ok(&d.ctl(&["auth", "status", "-w", "json"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "list"], Succeeds),
+            (&["role", "list", "-w", "json"], Succeeds),
+            (&["auth", "status", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
 
     // The same through etcd-client.
     d.rpc(
@@ -536,20 +584,23 @@ async fn user_and_role_management() {
 #[tokio::test]
 async fn enabling_authentication_and_logging_in() {
     let mut d = differential().await;
-    assert_ok(&d.ctl(&["user", "add", ROOT]).await);
-    assert_ok(&d.ctl(&["user", "add", ALICE]).await);
-    assert_ok(&d.ctl(&["user", "add", "bob", "--no-password"]).await);
-    assert_ok(&d.ctl(&["role", "add", "r1"]).await);
-    assert_ok(
-        &d.ctl(&["role", "grant-permission", "r1", "readwrite", "k"])
-            .await,
-    );
-    assert_ok(&d.ctl(&["user", "grant-role", "alice", "r1"]).await);
-    assert_ok(&d.ctl(&["put", "k", "v0"]).await);
-    assert_fails(
-        &d.ctl(&["role", "get", "root"]).await,
-        "role name not found",
-    );
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "add", ROOT], Succeeds),
+            (&["user", "add", ALICE], Succeeds),
+            (&["user", "add", "bob", "--no-password"], Succeeds),
+            (&["role", "add", "r1"], Succeeds),
+            (
+                &["role", "grant-permission", "r1", "readwrite", "k"],
+                Succeeds,
+            ),
+            (&["user", "grant-role", "alice", "r1"], Succeeds),
+            (&["put", "k", "v0"], Succeeds),
+            (&["role", "get", "root"], Fails("role name not found")),
+        ],
+    )
+    .await;
     let mut rev = current_auth_revision(&mut d).await;
 
     assert_stdout(&d.ctl(&["auth", "enable"]).await, "Authentication Enabled");
@@ -560,28 +611,31 @@ async fn enabling_authentication_and_logging_in() {
         "auth enable (role root added and granted)",
     )
     .await;
-    assert_stdout(
-        &ctl_as(&mut d, ROOT, &["auth", "status"]).await,
-        "Authentication Status: true",
-    );
-    assert_ok(&ctl_as(&mut d, ROOT, &["auth", "status", "-w", "json"]).await);
-    assert_stdout(
-        &ctl_as(&mut d, ROOT, &["role", "get", "root"]).await,
-        "Role root",
-    );
-    assert_stdout(
-        &ctl_as(&mut d, ROOT, &["user", "get", "root"]).await,
-        "Roles: root",
-    );
-    assert_ok(&ctl_as(&mut d, ROOT, &["role", "get", "root", "-w", "json"]).await);
+    d.ctl_steps(
+        AS_ROOT,
+        &[
+            (&["auth", "status"], Prints("Authentication Status: true")),
+            (&["auth", "status", "-w", "json"], Succeeds),
+            (&["role", "get", "root"], Prints("Role root")),
+            (&["user", "get", "root"], Prints("Roles: root")),
+            (&["role", "get", "root", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
 
     // No user, wrong passwords, unknown users, a user without password.
-    assert_fails(&d.ctl(&["put", "k", "v1"]).await, "user name is empty");
-    assert_fails(&d.ctl(&["get", "k"]).await, "user name is empty");
-    assert_fails(&d.ctl(&["auth", "status"]).await, "user name is empty");
-    assert_fails(&d.ctl(&["user", "list"]).await, "user name is empty");
-    assert_fails(&d.ctl(&["auth", "enable"]).await, "user name is empty");
-    assert_fails(&d.ctl(&["auth", "disable"]).await, "user name is empty");
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["put", "k", "v1"], Fails("user name is empty")),
+            (&["get", "k"], Fails("user name is empty")),
+            (&["auth", "status"], Fails("user name is empty")),
+            (&["user", "list"], Fails("user name is empty")),
+            (&["auth", "enable"], Fails("user name is empty")),
+            (&["auth", "disable"], Fails("user name is empty")),
+        ],
+    )
+    .await;
     assert_fails(&d.ctl34(&["get", "k"]).await, "user name is empty");
     let invalid = "authentication failed, invalid user ID or password";
     assert_fails(&ctl_as(&mut d, "root:wrong", &["get", "k"]).await, invalid);
@@ -613,88 +667,73 @@ async fn enabling_authentication_and_logging_in() {
     );
 
     // Root may do everything.
-    assert_stdout(&ctl_as(&mut d, ROOT, &["put", "k", "v1"]).await, "OK");
-    assert_stdout(&ctl_as(&mut d, ROOT, &["get", "k"]).await, "v1");
+    d.ctl_steps(
+        AS_ROOT,
+        &[
+            (&["put", "k", "v1"], Prints("OK")),
+            (&["get", "k"], Prints("v1")),
+        ],
+    )
+    .await;
     assert_stdout(
         &ctl34_as(&mut d, ROOT, &["get", "k", "-w", "json"]).await,
         "\"kvs\"",
     );
-    assert_ok(&ctl_as(&mut d, ROOT, &["put", "other", "o"]).await);
-    assert_ok(&ctl_as(&mut d, ROOT, &["user", "add", "carol:carolpw"]).await);
-    assert_ok(&ctl_as(&mut d, ROOT, &["role", "add", "r2"]).await);
-    assert_ok(
-        &ctl_as(
-            &mut d,
-            ROOT,
-            &["role", "grant-permission", "r2", "read", "other"],
-        )
-        .await,
-    );
-    assert_ok(&ctl_as(&mut d, ROOT, &["user", "grant-role", "carol", "r2"]).await);
-    assert_ok(&ctl_as(&mut d, ROOT, &["user", "list"]).await);
-    assert_ok(&ctl_as(&mut d, ROOT, &["role", "list"]).await);
-    assert_ok(&ctl_as(&mut d, ROOT, &["user", "get", "alice", "--detail"]).await);
+    d.ctl_steps(
+        AS_ROOT,
+        &[
+            (&["put", "other", "o"], Succeeds),
+            (&["user", "add", "carol:carolpw"], Succeeds),
+            (&["role", "add", "r2"], Succeeds),
+            (
+                &["role", "grant-permission", "r2", "read", "other"],
+                Succeeds,
+            ),
+            (&["user", "grant-role", "carol", "r2"], Succeeds),
+            (&["user", "list"], Succeeds),
+            (&["role", "list"], Succeeds),
+            (&["user", "get", "alice", "--detail"], Succeeds),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 4, "root's four changes").await;
 
     // A non-root user: its own data only.
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "k"]).await, "v1");
-    assert_stdout(&ctl_as(&mut d, ALICE, &["put", "k", "v2"]).await, "OK");
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["get", "k"], Prints("v1")),
+            (&["put", "k", "v2"], Prints("OK")),
+        ],
+    )
+    .await;
     let denied = "etcdserver: permission denied";
-    assert_fails(&ctl_as(&mut d, ALICE, &["get", "other"]).await, denied);
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["user", "get", "alice"]).await,
-        "Roles: r1",
-    );
-    assert_ok(&ctl_as(&mut d, ALICE, &["user", "get", "alice", "--detail"]).await);
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["role", "get", "r1"]).await,
-        "Role r1",
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["user", "get", "root"]).await,
-        denied,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["user", "get", "carol"]).await,
-        denied,
-    );
-    assert_fails(&ctl_as(&mut d, ALICE, &["role", "get", "r2"]).await, denied);
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["role", "get", "root"]).await,
-        denied,
-    );
-    assert_fails(&ctl_as(&mut d, ALICE, &["user", "list"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["role", "list"]).await, denied);
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["user", "add", "x:y"]).await,
-        denied,
-    );
-    assert_fails(&ctl_as(&mut d, ALICE, &["role", "add", "rx"]).await, denied);
-    assert_fails(
-        &ctl_as(
-            &mut d,
-            ALICE,
-            &["role", "grant-permission", "r1", "readwrite", "other"],
-        )
-        .await,
-        denied,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["user", "grant-role", "alice", "r2"]).await,
-        denied,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["user", "revoke-role", "alice", "r1"]).await,
-        denied,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["user", "delete", "carol"]).await,
-        denied,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["role", "delete", "r2"]).await,
-        denied,
-    );
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["get", "other"], Fails(denied)),
+            (&["user", "get", "alice"], Prints("Roles: r1")),
+            (&["user", "get", "alice", "--detail"], Succeeds),
+            (&["role", "get", "r1"], Prints("Role r1")),
+            (&["user", "get", "root"], Fails(denied)),
+            (&["user", "get", "carol"], Fails(denied)),
+            (&["role", "get", "r2"], Fails(denied)),
+            (&["role", "get", "root"], Fails(denied)),
+            (&["user", "list"], Fails(denied)),
+            (&["role", "list"], Fails(denied)),
+            (&["user", "add", "x:y"], Fails(denied)),
+            (&["role", "add", "rx"], Fails(denied)),
+            (
+                &["role", "grant-permission", "r1", "readwrite", "other"],
+                Fails(denied),
+            ),
+            (&["user", "grant-role", "alice", "r2"], Fails(denied)),
+            (&["user", "revoke-role", "alice", "r1"], Fails(denied)),
+            (&["user", "delete", "carol"], Fails(denied)),
+            (&["role", "delete", "r2"], Fails(denied)),
+        ],
+    )
+    .await;
     assert_fails(
         &d.ctl_stdin(
             &arg_refs(&as_user(
@@ -706,26 +745,32 @@ async fn enabling_authentication_and_logging_in() {
         .await,
         denied,
     );
-    assert_fails(&ctl_as(&mut d, ALICE, &["auth", "status"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["auth", "disable"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["auth", "enable"]).await, denied);
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["auth", "status"], Fails(denied)),
+            (&["auth", "disable"], Fails(denied)),
+            (&["auth", "enable"], Fails(denied)),
+        ],
+    )
+    .await;
     assert_fails(&ctl34_as(&mut d, ALICE, &["user", "list"]).await, denied);
     expect_bump(&mut d, &mut rev, 0, "alice's refused changes").await;
 
     // Root itself is protected.
     let invalid_management = "etcdserver: invalid auth management";
-    assert_fails(
-        &ctl_as(&mut d, ROOT, &["user", "delete", "root"]).await,
-        invalid_management,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ROOT, &["user", "revoke-role", "root", "root"]).await,
-        invalid_management,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ROOT, &["role", "delete", "root"]).await,
-        invalid_management,
-    );
+    d.ctl_steps(
+        AS_ROOT,
+        &[
+            (&["user", "delete", "root"], Fails(invalid_management)),
+            (
+                &["user", "revoke-role", "root", "root"],
+                Fails(invalid_management),
+            ),
+            (&["role", "delete", "root"], Fails(invalid_management)),
+        ],
+    )
+    .await;
     expect_bump(&mut d, &mut rev, 0, "refused changes of root").await;
 
     // A changed password.
@@ -749,13 +794,16 @@ async fn enabling_authentication_and_logging_in() {
         "Authentication Disabled",
     );
     expect_bump(&mut d, &mut rev, 1, "auth disable while enabled").await;
-    assert_stdout(
-        &d.ctl(&["auth", "status"]).await,
-        "Authentication Status: false",
-    );
-    assert_stdout(&d.ctl(&["get", "other"]).await, "o");
-    assert_stdout(&d.ctl(&["put", "other", "o2"]).await, "OK");
-    assert_ok(&d.ctl(&["user", "list"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["auth", "status"], Prints("Authentication Status: false")),
+            (&["get", "other"], Prints("o")),
+            (&["put", "other", "o2"], Prints("OK")),
+            (&["user", "list"], Succeeds),
+        ],
+    )
+    .await;
     // etcdctl ignores "authentication is not enabled" when logging in, so
     // any credentials work while disabled.
     assert_stdout(
@@ -772,11 +820,14 @@ async fn enabling_authentication_and_logging_in() {
     assert_stdout(&d.ctl(&["auth", "enable"]).await, "Authentication Enabled");
     expect_bump(&mut d, &mut rev, 0, "auth enable").await;
     assert_fails(&d.ctl(&["get", "other"]).await, "user name is empty");
-    assert_stdout(&ctl_as(&mut d, "alice:alicepw2", &["get", "k"]).await, "v2");
-    assert_fails(
-        &ctl_as(&mut d, "alice:alicepw2", &["get", "other"]).await,
-        denied,
-    );
+    d.ctl_steps(
+        &["--user=alice:alicepw2"],
+        &[
+            (&["get", "k"], Prints("v2")),
+            (&["get", "other"], Fails(denied)),
+        ],
+    )
+    .await;
     assert_stdout(&ctl_as(&mut d, ROOT, &["get", "other"]).await, "o2");
 }
 
@@ -868,8 +919,14 @@ async fn key_permission_setup(d: &mut Differential) {
     ] {
         assert_ok(&d.ctl(args).await);
     }
-    assert_ok(&d.ctl(&["user", "grant-role", "alice", "writer"]).await);
-    assert_ok(&d.ctl(&["user", "grant-role", "alice", "rw"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "grant-role", "alice", "writer"], Succeeds),
+            (&["user", "grant-role", "alice", "rw"], Succeeds),
+        ],
+    )
+    .await;
     for (key, value) in [
         ("key1", "v1"),
         ("key2", "v2"),
@@ -886,8 +943,14 @@ async fn key_permission_setup(d: &mut Differential) {
     ] {
         assert_ok(&d.ctl(&["put", key, value]).await);
     }
-    assert_ok(&d.ctl(&["user", "get", "alice", "--detail"]).await);
-    assert_stdout(&d.ctl(&["auth", "enable"]).await, "Authentication Enabled");
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["user", "get", "alice", "--detail"], Succeeds),
+            (&["auth", "enable"], Prints("Authentication Enabled")),
+        ],
+    )
+    .await;
 }
 
 /// What a non-root user may do with keys, leases, watches, locks and
@@ -901,96 +964,80 @@ async fn key_permissions_of_a_non_root_user() {
     let denied = "etcdserver: permission denied";
 
     // Reads.
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "key1"]).await, "v1");
-    assert_fails(&ctl_as(&mut d, ALICE, &["get", "key2"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["get", "wkey"]).await, denied);
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["get", "ro/", "--prefix"]).await,
-        "rb",
-    );
-    assert_ok(&ctl_as(&mut d, ALICE, &["get", "ro/", "--prefix", "-w", "json"]).await);
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["get", "ro", "--prefix"]).await,
-        denied,
-    );
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "ro/a", "ro/c"]).await, "ra");
-    assert_fails(&ctl_as(&mut d, ALICE, &["get", "ro/a", "rp"]).await, denied);
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["get", "dir/", "--prefix"]).await,
-        "db",
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["get", "dir", "--prefix"]).await,
-        denied,
-    );
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["get", "--from-key", "x"]).await,
-        "y1",
-    );
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "x1", "z"]).await, "y1");
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["get", "--from-key", "w"]).await,
-        denied,
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["get", "", "--prefix"]).await,
-        denied,
-    );
-    assert_ok(
-        &ctl_as(
-            &mut d,
-            ALICE,
-            &["get", "key1", "--count-only", "-w", "fields"],
-        )
-        .await,
-    );
-    assert_stdout(&ctl34_as(&mut d, ALICE, &["get", "key1"]).await, "v1");
-    assert_fails(&ctl34_as(&mut d, ALICE, &["get", "key2"]).await, denied);
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["get", "key1"], Prints("v1")),
+            (&["get", "key2"], Fails(denied)),
+            (&["get", "wkey"], Fails(denied)),
+            (&["get", "ro/", "--prefix"], Prints("rb")),
+            (&["get", "ro/", "--prefix", "-w", "json"], Succeeds),
+            (&["get", "ro", "--prefix"], Fails(denied)),
+            (&["get", "ro/a", "ro/c"], Prints("ra")),
+            (&["get", "ro/a", "rp"], Fails(denied)),
+            (&["get", "dir/", "--prefix"], Prints("db")),
+            (&["get", "dir", "--prefix"], Fails(denied)),
+            (&["get", "--from-key", "x"], Prints("y1")),
+            (&["get", "x1", "z"], Prints("y1")),
+            (&["get", "--from-key", "w"], Fails(denied)),
+            (&["get", "", "--prefix"], Fails(denied)),
+            (&["get", "key1", "--count-only", "-w", "fields"], Succeeds),
+        ],
+    )
+    .await;
+    d.ctl34_steps(
+        AS_ALICE,
+        &[
+            (&["get", "key1"], Prints("v1")),
+            (&["get", "key2"], Fails(denied)),
+        ],
+    )
+    .await;
 
     // Writes.
-    assert_stdout(&ctl_as(&mut d, ALICE, &["put", "wkey", "w1"]).await, "OK");
-    assert_stdout(&ctl_as(&mut d, ALICE, &["put", "wo/c", "wc"]).await, "OK");
-    assert_stdout(&ctl_as(&mut d, ALICE, &["put", "dir/c", "dc"]).await, "OK");
-    assert_stdout(&ctl_as(&mut d, ALICE, &["put", "x2", "x"]).await, "OK");
-    assert_ok(&ctl_as(&mut d, ALICE, &["put", "dir/d", "dd", "-w", "json"]).await);
-    assert_fails(&ctl_as(&mut d, ALICE, &["put", "key1", "no"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["put", "ro/a", "no"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["put", "w", "no"]).await, denied);
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["put", "wkey", "w1"], Prints("OK")),
+            (&["put", "wo/c", "wc"], Prints("OK")),
+            (&["put", "dir/c", "dc"], Prints("OK")),
+            (&["put", "x2", "x"], Prints("OK")),
+            (&["put", "dir/d", "dd", "-w", "json"], Succeeds),
+            (&["put", "key1", "no"], Fails(denied)),
+            (&["put", "ro/a", "no"], Fails(denied)),
+            (&["put", "w", "no"], Fails(denied)),
+        ],
+    )
+    .await;
     // --prev-kv also reads the key.
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["put", "wkey", "w2", "--prev-kv"]).await,
-        denied,
-    );
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["put", "dir/a", "da2", "--prev-kv"]).await,
-        "da",
-    );
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["put", "wkey", "w2", "--prev-kv"], Fails(denied)),
+            (&["put", "dir/a", "da2", "--prev-kv"], Prints("da")),
+        ],
+    )
+    .await;
     assert_fails(
         &ctl34_as(&mut d, ALICE, &["put", "key2", "no"]).await,
         denied,
     );
 
     // Deletes: write permission; --prev-kv needs read too.
-    assert_stdout(&ctl_as(&mut d, ALICE, &["del", "wo/a"]).await, "1");
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["del", "wo/b", "--prev-kv"]).await,
-        denied,
-    );
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["del", "dir/b", "--prev-kv"]).await,
-        "db",
-    );
-    assert_fails(&ctl_as(&mut d, ALICE, &["del", "ro/a"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["del", "key1"]).await, denied);
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["del", "dir", "--prefix"]).await,
-        denied,
-    );
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["del", "wo/", "--prefix"]).await,
-        "2",
-    );
-    assert_ok(&ctl_as(&mut d, ALICE, &["del", "dir/c", "-w", "json"]).await);
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["del", "wo/a"], Prints("1")),
+            (&["del", "wo/b", "--prev-kv"], Fails(denied)),
+            (&["del", "dir/b", "--prev-kv"], Prints("db")),
+            (&["del", "ro/a"], Fails(denied)),
+            (&["del", "key1"], Fails(denied)),
+            (&["del", "dir", "--prefix"], Fails(denied)),
+            (&["del", "wo/", "--prefix"], Prints("2")),
+            (&["del", "dir/c", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
     assert_ok(&ctl_as(&mut d, ROOT, &["get", "", "--prefix", "-w", "json"]).await);
 
     // Transactions: compares need read; the operations of both branches need
@@ -1204,20 +1251,20 @@ async fn key_permissions_of_a_non_root_user() {
         }
         transcripts.push(output.normalized().stdout);
     }
-    integration_tests::auth::same_text(
+    same_text(
         d.candidate.cluster.binary(),
         "etcdctl watch --prefix dir/ as alice",
         &transcripts[0],
         &transcripts[1],
     );
-    assert_fails_anywhere(
-        &ctl_as(&mut d, ALICE, &["watch", "key2"]).await,
-        "watch was canceled (rpc error: code = PermissionDenied desc = etcdserver: permission denied)",
-    );
-    assert_fails_anywhere(
-        &ctl_as(&mut d, ALICE, &["watch", "ro", "--prefix"]).await,
-        "permission denied",
-    );
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["watch", "key2"], FailsAnywhere("watch was canceled (rpc error: code = PermissionDenied desc = etcdserver: permission denied)")),
+            (&["watch", "ro", "--prefix"], FailsAnywhere("permission denied")),
+        ],
+    )
+    .await;
     let canceled = alice
         .rpc("watch of an unpermitted key", |mut client| async move {
             let mut stream = client.watch("key2", None).await?;
@@ -1311,19 +1358,20 @@ async fn key_permissions_of_a_non_root_user() {
         })
         .await;
     timetolive.expect("time-to-live");
-    assert_stdout(
-        &ctl_as(
-            &mut d,
-            ALICE,
-            &["lease", "keep-alive", "--once", ROOT_LEASE_HEX],
-        )
-        .await,
-        "keepalived with TTL(3600)",
-    );
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["lease", "revoke", ROOT_LEASE_HEX]).await,
-        "failed to revoke lease (etcdserver: permission denied)",
-    );
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (
+                &["lease", "keep-alive", "--once", ROOT_LEASE_HEX],
+                Prints("keepalived with TTL(3600)"),
+            ),
+            (
+                &["lease", "revoke", ROOT_LEASE_HEX],
+                Fails("failed to revoke lease (etcdserver: permission denied)"),
+            ),
+        ],
+    )
+    .await;
     assert_fails(
         &d.ctl(&["lease", "revoke", ROOT_LEASE_HEX]).await,
         "failed to revoke lease (etcdserver: user name is empty)",
@@ -1342,14 +1390,26 @@ async fn key_permissions_of_a_non_root_user() {
     )
     .await;
     assert_stdout(&lock, "locked");
-    assert_fails(&ctl_as(&mut d, ALICE, &["lock", "other"]).await, denied);
-    assert_fails(&ctl_as(&mut d, ALICE, &["elect", "el", "p1"]).await, denied);
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["lock", "other"], Fails(denied)),
+            (&["elect", "el", "p1"], Fails(denied)),
+        ],
+    )
+    .await;
 
     // Cluster commands: reading is open to any user, changes need root.
-    assert_ok(&ctl_as(&mut d, ALICE, &["member", "list"]).await);
-    assert_ok(&ctl_as(&mut d, ALICE, &["member", "list", "-w", "json"]).await);
-    assert_ok(&ctl_as(&mut d, ALICE, &["endpoint", "status"]).await);
-    assert_ok(&ctl_as(&mut d, ALICE, &["alarm", "list"]).await);
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["member", "list"], Succeeds),
+            (&["member", "list", "-w", "json"], Succeeds),
+            (&["endpoint", "status"], Succeeds),
+            (&["alarm", "list"], Succeeds),
+        ],
+    )
+    .await;
     // `endpoint health` counts "permission denied" for its probe read as
     // healthy, but not "user name is empty"; its log lines carry numeric
     // timestamps.
@@ -1435,8 +1495,14 @@ async fn key_permissions_of_a_non_root_user() {
 
     // Disabled: everything works without a user; enabled again: denied.
     assert_ok(&ctl_as(&mut d, ROOT, &["auth", "disable"]).await);
-    assert_stdout(&d.ctl(&["get", "key2"]).await, "v2");
-    assert_stdout(&d.ctl(&["put", "ro/a", "yes"]).await, "OK");
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["get", "key2"], Prints("v2")),
+            (&["put", "ro/a", "yes"], Prints("OK")),
+        ],
+    )
+    .await;
     assert_stdout(&ctl_as(&mut d, ALICE, &["get", "key2"]).await, "v2");
     assert_ok(&pair.run(&["endpoint", "hashkv"], &hash_masks).await);
     assert_ok(&d.ctl(&["auth", "enable"]).await);
@@ -1489,7 +1555,7 @@ async fn authenticate_both(d: &Differential, user: &str, password: &str) -> (Str
         Ok(response) => normalize(&format!("{:#?}", response.header())),
         Err(error) => describe_error(error),
     };
-    integration_tests::auth::same_text(
+    same_text(
         d.candidate.cluster.binary(),
         "authenticate (header)",
         &header(&Ok(oracle.clone())),
@@ -1622,7 +1688,7 @@ async fn etcd_client_tokens() {
         integration_tests::auth::connect_as(&candidate_endpoints, "alice", "wrong"),
     );
     let (oracle, candidate) = (oracle.map(|_| ()), candidate.map(|_| ()));
-    integration_tests::auth::same_text(
+    same_text(
         d.candidate.cluster.binary(),
         "etcd-client connect with a wrong password",
         &describe(&oracle),
@@ -1850,12 +1916,15 @@ async fn jwt_tokens() {
         );
     }
 
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "key1"]).await, "v1");
-    assert_fails(
-        &ctl_as(&mut d, ALICE, &["get", "key2"]).await,
-        "etcdserver: permission denied",
-    );
-    assert_stdout(&ctl_as(&mut d, ALICE, &["put", "dir/j", "1"]).await, "OK");
+    d.ctl_steps(
+        AS_ALICE,
+        &[
+            (&["get", "key1"], Prints("v1")),
+            (&["get", "key2"], Fails("etcdserver: permission denied")),
+            (&["put", "dir/j", "1"], Prints("OK")),
+        ],
+    )
+    .await;
     assert_ok(&ctl_as(&mut d, ROOT, &["user", "list"]).await);
     assert_fails(
         &ctl_as(&mut d, "alice:wrong", &["get", "key1"]).await,
@@ -1969,8 +2038,14 @@ async fn jwt_tokens() {
         })
         .await;
     assert_grpc_error(&out, tonic::Code::Unknown, old_revision);
-    assert_stdout(&d.ctl(&["get", "key2"]).await, "v2");
-    assert_ok(&d.ctl(&["auth", "enable"]).await);
+    d.ctl_steps(
+        NO_USER,
+        &[
+            (&["get", "key2"], Prints("v2")),
+            (&["auth", "enable"], Succeeds),
+        ],
+    )
+    .await;
     alice
         .rpc("refresh the JWT after re-enabling", |client| async move {
             client.refresh_token().await
@@ -1990,76 +2065,22 @@ async fn jwt_tokens() {
 // Client certificates.
 // ---------------------------------------------------------------------------
 
-/// A CA and its signing key.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new() -> Result<Self> {
-        let mut params = CertificateParams::default();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "etcd-it-auth-ca");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = KeyPair::generate()?;
-        let cert = params.self_signed(&key)?;
-        Ok(Self { cert, key })
-    }
-
-    /// Writes `<name>.crt` and `<name>.key` signed by this CA into `dir`.
-    fn issue(
-        &self,
-        dir: &Path,
-        name: &str,
-        cn: &str,
-        sans: &[String],
-        usages: &[ExtendedKeyUsagePurpose],
-    ) -> Result<(PathBuf, PathBuf)> {
-        let mut params = CertificateParams::new(sans.to_vec())?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = usages.to_vec();
-        params.use_authority_key_identifier_extension = true;
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &self.cert, &self.key)?;
-        let (cert_path, key_path) = (
-            dir.join(format!("{name}.crt")),
-            dir.join(format!("{name}.key")),
-        );
-        std::fs::write(&cert_path, cert.pem())?;
-        std::fs::write(&key_path, key.serialize_pem())?;
-        Ok((cert_path, key_path))
-    }
-}
-
 /// One https member with `--client-cert-auth`.
 struct TlsMember {
     ip: Ipv4Addr,
-    process: ServerProcess,
+    process: Process,
 }
 
 impl TlsMember {
     fn endpoint(&self) -> String {
-        format!("https://{}:{CLIENT_PORT}", self.ip)
+        https_client_url(self.ip)
     }
 }
 
 /// The certificate test's files and servers.
 struct CertSetup {
     dir: tempfile::TempDir,
-    ca_pem: String,
+    ca_file: PathBuf,
     oracle: TlsMember,
     candidate: TlsMember,
     candidate_binary: Binary,
@@ -2071,67 +2092,45 @@ impl CertSetup {
     async fn start(clients: &[&str]) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix("etcd-it-auth-").tempdir()?;
         let ips = [allocate_ip()?, allocate_ip()?];
-        let ca = Ca::new()?;
-        let ca_pem = ca.cert.pem();
-        std::fs::write(dir.path().join("ca.crt"), &ca_pem)?;
-        let (server_cert, server_key) = ca.issue(
+        let ca = Ca::new("etcd-it-auth-ca")?;
+        let ca_file = ca.write_ca(dir.path(), "ca")?;
+        let server = ca.peer(
             dir.path(),
-            "server",
             "server",
             &[
                 ips[0].to_string(),
                 ips[1].to_string(),
                 "localhost".to_string(),
             ],
-            &[
-                ExtendedKeyUsagePurpose::ServerAuth,
-                ExtendedKeyUsagePurpose::ClientAuth,
-            ],
         )?;
         for cn in clients {
-            ca.issue(
-                dir.path(),
-                cn,
-                cn,
-                &[],
-                &[ExtendedKeyUsagePurpose::ClientAuth],
-            )?;
+            ca.client(dir.path(), cn, cn)?;
         }
         let candidate_binary = Binary::candidate()?;
         let start = |binary: &Binary, name: &str, ip: Ipv4Addr| -> Result<TlsMember> {
-            let url = format!("https://{ip}:{CLIENT_PORT}");
-            let args = vec![
-                "--name=m0".to_string(),
-                format!(
-                    "--data-dir={}",
-                    dir.path().join(format!("{name}.etcd")).display()
-                ),
-                format!("--listen-client-urls={url}"),
-                format!("--advertise-client-urls={url}"),
-                format!("--listen-peer-urls={}", peer_url(ip)),
-                format!("--initial-advertise-peer-urls={}", peer_url(ip)),
-                format!("--initial-cluster=m0={}", peer_url(ip)),
-                "--initial-cluster-state=new".to_string(),
-                format!(
-                    "--initial-cluster-token=it-auth-{name}-{}",
-                    std::process::id()
-                ),
-                "--log-level=info".to_string(),
-                format!("--cert-file={}", server_cert.display()),
-                format!("--key-file={}", server_key.display()),
-                format!("--trusted-ca-file={}", dir.path().join("ca.crt").display()),
+            let peer = peer_url(ip);
+            let token = format!("it-auth-{name}-{}", std::process::id());
+            let mut flags = MemberFlags::new("m0", ip, dir.path(), &format!("m0={peer}"), &token);
+            flags.data_dir = dir.path().join(format!("{name}.etcd"));
+            flags.client_url = https_client_url(ip);
+            let mut args = flags.args(&ClusterConfig::new(1));
+            args.extend([
+                format!("--cert-file={}", server.cert.display()),
+                format!("--key-file={}", server.key.display()),
+                format!("--trusted-ca-file={}", ca_file.display()),
                 "--client-cert-auth".to_string(),
-            ];
+            ]);
+            let log = dir.path().join(format!("{name}.log"));
             Ok(TlsMember {
                 ip,
-                process: ServerProcess::spawn(binary, name, dir.path(), &args)?,
+                process: Process::start(binary, name, &log, &args)?,
             })
         };
         let oracle = start(&Binary::etcd35()?, "oracle", ips[0])?;
         let candidate = start(&candidate_binary, "candidate", ips[1])?;
         let setup = Self {
             dir,
-            ca_pem,
+            ca_file,
             oracle,
             candidate,
             candidate_binary,
@@ -2142,31 +2141,25 @@ impl CertSetup {
         Ok(setup)
     }
 
-    /// etcd-client TLS options presenting the certificate of `cn`.
-    fn tls(&self, cn: &str) -> Result<TlsOptions> {
-        let cert = std::fs::read(self.dir.path().join(format!("{cn}.crt")))?;
-        let key = std::fs::read(self.dir.path().join(format!("{cn}.key")))?;
-        Ok(TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(Identity::from_pem(cert, key)))
+    /// The certificate files of the client `cn`.
+    fn identity(&self, cn: &str) -> CertFiles {
+        CertFiles {
+            cert: self.dir.path().join(format!("{cn}.crt")),
+            key: self.dir.path().join(format!("{cn}.key")),
+        }
     }
 
     /// An etcd-client to `member` presenting the certificate of `cn`.
     async fn client(&self, member: &TlsMember, cn: &str) -> Result<Client> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(TLS_CONNECT_TIMEOUT)
-            .with_timeout(TLS_REQUEST_TIMEOUT)
-            .with_tls(self.tls(cn)?);
-        Ok(Client::connect([member.endpoint()], Some(options)).await?)
+        let tls = pki::tls_options(&self.ca_file, Some(&self.identity(cn)))?;
+        connect_tls(&[member.endpoint()], tls).await
     }
 
     async fn wait_ready(&self, member: &TlsMember) -> Result<()> {
         retry_until("the https member to serve", TLS_STARTUP_TIMEOUT, || async {
             member.process.ensure_running()?;
             let mut client = self.client(member, "root").await?;
-            let status = client.status().await?;
-            ensure!(status.leader() != 0, "no leader yet");
-            client.get("health", None).await?;
+            check_serving(&mut client).await?;
             Ok(())
         })
         .await
@@ -2187,17 +2180,7 @@ impl CertSetup {
                 candidate: ctl(&self.candidate),
                 candidate_binary: self.candidate_binary.clone(),
             },
-            flags: vec![
-                format!("--cacert={}", self.dir.path().join("ca.crt").display()),
-                format!(
-                    "--cert={}",
-                    self.dir.path().join(format!("{cn}.crt")).display()
-                ),
-                format!(
-                    "--key={}",
-                    self.dir.path().join(format!("{cn}.key")).display()
-                ),
-            ],
+            flags: pki::etcdctl_flags(&self.ca_file, Some(&self.identity(cn))),
         }
     }
 

@@ -17,9 +17,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use etcd_client::{Client, CompactionOptions, DeleteOptions, GetOptions, GetResponse};
+use etcd_client::{Client, CompactionOptions, DeleteOptions, GetOptions};
 use integration_tests::client::connect;
 use integration_tests::wait::retry_until;
+use integration_tests::writer::served;
 use integration_tests::{Binary, Cluster, ClusterConfig};
 
 /// Members per cluster.
@@ -58,22 +59,6 @@ async fn put_recorded(client: &mut Client, expected: &mut Expected, key: String)
     let revision = response.header().context("put without header")?.revision();
     expected.insert(key, (value, revision));
     Ok(())
-}
-
-fn served(response: &GetResponse) -> Expected {
-    response
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                (
-                    String::from_utf8_lossy(kv.value()).into_owned(),
-                    kv.mod_revision(),
-                ),
-            )
-        })
-        .collect()
 }
 
 /// Checks that member `i` serves exactly `expected` under `prefix`.

@@ -19,8 +19,10 @@ use etcd_client::{
     CompactionOptions, Compare, CompareOp, DeleteOptions, Error, GetOptions, GetResponse,
     LeaseGrantOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnResponse,
 };
-use integration_tests::client::grpc_code;
-use integration_tests::{CtlOutput, Differential};
+use integration_tests::differential::{
+    assert_fails, assert_grpc_error, assert_ok, assert_stdout, differential,
+};
+use integration_tests::Differential;
 
 /// Fixed lease id (etcdctl prints it as hex `1234`), so both servers agree on it.
 const LEASE_ID: i64 = 0x1234;
@@ -42,44 +44,6 @@ const MAX_TXN_OPS: usize = 128;
 /// Sort targets and orders as etcdctl spells them.
 const SORT_TARGETS: [&str; 5] = ["KEY", "CREATE", "MODIFY", "VERSION", "VALUE"];
 const SORT_ORDERS: [&str; 2] = ["ASCEND", "DESCEND"];
-
-async fn differential() -> Differential {
-    Differential::start()
-        .await
-        .expect("starting the reference etcd and the candidate")
-}
-
-fn assert_ok(out: &CtlOutput) {
-    assert!(out.success(), "oracle step failed unexpectedly:\n{out}");
-}
-
-fn assert_fails(out: &CtlOutput, needle: &str) {
-    assert!(
-        !out.success() && out.stderr.contains(needle),
-        "oracle step should fail with {needle:?}:\n{out}"
-    );
-}
-
-fn assert_stdout(out: &CtlOutput, needle: &str) {
-    assert!(
-        out.success() && out.stdout.contains(needle),
-        "oracle stdout should contain {needle:?}:\n{out}"
-    );
-}
-
-fn assert_grpc_error<T: std::fmt::Debug>(
-    result: &Result<T, Error>,
-    code: tonic::Code,
-    needle: &str,
-) {
-    match result {
-        Err(error) => {
-            assert_eq!(grpc_code(error), Some(code), "{error}");
-            assert!(error.to_string().contains(needle), "{error}");
-        }
-        Ok(response) => panic!("expected {code:?} {needle:?}, got {response:?}"),
-    }
-}
 
 /// The store's current revision, read (and compared) through etcdctl.
 async fn revision(d: &mut Differential) -> i64 {

@@ -60,7 +60,7 @@ use etcd_client::{
 use integration_tests::client::{connect, describe_error};
 use integration_tests::wait::retry_until;
 use integration_tests::watchlease::{event_key, event_revision, next_response, watch_connect};
-use integration_tests::{Binary, Cluster, ClusterConfig};
+use integration_tests::{against_both, Cluster, ClusterConfig, Server};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -116,28 +116,6 @@ const STOPPED_EXPIRY_DEADLINE: Duration = Duration::from_secs(
 /// Deadline for the surviving members to agree on a new leader and accept
 /// TimeToLive requests again.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Which server a test runs against.
-#[derive(Clone, Copy, Debug)]
-enum Server {
-    Reference,
-    Candidate,
-}
-
-impl Server {
-    fn binary(self) -> Binary {
-        match self {
-            Server::Reference => Binary::etcd35().expect("reference etcd 3.5"),
-            Server::Candidate => Binary::candidate().expect("candidate server binary"),
-        }
-    }
-}
-
-async fn start(server: Server) -> Cluster {
-    Cluster::start(server.binary(), ClusterConfig::new(MEMBERS))
-        .await
-        .unwrap_or_else(|e| panic!("starting {MEMBERS} members of {server:?}: {e:#}"))
-}
 
 // ---------------------------------------------------------------------------
 // Watch recording.
@@ -442,7 +420,7 @@ async fn time_to_live(cluster: &Cluster, i: usize, lease: i64) -> Result<i64> {
 // ---------------------------------------------------------------------------
 
 async fn lease_with_keys_expires_once_across_a_leader_kill(server: Server) {
-    let cluster = start(server).await;
+    let cluster = server.start(ClusterConfig::new(MEMBERS)).await;
     let run = async {
         let prefix = "expiring/";
         let leader = cluster.leader().await?;
@@ -772,7 +750,7 @@ fn keep_alive_loop(
 }
 
 async fn keep_alive_through_a_leader_kill_keeps_the_lease(server: Server) {
-    let cluster = start(server).await;
+    let cluster = server.start(ClusterConfig::new(MEMBERS)).await;
     let run = async {
         let prefix = "kept/";
         let leader = cluster.leader().await?;
@@ -980,28 +958,6 @@ async fn keep_alive_through_a_leader_kill_keeps_the_lease(server: Server) {
         Ok::<_, anyhow::Error>(())
     };
     run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
-}
-
-/// One test per scenario and server: `etcd35::<scenario>` and `candidate::<scenario>`.
-macro_rules! against_both {
-    ($($scenario:ident),* $(,)?) => {
-        mod etcd35 {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Reference).await;
-                }
-            )*
-        }
-        mod candidate {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Candidate).await;
-                }
-            )*
-        }
-    };
 }
 
 against_both!(

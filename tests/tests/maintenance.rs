@@ -31,7 +31,6 @@ use etcd_client::{
     Client, CompactionOptions, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp,
 };
 use integration_tests::client::{connect, describe_error};
-use integration_tests::net::peer_url;
 use integration_tests::wait::retry_until;
 use integration_tests::{Binary, Cluster, ClusterConfig, CtlOutput, Differential, Etcdctl};
 use regex::Regex;
@@ -252,19 +251,6 @@ async fn all_keys(endpoint: &str, revision: i64) -> Result<(Vec<Kv>, i64)> {
         },
     )
     .await
-}
-
-/// The value of `--<flag>=` in the command line the harness logged for
-/// member `m0` of `cluster`.
-fn harness_flag(cluster: &Cluster, flag: &str) -> Result<String> {
-    let log = cluster.dir().join("m0.log");
-    let text =
-        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
-    let pattern = Regex::new(&format!(r"--{flag}=(\S+)")).expect("valid pattern");
-    Ok(pattern
-        .captures(&text)
-        .with_context(|| format!("no --{flag} in {}", log.display()))?[1]
-        .to_string())
 }
 
 /// The restore tool for `server`: `$STORE_UTIL_BIN`, else `store-util` next
@@ -573,14 +559,16 @@ async fn snapshot_save_and_restore(binary: Binary) {
     let new = Cluster::start(binary.clone(), ClusterConfig::new(MEMBERS))
         .await
         .expect("starting the new cluster");
-    let initial_cluster = harness_flag(&new, "initial-cluster").expect("--initial-cluster");
-    let token = harness_flag(&new, "initial-cluster-token").expect("--initial-cluster-token");
+    let initial_cluster = new.flag(0, "initial-cluster").expect("--initial-cluster");
+    let token = new
+        .flag(0, "initial-cluster-token")
+        .expect("--initial-cluster-token");
     new.kill_all().expect("stopping the new cluster");
     for i in 0..MEMBERS {
         let data_dir = new.dir().join(format!("m{i}.etcd"));
         std::fs::remove_dir_all(&data_dir)
             .unwrap_or_else(|e| panic!("removing {}: {e}", data_dir.display()));
-        let peer = peer_url(ip_of(&new.endpoint(i)));
+        let peer = new.peer_url(i);
         let output = restore(
             &tool,
             &backup,
@@ -672,7 +660,7 @@ async fn snapshot_save_and_restore(binary: Binary) {
             &data_dir,
             &initial_cluster,
             &token,
-            &peer_url(ip_of(&new.endpoint(0))),
+            &new.peer_url(0),
         )
         .await
         .expect("running the restore tool");
@@ -698,15 +686,6 @@ fn summary(kvs: &[Kv]) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// The IP of a `http://IP:PORT` URL.
-fn ip_of(url: &str) -> std::net::Ipv4Addr {
-    url.trim_start_matches("http://")
-        .split(':')
-        .next()
-        .and_then(|host| host.parse().ok())
-        .unwrap_or_else(|| panic!("not an http://IP:PORT url: {url}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

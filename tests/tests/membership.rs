@@ -20,11 +20,7 @@
 //!
 //! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test membership`
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +29,11 @@ use anyhow::{bail, ensure, Context, Result};
 use etcd_client::{Client, GetOptions, MemberAddOptions};
 use integration_tests::client::{connect, describe_error};
 use integration_tests::net::{allocate_ip, client_url, peer_url};
-use integration_tests::wait::{retry_until, POLL_INTERVAL};
-use integration_tests::{normalize, Binary, Cluster, ClusterConfig, CtlOutput, Etcdctl};
+use integration_tests::wait::retry_until;
+use integration_tests::writer::{write_until_stopped, Writes};
+use integration_tests::{
+    normalize, Binary, Cluster, ClusterConfig, CtlOutput, Etcdctl, MemberFlags, Process,
+};
 use regex::Regex;
 
 /// Members of the cluster before it is grown and after it is shrunk.
@@ -98,99 +97,6 @@ const TRANSIENT_RECONFIG_ERRORS: [&str; 2] = [
 // A member started outside the harness (the one `member add` adds).
 // ---------------------------------------------------------------------------
 
-/// A server process started by this test, SIGKILLed and reaped on drop; its
-/// log tail is printed if the test panics.
-struct ExtraMember {
-    name: String,
-    log_path: PathBuf,
-    child: std::sync::Mutex<Option<Child>>,
-}
-
-impl ExtraMember {
-    fn spawn(binary: &Binary, name: &str, log_path: PathBuf, args: &[String]) -> Result<Self> {
-        let mut log = File::options()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .with_context(|| format!("opening {}", log_path.display()))?;
-        writeln!(
-            log,
-            "==== test: start of {name}: {} {}",
-            binary.path.display(),
-            args.join(" ")
-        )?;
-        let child = Command::new(&binary.path)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("spawning {} for {name}", binary.path.display()))?;
-        Ok(Self {
-            name: name.to_string(),
-            log_path,
-            child: std::sync::Mutex::new(Some(child)),
-        })
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        format!(
-            "==== last {LOG_TAIL_LINES} lines of {} ({}) ====\n{}\n",
-            self.name,
-            self.log_path.display(),
-            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-        )
-    }
-
-    fn ensure_running(&self) -> Result<()> {
-        let mut child = self.child.lock().expect("child lock");
-        match child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => Ok(()),
-            other => bail!(
-                "{} is not running ({other:?})\n{}",
-                self.name,
-                self.log_tail()
-            ),
-        }
-    }
-}
-
-impl Drop for ExtraMember {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("{}", self.log_tail());
-        }
-        let child = self
-            .child
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        if let Some(mut child) = child {
-            if let Ok(None) = child.try_wait() {
-                let _ = child.kill();
-            }
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The `--initial-cluster-token` the harness gave member `m0`, read from the
-/// command line it logged (the new member needs the cluster's token: its id
-/// is derived from its peer URLs and the token).
-fn cluster_token(cluster: &Cluster) -> Result<String> {
-    let log = cluster.dir().join("m0.log");
-    let text =
-        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
-    let pattern = Regex::new(r"--initial-cluster-token=(\S+)").expect("valid pattern");
-    let token = pattern
-        .captures(&text)
-        .with_context(|| format!("no --initial-cluster-token in {}", log.display()))?[1]
-        .to_string();
-    Ok(token)
-}
-
 /// The command line of a member joining an existing cluster, with the same
 /// timing flags as the harness's members.
 fn joining_args(
@@ -200,24 +106,9 @@ fn joining_args(
     initial_cluster: &str,
     token: &str,
 ) -> Vec<String> {
-    let config = ClusterConfig::new(MEMBERS);
-    vec![
-        format!("--name={name}"),
-        format!("--data-dir={}", dir.join(format!("{name}.etcd")).display()),
-        format!("--listen-client-urls={}", client_url(ip)),
-        format!("--advertise-client-urls={}", client_url(ip)),
-        format!("--listen-peer-urls={}", peer_url(ip)),
-        format!("--initial-advertise-peer-urls={}", peer_url(ip)),
-        format!("--initial-cluster={initial_cluster}"),
-        "--initial-cluster-state=existing".to_string(),
-        format!("--initial-cluster-token={token}"),
-        format!(
-            "--heartbeat-interval={}",
-            config.heartbeat_interval.as_millis()
-        ),
-        format!("--election-timeout={}", config.election_timeout.as_millis()),
-        format!("--log-level={}", config.log_level),
-    ]
+    let mut flags = MemberFlags::new(name, ip, dir, initial_cluster, token);
+    flags.existing = true;
+    flags.args(&ClusterConfig::new(MEMBERS))
 }
 
 // ---------------------------------------------------------------------------
@@ -319,93 +210,11 @@ async fn member_list(endpoint: &str) -> Result<Vec<Listed>> {
 }
 
 // ---------------------------------------------------------------------------
-// The background writer.
-// ---------------------------------------------------------------------------
-
-/// What the writer did: every acknowledged put with its revision, and every
-/// key it tried (an unacknowledged put may or may not have been applied).
-#[derive(Default)]
-struct Writes {
-    acknowledged: BTreeMap<String, (String, i64)>,
-    attempted: BTreeSet<String>,
-    errors: Vec<String>,
-}
-
-/// Writes unique keys through `endpoints` until `stop` is set.
-async fn write_until_stopped(
-    endpoints: Vec<String>,
-    stop: Arc<AtomicBool>,
-    acknowledged: Arc<AtomicUsize>,
-) -> Writes {
-    let mut writes = Writes::default();
-    let mut client: Option<Client> = None;
-    let mut next = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        if client.is_none() {
-            match connect(&endpoints).await {
-                Ok(connected) => client = Some(connected),
-                Err(error) => {
-                    writes.errors.push(format!("connect: {error:#}"));
-                    tokio::time::sleep(POLL_INTERVAL).await;
-                    continue;
-                }
-            }
-        }
-        let key = format!("{WRITER_PREFIX}{next:08}");
-        let value = format!("value-{next}");
-        next += 1;
-        writes.attempted.insert(key.clone());
-        let result = client
-            .as_mut()
-            .expect("connected")
-            .put(key.as_str(), value.as_str(), None)
-            .await;
-        match result {
-            Ok(response) => match response.header() {
-                Some(header) => {
-                    writes.acknowledged.insert(key, (value, header.revision()));
-                    acknowledged.fetch_add(1, Ordering::Relaxed);
-                }
-                None => writes
-                    .errors
-                    .push(format!("put {key}: response without header")),
-            },
-            Err(error) => {
-                writes
-                    .errors
-                    .push(format!("put {key}: {}", describe_error(&error)));
-                client = None;
-                tokio::time::sleep(POLL_INTERVAL).await;
-                continue;
-            }
-        }
-        tokio::time::sleep(WRITE_PAUSE).await;
-    }
-    writes
-}
-
-// ---------------------------------------------------------------------------
 // Grow to 4 and shrink to 3 under writes.
 // ---------------------------------------------------------------------------
 
 async fn member_status(endpoint: &str) -> Result<etcd_client::StatusResponse> {
     Ok(connect(&[endpoint.to_string()]).await?.status().await?)
-}
-
-fn served(response: &etcd_client::GetResponse) -> BTreeMap<String, (String, i64)> {
-    response
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                (
-                    String::from_utf8_lossy(kv.value()).into_owned(),
-                    kv.mod_revision(),
-                ),
-            )
-        })
-        .collect()
 }
 
 /// Checks that `endpoint`, read serializably once it has applied
@@ -426,19 +235,7 @@ async fn check_writes(endpoint: &str, barrier: i64, writes: &Writes) -> Result<u
         revision >= barrier,
         "{endpoint} has applied revision {revision}, barrier is {barrier}"
     );
-    let actual = served(&response);
-    for (key, value) in &writes.acknowledged {
-        match actual.get(key) {
-            Some(served) if served == value => {}
-            other => bail!(
-                "{endpoint}: acknowledged write {key} = {value:?} (value, mod revision) is served as {other:?}"
-            ),
-        }
-    }
-    if let Some(key) = actual.keys().find(|key| !writes.attempted.contains(*key)) {
-        bail!("{endpoint} serves {key}, which was never written");
-    }
-    Ok(actual.len())
+    writes.check(endpoint, &response)
 }
 
 /// Which original member the shrink removes.
@@ -456,7 +253,9 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
     let cluster = Cluster::start(binary.clone(), ClusterConfig::new(MEMBERS))
         .await
         .expect("starting the cluster");
-    let token = cluster_token(&cluster).expect("cluster token");
+    let token = cluster
+        .flag(0, "initial-cluster-token")
+        .expect("cluster token");
     let originals: Vec<String> = cluster.endpoints();
     let follower = match which {
         Victim::Follower => Some(
@@ -476,6 +275,8 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let writer = tokio::spawn(write_until_stopped(
         writer_endpoints,
+        WRITER_PREFIX,
+        WRITE_PAUSE,
         stop.clone(),
         acknowledged.clone(),
     ));
@@ -526,7 +327,7 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
     );
     let initial_cluster = printed_var(&added, "ETCD_INITIAL_CLUSTER").unwrap();
     let mut expected_initial: Vec<String> = (0..MEMBERS)
-        .map(|i| format!("m{i}={}", peer_url(ip_of(&cluster.endpoint(i)))))
+        .map(|i| format!("m{i}={}", cluster.peer_url(i)))
         .chain([format!("{NEW_MEMBER}={new_peer}")])
         .collect();
     expected_initial.sort();
@@ -546,10 +347,10 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
         "member list right after `member add --learner` must show {new_id:x} as an unstarted learner: {listed:#?}"
     );
 
-    let extra = ExtraMember::spawn(
+    let extra = Process::start(
         &binary,
         NEW_MEMBER,
-        cluster.dir().join(format!("{NEW_MEMBER}.log")),
+        &cluster.dir().join(format!("{NEW_MEMBER}.log")),
         &joining_args(NEW_MEMBER, ip, cluster.dir(), &initial_cluster, &token),
     )
     .expect("starting the new member");
@@ -557,7 +358,13 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
         member_status(&new_endpoint).await
     })
     .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}{}", extra.log_tail(), cluster.log_tails()));
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n{}{}",
+            extra.log_tail_lines(LOG_TAIL_LINES),
+            cluster.log_tails()
+        )
+    });
     assert_eq!(
         status.header().map(|header| header.member_id()),
         Some(new_id),
@@ -588,7 +395,7 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", extra.log_tail()));
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", extra.log_tail_lines(LOG_TAIL_LINES)));
 
     let new_hex = format!("{new_id:x}");
     let mut retry_promote = TRANSIENT_RECONFIG_ERRORS.to_vec();
@@ -619,7 +426,7 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", extra.log_tail()));
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", extra.log_tail_lines(LOG_TAIL_LINES)));
     let after_grow = acknowledged.load(Ordering::Relaxed);
 
     // Shrink: remove one of the original members, then stop its process.
@@ -720,7 +527,13 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
             || check_writes(endpoint, barrier, &writes),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e:#}\n{}{}", extra.log_tail(), cluster.log_tails()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e:#}\n{}{}",
+                extra.log_tail_lines(LOG_TAIL_LINES),
+                cluster.log_tails()
+            )
+        });
         assert!(served >= writes.acknowledged.len());
     }
 
@@ -810,15 +623,6 @@ async fn wait_for_writes(
     )
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));
-}
-
-/// The IP of a `http://IP:PORT` URL.
-fn ip_of(url: &str) -> std::net::Ipv4Addr {
-    url.trim_start_matches("http://")
-        .split(':')
-        .next()
-        .and_then(|host| host.parse().ok())
-        .unwrap_or_else(|| panic!("not an http://IP:PORT url: {url}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1053,10 +857,7 @@ async fn membership_errors_match_etcd() {
     );
 
     // An existing peer URL: a voter's, and the learner's.
-    let m0_peers: Vec<String> = sides
-        .iter()
-        .map(|side| peer_url(ip_of(&side.cluster.endpoint(0))))
-        .collect();
+    let m0_peers: Vec<String> = sides.iter().map(|side| side.cluster.peer_url(0)).collect();
     let output = compare_ctl(
         "existing peer URL",
         &oracle,
@@ -1156,7 +957,7 @@ async fn membership_errors_match_etcd() {
     for side in sides {
         let mut client = side.client.clone();
         let voter = side.member_id_of("m2").await;
-        let m0_peer = peer_url(ip_of(&side.cluster.endpoint(0)));
+        let m0_peer = side.cluster.peer_url(0);
         let fresh = peer_url(allocate_ip().expect("address"));
         outcomes.push([
             client.member_promote(voter).await.map(|_| ()),

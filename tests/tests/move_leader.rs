@@ -27,16 +27,17 @@
 //!
 //! Run: `STORE_BIN=/path/to/store cargo test --release -p integration-tests --test move_leader`
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use etcd_client::{Client, GetOptions, MemberAddOptions};
+use etcd_client::{GetOptions, MemberAddOptions};
 use integration_tests::client::{connect, connect_with_timeout, describe, describe_error};
 use integration_tests::net::{allocate_ip, peer_url};
-use integration_tests::wait::{permanent, retry_until, POLL_INTERVAL};
+use integration_tests::wait::{permanent, retry_until};
+use integration_tests::writer::{write_until_stopped, Writes};
 use integration_tests::{normalize, Binary, Cluster, ClusterConfig, CtlOutput, Etcdctl};
 
 /// A member id no cluster of these tests has (ids are hashes of peer URLs
@@ -360,58 +361,6 @@ async fn move_leader_matches_etcd() {
 // Transfers under writes.
 // ---------------------------------------------------------------------------
 
-#[derive(Default)]
-struct Writes {
-    /// key -> (value, mod revision) of every acknowledged put.
-    acknowledged: BTreeMap<String, (String, i64)>,
-    attempted: BTreeSet<String>,
-    errors: Vec<String>,
-}
-
-/// Writes unique keys through `endpoints` until `stop` is set.
-async fn write_until_stopped(
-    endpoints: Vec<String>,
-    stop: Arc<AtomicBool>,
-    acknowledged: Arc<AtomicUsize>,
-) -> Writes {
-    let mut writes = Writes::default();
-    let mut client: Option<Client> = None;
-    let mut next = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let Some(connected) = client.as_mut() else {
-            match connect(&endpoints).await {
-                Ok(c) => client = Some(c),
-                Err(error) => {
-                    writes.errors.push(format!("connect: {error:#}"));
-                    tokio::time::sleep(POLL_INTERVAL).await;
-                }
-            }
-            continue;
-        };
-        let key = format!("{WRITER_PREFIX}{next:08}");
-        let value = format!("value-{next}");
-        next += 1;
-        writes.attempted.insert(key.clone());
-        match connected.put(key.as_str(), value.as_str(), None).await {
-            Ok(response) => match response.header() {
-                Some(header) => {
-                    writes.acknowledged.insert(key, (value, header.revision()));
-                    acknowledged.fetch_add(1, Ordering::Relaxed);
-                }
-                None => writes.errors.push(format!("put {key}: no header")),
-            },
-            Err(error) => {
-                writes
-                    .errors
-                    .push(format!("put {key}: {}", describe_error(&error)));
-                client = None;
-            }
-        }
-        tokio::time::sleep(WRITE_PAUSE).await;
-    }
-    writes
-}
-
 async fn wait_for_writes(acknowledged: &AtomicUsize, at_least: usize) -> Result<()> {
     retry_until(
         &format!("{at_least} acknowledged writes"),
@@ -446,28 +395,7 @@ async fn check_writes(cluster: &Cluster, i: usize, barrier: i64, writes: &Writes
         },
     )
     .await?;
-    let served: BTreeMap<String, (String, i64)> = response
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                (
-                    String::from_utf8_lossy(kv.value()).into_owned(),
-                    kv.mod_revision(),
-                ),
-            )
-        })
-        .collect();
-    for (key, expected) in &writes.acknowledged {
-        match served.get(key) {
-            Some(actual) if actual == expected => {}
-            other => bail!("m{i}: acknowledged {key} = {expected:?} is served as {other:?}"),
-        }
-    }
-    if let Some(key) = served.keys().find(|k| !writes.attempted.contains(*k)) {
-        bail!("m{i} serves {key}, which was never written");
-    }
+    writes.check(&format!("m{i}"), &response)?;
     Ok(())
 }
 
@@ -481,6 +409,8 @@ async fn transfers_under_writes(binary: Binary, size: usize) {
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let writer = tokio::spawn(write_until_stopped(
         cluster.endpoints(),
+        WRITER_PREFIX,
+        WRITE_PAUSE,
         stop.clone(),
         acknowledged.clone(),
     ));

@@ -36,24 +36,22 @@
 //! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test tls`
 //! (`STORE_BIN=/opt/etcd-3.5/etcd` runs both modules against etcd).
 
-use std::fs::File;
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
-use integration_tests::client::{connect, describe_error};
-use integration_tests::net::{allocate_ip, client_url, peer_url, CLIENT_PORT, PEER_PORT};
-use integration_tests::wait::{permanent, retry_until};
-use integration_tests::{Binary, CtlOutput, Etcdctl};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
+use etcd_client::{Client, GetOptions, TlsOptions};
+use integration_tests::client::{check_serving, connect, connect_tls, describe_error};
+use integration_tests::cluster;
+use integration_tests::net::{
+    allocate_ip, client_url, https_client_url, https_peer_url, peer_url, PEER_PORT,
+};
+use integration_tests::pki::{self, Ca, CertFiles};
+use integration_tests::wait::retry_until;
+use integration_tests::{
+    against_both, Binary, ClusterConfig, CtlOutput, Etcdctl, MemberFlags, Process, Server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -69,10 +67,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
 const LEADER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Deadline for a member's serializable reads to show the writes of others.
 const CONVERGENCE_TIMEOUT: Duration = Duration::from_secs(60);
-/// etcd-client connect timeout (also the TLS handshake).
-const CLIENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// etcd-client per-request timeout.
-const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// etcdctl's `--command-timeout` for commands that must be refused (a
 /// refused TLS handshake makes etcdctl retry until this passes; the
 /// harness's default of 20 s would only make the test slower).
@@ -84,28 +78,8 @@ const PROBE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the raw peer-port probe waits for the server's answer (a
 /// refusing server sends its alert or closes well within this).
 const PROBE_READ_TIMEOUT: Duration = Duration::from_secs(3);
-/// Lines of each member's log printed when a test fails.
-const LOG_TAIL_LINES: usize = 40;
 /// Keys written through each member of the peer-TLS cluster.
 const KEYS_PER_MEMBER: usize = 5;
-
-static NEXT_CLUSTER: AtomicU32 = AtomicU32::new(0);
-
-/// Which server a test runs against.
-#[derive(Clone, Copy, Debug)]
-enum Server {
-    Reference,
-    Candidate,
-}
-
-impl Server {
-    fn binary(self) -> Binary {
-        match self {
-            Server::Reference => Binary::etcd35().expect("reference etcd 3.5"),
-            Server::Candidate => Binary::candidate().expect("candidate server binary"),
-        }
-    }
-}
 
 fn etcdctl35() -> Binary {
     Binary::etcdctl35().expect("etcdctl 3.5")
@@ -115,82 +89,11 @@ fn etcdctl35() -> Binary {
 // Per-run PKI.
 // ---------------------------------------------------------------------------
 
-/// A certificate authority: its certificate and signing key.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-/// PEM files of one certificate and its key.
-#[derive(Clone, Debug)]
-struct CertFiles {
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-impl Ca {
-    fn new(name: &str) -> Result<Self> {
-        let mut params = CertificateParams::default();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = KeyPair::generate().context("generating a CA key")?;
-        let cert = params.self_signed(&key).context("self-signing the CA")?;
-        Ok(Self { cert, key })
-    }
-
-    /// Issues a leaf certificate; `sans` are IPs or DNS names.
-    fn issue(
-        &self,
-        cn: &str,
-        sans: &[String],
-        usages: &[ExtendedKeyUsagePurpose],
-    ) -> Result<(String, String)> {
-        let mut params = CertificateParams::new(sans.to_vec()).context("certificate SANs")?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = usages.to_vec();
-        params.use_authority_key_identifier_extension = true;
-        let key = KeyPair::generate().context("generating a leaf key")?;
-        let cert = params
-            .signed_by(&key, &self.cert, &self.key)
-            .with_context(|| format!("signing the certificate of {cn}"))?;
-        Ok((cert.pem(), key.serialize_pem()))
-    }
-
-    fn write_issued(
-        &self,
-        dir: &Path,
-        name: &str,
-        cn: &str,
-        sans: &[String],
-        usages: &[ExtendedKeyUsagePurpose],
-    ) -> Result<CertFiles> {
-        let (cert, key) = self.issue(cn, sans, usages)?;
-        let files = CertFiles {
-            cert: dir.join(format!("{name}.crt")),
-            key: dir.join(format!("{name}.key")),
-        };
-        std::fs::write(&files.cert, cert)?;
-        std::fs::write(&files.key, key)?;
-        Ok(files)
-    }
-}
-
 /// Everything one test run needs: the trusted CA, a server certificate per
 /// member, a client certificate, and a client certificate of an untrusted CA.
 struct Pki {
+    ca: Ca,
     ca_file: PathBuf,
-    ca_pem: String,
     members: Vec<CertFiles>,
     client: CertFiles,
     untrusted_client: CertFiles,
@@ -200,34 +103,24 @@ impl Pki {
     fn generate(dir: &Path, member_ips: &[Ipv4Addr]) -> Result<Self> {
         let ca = Ca::new("etcd-it-ca")?;
         let other_ca = Ca::new("etcd-it-untrusted-ca")?;
-        let ca_pem = ca.cert.pem();
-        let ca_file = dir.join("ca.crt");
-        std::fs::write(&ca_file, &ca_pem)?;
-        std::fs::write(dir.join("untrusted-ca.crt"), other_ca.cert.pem())?;
-        let both = [
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        let ca_file = ca.write_ca(dir, "ca")?;
+        other_ca.write_ca(dir, "untrusted-ca")?;
         let members = member_ips
             .iter()
             .enumerate()
             .map(|(i, ip)| {
-                ca.write_issued(
+                ca.peer(
                     dir,
                     &format!("m{i}"),
-                    &format!("m{i}"),
                     &[ip.to_string(), "localhost".to_string()],
-                    &both,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
-        let client_only = [ExtendedKeyUsagePurpose::ClientAuth];
-        let client = ca.write_issued(dir, "client", CLIENT_CN, &[], &client_only)?;
-        let untrusted_client =
-            other_ca.write_issued(dir, "untrusted-client", CLIENT_CN, &[], &client_only)?;
+        let client = ca.client(dir, "client", CLIENT_CN)?;
+        let untrusted_client = other_ca.client(dir, "untrusted-client", CLIENT_CN)?;
         Ok(Self {
+            ca,
             ca_file,
-            ca_pem,
             members,
             client,
             untrusted_client,
@@ -236,23 +129,12 @@ impl Pki {
 
     /// etcdctl flags of a client that trusts the CA and presents `identity`.
     fn etcdctl_flags(&self, identity: Option<&CertFiles>) -> Vec<String> {
-        let mut flags = vec![format!("--cacert={}", self.ca_file.display())];
-        if let Some(files) = identity {
-            flags.push(format!("--cert={}", files.cert.display()));
-            flags.push(format!("--key={}", files.key.display()));
-        }
-        flags
+        pki::etcdctl_flags(&self.ca_file, identity)
     }
 
     /// etcd-client TLS options that trust the CA and present `identity`.
     fn tls_options(&self, identity: Option<&CertFiles>) -> Result<TlsOptions> {
-        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
-        if let Some(files) = identity {
-            let cert = std::fs::read(&files.cert)?;
-            let key = std::fs::read(&files.key)?;
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
-        Ok(tls)
+        pki::tls_options(&self.ca_file, identity)
     }
 }
 
@@ -260,92 +142,12 @@ impl Pki {
 // Member processes started by this file.
 // ---------------------------------------------------------------------------
 
-/// A server process, SIGKILLed and reaped on drop; its log tail is printed
-/// if the test panics.
-struct Proc {
-    name: String,
-    log_path: PathBuf,
-    child: Mutex<Option<Child>>,
-}
-
-impl Proc {
-    fn spawn(binary: &Binary, name: &str, log_path: PathBuf, args: &[String]) -> Result<Self> {
-        let mut log = File::options()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .with_context(|| format!("opening {}", log_path.display()))?;
-        writeln!(
-            log,
-            "==== test: start of {name}: {} {}",
-            binary.path.display(),
-            args.join(" ")
-        )?;
-        let child = Command::new(&binary.path)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("spawning {} for {name}", binary.path.display()))?;
-        Ok(Self {
-            name: name.to_string(),
-            log_path,
-            child: Mutex::new(Some(child)),
-        })
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        format!(
-            "==== last {LOG_TAIL_LINES} lines of {} ({}) ====\n{}\n",
-            self.name,
-            self.log_path.display(),
-            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-        )
-    }
-
-    /// A [`permanent`] error (with the log tail) once the process has exited:
-    /// waiting longer cannot make it healthy.
-    fn ensure_running(&self) -> Result<()> {
-        let mut child = self.child.lock().expect("child lock");
-        match child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => Ok(()),
-            other => Err(permanent(format!(
-                "{} is not running ({other:?})\n{}",
-                self.name,
-                self.log_tail()
-            ))),
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("{}", self.log_tail());
-        }
-        let child = self
-            .child
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        if let Some(mut child) = child {
-            if let Ok(None) = child.try_wait() {
-                let _ = child.kill();
-            }
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Members started by a test, in one temporary directory with their PKI.
 struct TlsCluster {
     ips: Vec<Ipv4Addr>,
     pki: Pki,
     client_tls: bool,
-    members: Vec<Proc>,
+    members: Vec<Process>,
     dir: tempfile::TempDir,
 }
 
@@ -373,50 +175,29 @@ impl TlsCluster {
         let pki = Pki::generate(dir.path(), &ips)?;
         let client_tls = mode != Mode::PeerMtls;
         let peer_tls = mode == Mode::PeerMtls;
-        let client_scheme_url = |ip: Ipv4Addr| {
-            if client_tls {
-                format!("https://{ip}:{CLIENT_PORT}")
-            } else {
-                client_url(ip)
-            }
-        };
-        let peer_scheme_url = |ip: Ipv4Addr| {
-            if peer_tls {
-                format!("https://{ip}:{PEER_PORT}")
-            } else {
-                peer_url(ip)
-            }
-        };
-        let initial_cluster = ips
+        let peer_urls: Vec<String> = ips
             .iter()
-            .enumerate()
-            .map(|(i, ip)| format!("m{i}={}", peer_scheme_url(*ip)))
-            .collect::<Vec<_>>()
-            .join(",");
-        let token = format!(
-            "it-tls-{}-{}",
-            std::process::id(),
-            NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed)
-        );
+            .map(|ip| {
+                if peer_tls {
+                    https_peer_url(*ip)
+                } else {
+                    peer_url(*ip)
+                }
+            })
+            .collect();
+        let initial_cluster = cluster::initial_cluster(&peer_urls);
+        let token = cluster::new_token("it-tls");
+        let config = ClusterConfig::new(size);
         let mut members = Vec::new();
         for (i, ip) in ips.iter().enumerate() {
-            let name = format!("m{i}");
+            let name = cluster::member_name(i);
             let certs = &pki.members[i];
-            let mut args = vec![
-                format!("--name={name}"),
-                format!(
-                    "--data-dir={}",
-                    dir.path().join(format!("{name}.etcd")).display()
-                ),
-                format!("--listen-client-urls={}", client_scheme_url(*ip)),
-                format!("--advertise-client-urls={}", client_scheme_url(*ip)),
-                format!("--listen-peer-urls={}", peer_scheme_url(*ip)),
-                format!("--initial-advertise-peer-urls={}", peer_scheme_url(*ip)),
-                format!("--initial-cluster={initial_cluster}"),
-                "--initial-cluster-state=new".to_string(),
-                format!("--initial-cluster-token={token}"),
-                "--log-level=info".to_string(),
-            ];
+            let mut flags = MemberFlags::new(&name, *ip, dir.path(), &initial_cluster, &token);
+            flags.peer_url = peer_urls[i].clone();
+            if client_tls {
+                flags.client_url = https_client_url(*ip);
+            }
+            let mut args = flags.args(&config);
             if client_tls {
                 args.extend([
                     format!("--cert-file={}", certs.cert.display()),
@@ -436,7 +217,7 @@ impl TlsCluster {
                 ]);
             }
             let log = dir.path().join(format!("{name}.log"));
-            members.push(Proc::spawn(binary, &name, log, &args)?);
+            members.push(Process::start(binary, &name, &log, &args)?);
         }
         Ok(Self {
             ips,
@@ -449,7 +230,7 @@ impl TlsCluster {
 
     fn endpoint(&self, i: usize) -> String {
         if self.client_tls {
-            format!("https://{}:{CLIENT_PORT}", self.ips[i])
+            https_client_url(self.ips[i])
         } else {
             client_url(self.ips[i])
         }
@@ -462,7 +243,7 @@ impl TlsCluster {
             return connect(&[self.endpoint(i)]).await;
         }
         let tls = self.pki.tls_options(Some(&self.pki.client))?;
-        connect_tls(&self.endpoint(i), tls).await
+        connect_tls(&[self.endpoint(i)], tls).await
     }
 
     /// etcdctl 3.5 on member `i` (TLS flags are given per command).
@@ -473,9 +254,9 @@ impl TlsCluster {
     async fn member_ready(&self, i: usize) -> Result<u64> {
         self.members[i].ensure_running()?;
         let mut client = self.client(i).await?;
-        let status = client.status().await?;
-        ensure!(status.leader() != 0, "member {i} has no leader");
-        client.get("health", None).await?;
+        let status = check_serving(&mut client)
+            .await
+            .with_context(|| format!("member {i}"))?;
         Ok(status.leader())
     }
 
@@ -509,7 +290,7 @@ impl TlsCluster {
     }
 
     fn log_tails(&self) -> String {
-        self.members.iter().map(Proc::log_tail).collect()
+        self.members.iter().map(Process::log_tail).collect()
     }
 }
 
@@ -523,16 +304,6 @@ impl Drop for TlsCluster {
             eprintln!("keeping test data in {}", dir.keep().display());
         }
     }
-}
-
-async fn connect_tls(endpoint: &str, tls: TlsOptions) -> Result<Client> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(CLIENT_CONNECT_TIMEOUT)
-        .with_timeout(CLIENT_REQUEST_TIMEOUT)
-        .with_tls(tls);
-    Client::connect([endpoint], Some(options))
-        .await
-        .with_context(|| format!("connecting etcd-client with TLS to {endpoint}"))
 }
 
 /// Runs etcdctl with TLS flags plus `args`.
@@ -560,7 +331,7 @@ async fn ensure_client_refused(
 ) -> Result<String> {
     let attempt = async {
         let mut client = match tls {
-            Some(tls) => connect_tls(endpoint, tls).await?,
+            Some(tls) => connect_tls(&[endpoint.to_string()], tls).await?,
             None => connect(&[endpoint.to_string()]).await?,
         };
         client.put(key, "must-not-be-written", None).await?;
@@ -604,37 +375,17 @@ impl ProbeOutcome {
     }
 }
 
-/// Connects to `ip:PEER_PORT` with TLS trusting `ca_pem`, presenting
+/// Connects to `ip:PEER_PORT` with TLS trusting `ca`, presenting
 /// `identity` if given, sends an HTTP/1.1 request for `/version` (what etcd's
 /// peer handler serves) and reads the first answer.
 async fn probe_peer_port(
     ip: Ipv4Addr,
-    ca_pem: &str,
+    ca: &Ca,
     identity: Option<&CertFiles>,
 ) -> Result<ProbeOutcome> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use rustls::pki_types::ServerName;
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).context("parsing the CA")?)
-        .context("adding the CA to the roots")?;
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .context("TLS protocol versions")?
-    .with_root_certificates(roots);
-    let config = match identity {
-        Some(files) => {
-            let chain = CertificateDer::pem_file_iter(&files.cert)
-                .context("reading the client certificate")?
-                .collect::<Result<Vec<_>, _>>()?;
-            let key = PrivateKeyDer::from_pem_file(&files.key).context("reading the client key")?;
-            builder.with_client_auth_cert(chain, key)?
-        }
-        None => builder.with_no_client_auth(),
-    };
+    let config = ca.rustls_client(identity)?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let server_name = ServerName::IpAddress(std::net::IpAddr::V4(ip).into());
     let tcp = timeout(PROBE_HANDSHAKE_TIMEOUT, TcpStream::connect((ip, PEER_PORT)))
@@ -943,18 +694,18 @@ async fn peer_tls_cluster_replicates_and_refuses_uncertified_peers(server: Serve
         // probe itself can get through.
         let pki = &cluster.pki;
         for (i, ip) in cluster.ips.iter().enumerate() {
-            let no_cert = probe_peer_port(*ip, &pki.ca_pem, None).await?;
+            let no_cert = probe_peer_port(*ip, &pki.ca, None).await?;
             ensure!(
                 no_cert.refused,
                 "m{i}'s peer port accepted a TLS client without a certificate: {no_cert:?}"
             );
-            let untrusted = probe_peer_port(*ip, &pki.ca_pem, Some(&pki.untrusted_client)).await?;
+            let untrusted = probe_peer_port(*ip, &pki.ca, Some(&pki.untrusted_client)).await?;
             ensure!(
                 untrusted.refused,
                 "m{i}'s peer port accepted an untrusted CA's certificate: {untrusted:?}"
             );
             let peer = (i + 1) % MEMBERS;
-            let control = probe_peer_port(*ip, &pki.ca_pem, Some(&pki.members[peer])).await?;
+            let control = probe_peer_port(*ip, &pki.ca, Some(&pki.members[peer])).await?;
             ensure!(
                 !control.refused,
                 "m{i}'s peer port refused m{peer}'s certificate: {control:?}"
@@ -975,28 +726,6 @@ async fn peer_tls_cluster_replicates_and_refuses_uncertified_peers(server: Serve
         Ok::<_, anyhow::Error>(())
     };
     run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
-}
-
-/// One test per scenario and server: `etcd35::<scenario>` and `candidate::<scenario>`.
-macro_rules! against_both {
-    ($($scenario:ident),* $(,)?) => {
-        mod etcd35 {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Reference).await;
-                }
-            )*
-        }
-        mod candidate {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Candidate).await;
-                }
-            )*
-        }
-    };
 }
 
 against_both!(

@@ -47,7 +47,7 @@ use integration_tests::watchlease::{
     event_key, event_revision, is_progress, next_response, watch_connect, FlaggedBinary,
     PROGRESS_NOTIFY_INTERVAL_FLAG, WATCH_OPEN_TIMEOUT,
 };
-use integration_tests::{Binary, Cluster, ClusterConfig};
+use integration_tests::{against_both, Cluster, ClusterConfig, Server};
 use tokio::time::{sleep, timeout, Instant};
 
 /// The progress notification interval the servers run with.
@@ -97,31 +97,6 @@ const NO_LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 const PROGRESS_ORDERING_FIXED_IN: (u64, u64, u64) = (3, 5, 8);
 /// Objects created before the list, as kube-apiserver would find them.
 const INITIAL_OBJECTS: usize = 5;
-
-/// Which server a test runs against.
-#[derive(Clone, Copy, Debug)]
-enum Server {
-    Reference,
-    Candidate,
-}
-
-impl Server {
-    fn binary(self) -> Binary {
-        match self {
-            Server::Reference => Binary::etcd35().expect("reference etcd 3.5"),
-            Server::Candidate => Binary::candidate().expect("candidate server binary"),
-        }
-    }
-
-    /// Whether the binary is the reference etcd release itself (also when
-    /// `STORE_BIN` points at it): only then may a known bug of that release
-    /// be excused. The candidate's reported version is never trusted for that.
-    fn is_reference_etcd(self) -> bool {
-        let reference = Binary::etcd35().expect("reference etcd 3.5").path;
-        let canonical = |path: &std::path::Path| std::fs::canonicalize(path).ok();
-        canonical(&self.binary().path) == canonical(&reference)
-    }
-}
 
 /// A cluster of `server` started with the progress notification interval;
 /// the wrapper script must outlive the cluster.
@@ -1058,28 +1033,6 @@ async fn require_leader_watch_ends_when_the_member_loses_its_leader(server: Serv
     };
     // On a panic the cluster's drop prints every member's log tail.
     run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
-}
-
-/// One test per scenario and server: `etcd35::<scenario>` and `candidate::<scenario>`.
-macro_rules! against_both {
-    ($($scenario:ident),* $(,)?) => {
-        mod etcd35 {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Reference).await;
-                }
-            )*
-        }
-        mod candidate {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Candidate).await;
-                }
-            )*
-        }
-    };
 }
 
 against_both!(

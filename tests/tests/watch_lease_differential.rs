@@ -48,6 +48,7 @@ use etcd_client::{
 };
 use integration_tests::client::grpc_code;
 use integration_tests::differential::Side;
+use integration_tests::differential::{assert_fails, assert_ok, differential};
 use integration_tests::wait::retry_until;
 use integration_tests::watchlease::{
     assert_same, ctl_lines, event_revision, json_watch_events, next_response, simple_watch_events,
@@ -105,12 +106,6 @@ const FRAGMENT_MAX_REQUEST_BYTES: u64 = 64 * 1024;
 const FRAGMENT_VALUE_BYTES: usize = 20_000;
 const FRAGMENT_KEYS: usize = 40;
 
-async fn differential() -> Differential {
-    Differential::start()
-        .await
-        .expect("starting the reference etcd and the candidate")
-}
-
 /// Runs `scenario` on the oracle and the candidate concurrently (each side
 /// runs the same operations on its own server) and returns both results.
 async fn both<'a, T, F, Fut>(d: &'a Differential, scenario: F) -> (T, T)
@@ -131,17 +126,6 @@ where
 
 fn same(d: &Differential, what: &str, oracle: &[String], candidate: &[String]) {
     assert_same(what, oracle, candidate, d.candidate.cluster.binary());
-}
-
-fn assert_ok(out: &CtlOutput) {
-    assert!(out.success(), "oracle step failed unexpectedly:\n{out}");
-}
-
-fn assert_fails(out: &CtlOutput, needle: &str) {
-    assert!(
-        !out.success() && out.stderr.contains(needle),
-        "oracle step should fail with {needle:?}:\n{out}"
-    );
 }
 
 async fn current_revision(client: &Client) -> Result<i64> {

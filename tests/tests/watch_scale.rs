@@ -58,7 +58,7 @@ use etcd_client::{
 };
 use integration_tests::client::describe_error;
 use integration_tests::watchlease::{next_response, watch_connect};
-use integration_tests::{Binary, Cluster, ClusterConfig};
+use integration_tests::{against_both, ClusterConfig, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
@@ -119,28 +119,6 @@ const RSS_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The scenarios of this file run one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Which server a test runs against.
-#[derive(Clone, Copy, Debug)]
-enum Server {
-    Reference,
-    Candidate,
-}
-
-impl Server {
-    fn binary(self) -> Binary {
-        match self {
-            Server::Reference => Binary::etcd35().expect("reference etcd 3.5"),
-            Server::Candidate => Binary::candidate().expect("candidate server binary"),
-        }
-    }
-}
-
-async fn start(server: Server) -> Cluster {
-    Cluster::start(server.binary(), ClusterConfig::new(1))
-        .await
-        .unwrap_or_else(|e| panic!("starting one member of {server:?}: {e:#}"))
-}
 
 // ---------------------------------------------------------------------------
 // Keys, values, writes.
@@ -452,7 +430,7 @@ fn scale_watch(w: usize, start: i64) -> (String, WatchOptions) {
 
 async fn many_watchers(server: Server, streams: usize) {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let cluster = start(server).await;
+    let cluster = server.start(ClusterConfig::new(1)).await;
     let run = async {
         let began = Instant::now();
         let client = cluster.client(0).await?;
@@ -626,7 +604,7 @@ const MIB: u64 = 1024 * 1024;
 
 async fn stalled_reader_does_not_block_writes_or_other_watchers(server: Server) {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let cluster = start(server).await;
+    let cluster = server.start(ClusterConfig::new(1)).await;
     let run = async {
         let prefix = "b/";
         let began = Instant::now();
@@ -806,29 +784,8 @@ async fn stalled_reader_does_not_block_writes_or_other_watchers(server: Server) 
     run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
 }
 
-/// One test per scenario and server: `etcd35::<scenario>` and `candidate::<scenario>`.
-macro_rules! against_both {
-    ($($scenario:ident),* $(,)?) => {
-        mod etcd35 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Reference).await;
-                }
-            )*
-        }
-        mod candidate {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Server::Candidate).await;
-                }
-            )*
-        }
-    };
-}
-
 against_both!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     ten_thousand_watchers_on_one_stream,
     ten_thousand_watchers_on_a_hundred_streams,
     stalled_reader_does_not_block_writes_or_other_watchers,

@@ -1,0 +1,253 @@
+//! One child process with a log file: the process type of every test (and of
+//! `bench`).
+//!
+//! [`Process::spawn`] starts a [`Command`] with standard input closed and
+//! standard output and error appended to a log file, after a header line
+//! `==== harness: start #<n> of <name>: <command line>` (so several starts
+//! of one member share one log, in order). [`Process::log_tail`] is the last
+//! [`LOG_TAIL_LINES`] lines of that log, with a title, for error messages.
+//!
+//! Dropping a `Process` SIGKILLs it (by its own pid, never by name) and
+//! waits for it, so no server outlives its test; while a test panics, the
+//! log tail of a process that was still running is printed first. [`Process::kill`] does the same on demand,
+//! like a crash.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::binary::Binary;
+use crate::wait::{permanent, POLL_INTERVAL};
+
+/// Lines of a process's log printed when a test fails.
+pub const LOG_TAIL_LINES: usize = 40;
+
+/// A running (or exited) child process. See the module documentation.
+pub struct Process {
+    name: String,
+    log_path: PathBuf,
+    child: Mutex<Option<Child>>,
+}
+
+impl Process {
+    /// Starts `command`, named `name` in messages, with its output appended
+    /// to `log_path` after a header line.
+    pub fn spawn(name: &str, command: Command, log_path: &Path) -> Result<Process> {
+        Self::spawn_numbered(name, 1, command, log_path)
+    }
+
+    /// [`Self::spawn`] for the `start`th start of `name` sharing one log
+    /// (the header says which).
+    pub fn spawn_numbered(
+        name: &str,
+        start: u32,
+        mut command: Command,
+        log_path: &Path,
+    ) -> Result<Process> {
+        let mut log = File::options()
+            .create(true)
+            .append(true)
+            .open(log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let program = command.get_program().to_string_lossy().into_owned();
+        let args: Vec<String> = command
+            .get_args()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect();
+        writeln!(
+            log,
+            "==== harness: start #{start} of {name}: {program} {}",
+            args.join(" ")
+        )?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning {program} for {name}"))?;
+        Ok(Process {
+            name: name.to_string(),
+            log_path: log_path.to_path_buf(),
+            child: Mutex::new(Some(child)),
+        })
+    }
+
+    /// Starts `binary` with `args` (see [`Self::spawn`]).
+    pub fn start(binary: &Binary, name: &str, log_path: &Path, args: &[String]) -> Result<Process> {
+        let mut command = Command::new(&binary.path);
+        command.args(args);
+        Self::spawn(name, command, log_path)
+    }
+
+    /// [`Self::start`] as the `start`th start of `name` (see [`Self::spawn_numbered`]).
+    pub fn restart(
+        binary: &Binary,
+        name: &str,
+        start: u32,
+        log_path: &Path,
+        args: &[String],
+    ) -> Result<Process> {
+        let mut command = Command::new(&binary.path);
+        command.args(args);
+        Self::spawn_numbered(name, start, command, log_path)
+    }
+
+    /// The name given at spawn.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Everything the process (and earlier starts sharing its log) printed.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The last [`LOG_TAIL_LINES`] lines of the log, with a title.
+    pub fn log_tail(&self) -> String {
+        self.log_tail_lines(LOG_TAIL_LINES)
+    }
+
+    /// The last `lines` lines of the log, with a title.
+    pub fn log_tail_lines(&self, lines: usize) -> String {
+        format!(
+            "==== last {lines} lines of {} ({}) ====\n{}\n",
+            self.name,
+            self.log_path.display(),
+            tail(&self.log(), lines)
+        )
+    }
+
+    /// The process id while the process has not been killed or reaped.
+    pub fn pid(&self) -> Option<u32> {
+        self.lock().as_ref().map(Child::id)
+    }
+
+    /// The exit status if the process has exited (`None` while it runs);
+    /// an error once it was killed through [`Self::kill`].
+    pub fn try_wait(&self) -> Result<Option<ExitStatus>> {
+        let mut child = self.lock();
+        let child = child
+            .as_mut()
+            .with_context(|| format!("{} was killed", self.name))?;
+        Ok(child.try_wait()?)
+    }
+
+    /// Whether the process is alive (started, not exited, not killed).
+    pub fn is_running(&self) -> bool {
+        matches!(self.try_wait(), Ok(None))
+    }
+
+    /// A [`permanent`] error (with the log tail) once the process has exited:
+    /// waiting longer cannot make it healthy.
+    pub fn ensure_running(&self) -> Result<()> {
+        match self.try_wait() {
+            Ok(None) => Ok(()),
+            other => Err(permanent(format!(
+                "{} is not running ({other:?})\n{}",
+                self.name,
+                self.log_tail()
+            ))),
+        }
+    }
+
+    /// Waits up to `deadline` for the process to exit by itself.
+    pub async fn wait_exit(&self, deadline: Duration) -> Result<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            if start.elapsed() >= deadline {
+                bail!(
+                    "{} did not exit within {deadline:?}\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// SIGKILLs the process (if it still runs) and reaps it. Killing a
+    /// process twice is an error.
+    pub fn kill(&self) -> Result<()> {
+        let child = self.lock().take();
+        let mut child = child.with_context(|| format!("{} is not running", self.name))?;
+        kill_and_reap(&mut child).with_context(|| format!("killing {}", self.name))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.child
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for Process {
+    /// Kills and reaps a process not killed yet; during a panic its log tail
+    /// is printed first (an owner that killed it reports on its own).
+    fn drop(&mut self) {
+        let child = self.lock().take();
+        if let Some(mut child) = child {
+            if std::thread::panicking() {
+                eprintln!("{}", self.log_tail());
+            }
+            let _ = kill_and_reap(&mut child);
+        }
+    }
+}
+
+/// SIGKILL (std's `Child::kill`, by pid) and wait, so the process is gone
+/// and reaped.
+fn kill_and_reap(child: &mut Child) -> Result<()> {
+    if child.try_wait()?.is_none() {
+        child.kill()?;
+    }
+    child.wait()?;
+    Ok(())
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spawn_log_and_kill() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("sleep.log");
+        let mut command = Command::new("sleep");
+        command.arg("30");
+        let process = Process::spawn("sleeper", command, &log).unwrap();
+        assert!(process.is_running());
+        assert!(process.ensure_running().is_ok());
+        assert!(process
+            .log()
+            .contains("==== harness: start #1 of sleeper: sleep 30"));
+        process.kill().unwrap();
+        assert!(!process.is_running());
+        assert!(process.ensure_running().is_err());
+        assert!(process.kill().is_err());
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail("a", 5), "a");
+    }
+}
