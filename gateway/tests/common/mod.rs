@@ -1,16 +1,20 @@
-//! Test harness: certificates, real nginx backends, the gateway binary as a process, and small
-//! HTTP(S) clients. Every wait polls a condition until a generous deadline (the CI machine has
-//! two loaded cores); nothing here sleeps for a fixed time to "let things settle".
+//! Test harness of the gateway: real nginx backends, the gateway binary as a process, and small
+//! HTTP(S) clients. Processes and certificates come from the workspace's one test harness
+//! (`integration_tests::process`, `integration_tests::pki`). Every wait polls a condition until a
+//! generous deadline (the CI machine has two loaded cores); nothing here sleeps for a fixed time
+//! to "let things settle".
 #![allow(dead_code)]
 
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use integration_tests::pki::Ca;
+use integration_tests::Process;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -70,33 +74,23 @@ where
     }
 }
 
-/// A test CA and the certificates it signs.
+/// A test CA and the certificates it signs (the harness's [`Ca`]).
 pub struct Pki {
-    ca_cert: rcgen::Certificate,
-    ca_key: rcgen::KeyPair,
+    ca: Ca,
 }
 
 /// A server certificate and key in PEM, plus the DER to recognise it on the wire.
-pub struct ServerIdentity {
-    pub cert_pem: String,
-    pub key_pem: String,
-    pub der: CertificateDer<'static>,
-}
+pub use integration_tests::pki::Issued as ServerIdentity;
 
 impl Pki {
     pub fn new() -> Pki {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "gateway-test-ca");
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let ca_cert = params.self_signed(&ca_key).unwrap();
-        Pki { ca_cert, ca_key }
+        Pki {
+            ca: Ca::new("gateway-test-ca").expect("a test CA"),
+        }
     }
 
     pub fn ca_pem(&self) -> String {
-        self.ca_cert.pem()
+        self.ca.pem()
     }
 
     /// A server certificate for `localhost` and 127.0.0.1 with common name `name`.
@@ -106,29 +100,12 @@ impl Pki {
             "127.0.0.1".to_string(),
             ip.to_string(),
         ];
-        let mut params = rcgen::CertificateParams::new(sans).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca_cert, &self.ca_key).unwrap();
-        ServerIdentity {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().clone(),
-        }
+        self.ca.server(name, &sans).expect("a server certificate")
     }
 
     /// A TLS client trusting only this CA.
     pub fn connector(&self) -> TlsConnector {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca_cert.der().clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let config = self.ca.rustls_client(None).expect("a TLS client config");
         TlsConnector::from(Arc::new(config))
     }
 }
@@ -143,7 +120,7 @@ pub struct Nginx {
     pub address: SocketAddr,
     pub identity: ServerIdentity,
     dir: TempDir,
-    child: Option<Child>,
+    process: Option<Process>,
 }
 
 impl Nginx {
@@ -171,35 +148,37 @@ impl Nginx {
             address,
             identity,
             dir,
-            child: None,
+            process: None,
         };
         nginx.restart().await;
         nginx
     }
 
-    fn spawn(&self) -> Child {
+    fn spawn(&self) -> Process {
         let dir = self.dir.path();
-        Command::new(NGINX)
+        let mut command = Command::new(NGINX);
+        command
             .arg("-e")
             .arg(dir.join("error.log"))
             .arg("-p")
             .arg(dir)
             .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(dir.join("stderr.log")).unwrap())
-            .spawn()
-            .unwrap_or_else(|error| panic!("cannot start {NGINX}: {error}"))
+            .arg(dir.join("nginx.conf"));
+        Process::spawn(
+            &format!("nginx {}", self.name),
+            command,
+            &dir.join("stderr.log"),
+        )
+        .unwrap_or_else(|error| panic!("cannot start {NGINX}: {error:#}"))
     }
 
     /// Starts (again) and waits until the port accepts connections.
     pub async fn restart(&mut self) {
-        assert!(self.child.is_none(), "{} is already running", self.name);
-        let mut child = self.spawn();
+        assert!(self.process.is_none(), "{} is already running", self.name);
+        let process = self.spawn();
         let start = Instant::now();
         loop {
-            if let Some(status) = child.try_wait().unwrap() {
+            if let Some(status) = process.try_wait().unwrap() {
                 let log = fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
                 let stderr =
                     fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default();
@@ -216,14 +195,13 @@ impl Nginx {
             );
             tokio::time::sleep(POLL_INTERVAL).await;
         }
-        self.child = Some(child);
+        self.process = Some(process);
     }
 
     /// Kills the process (like a crash) and waits for it to be gone.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(process) = self.process.take() {
+            let _ = process.kill();
         }
     }
 
@@ -306,7 +284,7 @@ pub struct Gateway {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub dir: TempDir,
-    child: Option<Child>,
+    process: Process,
 }
 
 impl Gateway {
@@ -319,12 +297,12 @@ impl Gateway {
         let admin = free_local_address();
         let mut all: Vec<String> = args.to_vec();
         all.extend(["--admin".to_string(), admin.to_string()]);
-        let child = spawn_gateway(&all, &dir.path().join("gateway.log"));
+        let process = spawn_gateway(&all, &dir.path().join("gateway.log"));
         let mut gateway = Gateway {
             listen,
             admin,
             dir,
-            child: Some(child),
+            process,
         };
         gateway.wait_ready().await;
         gateway
@@ -345,12 +323,12 @@ impl Gateway {
             "--admin".to_string(),
             admin.to_string(),
         ];
-        let child = spawn_gateway(&args, &dir.path().join("gateway.log"));
+        let process = spawn_gateway(&args, &dir.path().join("gateway.log"));
         let mut gateway = Gateway {
             listen,
             admin,
             dir,
-            child: Some(child),
+            process,
         };
         gateway.wait_ready().await;
         gateway
@@ -361,13 +339,13 @@ impl Gateway {
     }
 
     pub fn log(&self) -> String {
-        fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+        self.process.log()
     }
 
     async fn wait_ready(&mut self) {
         let start = Instant::now();
         loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+            if let Some(status) = self.process.try_wait().unwrap() {
                 panic!("gateway exited with {status}:\n{}", self.log());
             }
             let admin_up = http_get(self.admin, "/healthz")
@@ -386,7 +364,7 @@ impl Gateway {
     }
 
     pub fn signal(&self, signal: i32) {
-        let pid = self.child.as_ref().expect("running").id() as i32;
+        let pid = self.process.pid().expect("running") as i32;
         // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
         let result = unsafe { libc::kill(pid, signal) };
         assert_eq!(result, 0, "kill({pid}, {signal}) failed");
@@ -394,19 +372,10 @@ impl Gateway {
 
     /// Waits for the process to exit within `deadline`.
     pub async fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.as_mut().expect("running").try_wait().unwrap() {
-                self.child = None;
-                return status;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "gateway did not exit within {deadline:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        self.process
+            .wait_exit(deadline)
+            .await
+            .unwrap_or_else(|error| panic!("gateway: {error:#}\n{}", self.log()))
     }
 
     /// The backends as the admin API reports them.
@@ -445,24 +414,10 @@ impl Gateway {
     }
 }
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn spawn_gateway(args: &[String], log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .args(args)
-        .env("GATEWAY_LOG", "info,gateway=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start the gateway binary")
+fn spawn_gateway(args: &[String], log: &Path) -> Process {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gateway"));
+    command.args(args).env("GATEWAY_LOG", "info,gateway=debug");
+    Process::spawn("gateway", command, log).expect("start the gateway binary")
 }
 
 /// A TLS connection through the gateway, with the certificate the server presented.
