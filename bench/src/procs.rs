@@ -1,46 +1,39 @@
 //! Child processes (cluster members, nginx, HAProxy, the gateway) and their cleanup.
 //!
-//! Every child runs in its own session/process group, gets SIGKILL if the
-//! bench process dies (PR_SET_PDEATHSIG), and is registered globally so a
-//! panic, Ctrl-C or SIGTERM kills every group before the process exits.
-//! Dropping a [`Proc`] kills its group too.
+//! A [`Proc`] is the workspace test harness's process type
+//! ([`integration_tests::Process`]: output appended to a log file, the log's
+//! tail for errors, SIGKILL and reaping on drop) with what a long benchmark
+//! run needs on top: every child runs in its own session/process group, gets
+//! SIGKILL if the bench process dies (PR_SET_PDEATHSIG), and is registered
+//! globally so a panic, Ctrl-C or SIGTERM kills every group before the
+//! process exits. Dropping a [`Proc`] kills its group too.
 
-use std::fs::File;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
+use integration_tests::process::{tail, Process};
 
 /// Exit code after Ctrl-C / SIGTERM (128 + SIGINT).
 const INTERRUPTED_EXIT_CODE: i32 = 130;
 /// Lines of a child's log shown in error messages.
 pub const LOG_TAIL_LINES: usize = 20;
-/// How long to wait for a killed child to be reaped.
-const REAP_TIMEOUT: Duration = Duration::from_secs(5);
-/// Poll interval while reaping.
-const REAP_POLL: Duration = Duration::from_millis(10);
 
 /// Process-group ids of live children.
 static CHILDREN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 /// A running child process whose group is killed on drop.
 pub struct Proc {
-    name: String,
-    child: Child,
-    log: PathBuf,
+    process: Process,
+    pid: u32,
     exited: bool,
 }
 
 impl Proc {
     /// Spawns `cmd` with stdout and stderr appended to `log`.
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Proc> {
-        let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        cmd.stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out);
         // SAFETY: setsid and prctl are async-signal-safe and touch no memory of the parent.
         unsafe {
             cmd.pre_exec(|| {
@@ -51,33 +44,33 @@ impl Proc {
                 Ok(())
             });
         }
-        let program = cmd.get_program().to_string_lossy().into_owned();
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {name} ({program})"))?;
-        let pid = i32::try_from(child.id()).context("pid out of range")?;
-        CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+        let process = Process::spawn(name, cmd, log)?;
+        let pid = process.pid().context("a just spawned child has a pid")?;
+        let group = i32::try_from(pid).context("pid out of range")?;
+        CHILDREN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(group);
         Ok(Proc {
-            name: name.to_string(),
-            child,
-            log: log.to_path_buf(),
+            process,
+            pid,
             exited: false,
         })
     }
 
     /// The child's pid (also its process-group id).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid
     }
 
     /// Name given at spawn.
     pub fn name(&self) -> &str {
-        &self.name
+        self.process.name()
     }
 
     /// True while the child has not exited.
     pub fn is_running(&mut self) -> bool {
-        !self.exited && matches!(self.child.try_wait(), Ok(None))
+        !self.exited && self.process.is_running()
     }
 
     /// SIGKILLs the child's whole process group and reaps the child.
@@ -85,23 +78,22 @@ impl Proc {
         if self.exited {
             return;
         }
-        let pid = self.child.id() as i32;
+        let group = self.pid as i32;
         // SAFETY: plain syscall on a process group we created.
         unsafe {
-            libc::kill(-pid, libc::SIGKILL);
+            libc::kill(-group, libc::SIGKILL);
         }
-        let _ = self.child.kill();
-        reap(&mut self.child);
+        let _ = self.process.kill();
         self.exited = true;
         CHILDREN
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|p| *p != pid);
+            .retain(|p| *p != group);
     }
 
     /// The last [`LOG_TAIL_LINES`] lines of the child's output.
     pub fn log_tail(&self) -> String {
-        log_tail(&self.log)
+        tail(&self.process.log(), LOG_TAIL_LINES)
     }
 }
 
@@ -109,23 +101,6 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill9();
     }
-}
-
-fn reap(child: &mut Child) {
-    let deadline = std::time::Instant::now() + REAP_TIMEOUT;
-    while std::time::Instant::now() < deadline {
-        if !matches!(child.try_wait(), Ok(None)) {
-            return;
-        }
-        std::thread::sleep(REAP_POLL);
-    }
-}
-
-/// The last [`LOG_TAIL_LINES`] lines of the file at `path`.
-pub fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
 /// Kills every registered child group.
