@@ -110,6 +110,19 @@ impl UserClients {
         }
     }
 
+    /// A `get` of `key` on both sides (see [`Self::rpc`]).
+    pub async fn get(
+        &self,
+        what: &str,
+        key: &str,
+    ) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+        self.rpc(what, |mut client| {
+            let key = key.to_string();
+            async move { client.get(key, None).await }
+        })
+        .await
+    }
+
     /// Runs `op` with the oracle's client, then with the candidate's, and
     /// compares the normalized results ([`describe`]). Returns the oracle's.
     pub async fn rpc<T, F, Fut>(&self, what: &str, op: F) -> Result<T, etcd_client::Error>

@@ -62,6 +62,13 @@ pub async fn check_serving(client: &mut Client) -> Result<StatusResponse> {
     Ok(status)
 }
 
+/// The store's current revision (the header of a read of a key that is
+/// never written).
+pub async fn current_revision(client: &Client) -> Result<i64> {
+    let response = client.clone().get("revision-probe", None).await?;
+    Ok(response.header().context("get without header")?.revision())
+}
+
 /// The gRPC status code and message of an error, or its display text if it
 /// is not a gRPC status.
 pub fn describe_error(error: &etcd_client::Error) -> String {

@@ -44,6 +44,13 @@ pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Lines of each member's log printed when a test fails.
 pub const LOG_TAIL_LINES: usize = crate::process::LOG_TAIL_LINES;
+/// Membership changes that etcd rejects before proposing anything (it
+/// refuses reconfiguration until every voter has been connected for a
+/// while), so retrying them is safe.
+pub const TRANSIENT_RECONFIG_ERRORS: [&str; 2] = [
+    "etcdserver: unhealthy cluster",
+    "etcdserver: re-configuration failed due to not enough started members",
+];
 /// Cluster sizes the harness supports.
 pub const SUPPORTED_SIZES: [usize; 3] = [1, 3, 5];
 

@@ -133,24 +133,6 @@ impl Differential {
         self.ctl_step(CtlVersion::V34, args, stdin).await
     }
 
-    /// Runs a table of etcdctl 3.5 steps in order, each with `flags` (e.g.
-    /// `--user=...`) before its arguments: every step is compared (see
-    /// [`Self::ctl`]) and the oracle's output checked with its [`Expect`].
-    pub async fn ctl_steps(&mut self, flags: &[&str], steps: &[Step<'_>]) {
-        for (args, expect) in steps {
-            let all: Vec<&str> = flags.iter().chain(args.iter()).copied().collect();
-            expect.check(&self.ctl(&all).await);
-        }
-    }
-
-    /// [`Self::ctl_steps`] with etcdctl 3.4.
-    pub async fn ctl34_steps(&mut self, flags: &[&str], steps: &[Step<'_>]) {
-        for (args, expect) in steps {
-            let all: Vec<&str> = flags.iter().chain(args.iter()).copied().collect();
-            expect.check(&self.ctl34(&all).await);
-        }
-    }
-
     async fn ctl_step(&mut self, version: CtlVersion, args: &[&str], stdin: &[u8]) -> CtlOutput {
         self.steps += 1;
         let step = self.steps;
@@ -205,6 +187,19 @@ impl Differential {
         expected
     }
 
+    /// A `get` of `key` through etcd-client on both servers (see [`Self::rpc`]).
+    pub async fn get(
+        &mut self,
+        what: &str,
+        key: &str,
+    ) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+        self.rpc(what, |mut client| {
+            let key = key.to_string();
+            async move { client.get(key, None).await }
+        })
+        .await
+    }
+
     /// Panics with the first differing line and (bounded) excerpts of both results.
     fn report(&self, step: usize, what: &str, expected: &str, actual: &str) -> ! {
         panic!(
@@ -220,7 +215,8 @@ impl Differential {
 }
 
 /// What the oracle's output of a step must show (besides being the same on
-/// both sides), so that a table of steps cannot pass vacuously.
+/// both sides), so that a table of steps cannot pass vacuously (the rows of
+/// `tests/auth.rs` carry one each).
 #[derive(Clone, Copy, Debug)]
 pub enum Expect<'a> {
     /// Success ([`assert_ok`]).
@@ -244,10 +240,6 @@ impl Expect<'_> {
         }
     }
 }
-
-/// One row of a table of etcdctl steps: the arguments and what the
-/// oracle's output must show.
-pub type Step<'a> = (&'a [&'a str], Expect<'a>);
 
 /// A started [`Differential`] (single members, reference etcd 3.5 and the
 /// candidate); panics if either does not start.

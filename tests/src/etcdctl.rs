@@ -78,6 +78,22 @@ impl fmt::Display for CtlOutput {
     }
 }
 
+/// Input for non-interactive `etcdctl txn`: compares, success ops, failure
+/// ops, each section terminated by an empty line.
+pub fn txn_script(compares: &[&str], success: &[&str], failure: &[&str]) -> Vec<u8> {
+    [compares, success, failure]
+        .iter()
+        .map(|lines| {
+            lines
+                .iter()
+                .map(|line| format!("{line}\n"))
+                .collect::<String>()
+                + "\n"
+        })
+        .collect::<String>()
+        .into_bytes()
+}
+
 impl Etcdctl {
     pub fn new(binary: Binary, endpoints: Vec<String>) -> Self {
         Self { binary, endpoints }

@@ -209,7 +209,13 @@ impl CtlProcess {
 
     /// Waits for the process to exit by itself within `deadline`; kills it
     /// and fails otherwise.
-    pub async fn wait_exit(mut self, deadline: Duration) -> Result<CtlOutput> {
+    pub async fn wait_exit(self, deadline: Duration) -> Result<CtlOutput> {
+        self.exit_within(deadline, "").await
+    }
+
+    /// The output once the process exits within `deadline`; SIGKILL and an
+    /// error (naming `after`, what the wait followed) if it does not.
+    async fn exit_within(mut self, deadline: Duration, after: &str) -> Result<CtlOutput> {
         match timeout(deadline, self.child.wait()).await {
             Ok(status) => {
                 status.with_context(|| format!("waiting for {}", self.what))?;
@@ -218,7 +224,7 @@ impl CtlProcess {
             Err(_) => {
                 let what = self.what.clone();
                 let output = self.kill().await?;
-                bail!("{what} did not exit within {deadline:?}:\n{output}")
+                bail!("{what} did not exit within {deadline:?}{after}:\n{output}")
             }
         }
     }
@@ -226,7 +232,7 @@ impl CtlProcess {
     /// SIGTERM (etcdctl closes its session: lock and election keys are
     /// released), then waits up to [`CTL_TERM_TIMEOUT`] for the exit; SIGKILL
     /// and an error if it does not exit.
-    pub async fn terminate(mut self) -> Result<CtlOutput> {
+    pub async fn terminate(self) -> Result<CtlOutput> {
         if let Some(pid) = self.child.id() {
             let status = Command::new("/bin/sh")
                 .arg("-c")
@@ -236,17 +242,7 @@ impl CtlProcess {
                 .context("running kill -TERM")?;
             ensure!(status.success(), "kill -TERM {pid} failed: {status}");
         }
-        match timeout(CTL_TERM_TIMEOUT, self.child.wait()).await {
-            Ok(status) => {
-                status.with_context(|| format!("waiting for {}", self.what))?;
-                self.output().await
-            }
-            Err(_) => {
-                let what = self.what.clone();
-                let output = self.kill().await?;
-                bail!("{what} did not exit within {CTL_TERM_TIMEOUT:?} of SIGTERM:\n{output}")
-            }
-        }
+        self.exit_within(CTL_TERM_TIMEOUT, " of SIGTERM").await
     }
 
     /// SIGKILL and the collected output (exit code `None`).

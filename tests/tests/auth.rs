@@ -51,11 +51,12 @@ use etcd_client::{
 };
 use integration_tests::auth::{arg_refs, as_user, auth_revision, jwt_parts, UserClients};
 use integration_tests::client::{check_serving, connect_tls, describe, describe_error};
-use integration_tests::differential::Expect::{Fails, FailsAnywhere, Prints, Succeeds};
+use integration_tests::differential::Expect::{self, Fails, FailsAnywhere, Prints, Succeeds};
 use integration_tests::differential::{
-    assert_fails, assert_fails_anywhere, assert_grpc_error, assert_ok, assert_stdout, differential,
-    same_text, CtlPair, Mask,
+    assert_fails, assert_grpc_error, assert_ok, assert_stdout, differential, same_text, CtlPair,
+    Mask,
 };
+use integration_tests::etcdctl::txn_script;
 use integration_tests::net::{allocate_ip, https_client_url, peer_url};
 use integration_tests::pki::{self, Ca, CertFiles};
 use integration_tests::wait::retry_until;
@@ -67,11 +68,6 @@ use integration_tests::{
 /// etcdctl credentials of the users the tests create.
 const ROOT: &str = "root:rootpw";
 const ALICE: &str = "alice:alicepw";
-/// The flags of etcdctl steps as those users (`--user=ROOT`, `--user=ALICE`),
-/// and without a user.
-const AS_ROOT: &[&str] = &["--user=root:rootpw"];
-const AS_ALICE: &[&str] = &["--user=alice:alicepw"];
-const NO_USER: &[&str] = &[];
 /// Fixed lease ids (etcdctl spells them in hex), so both servers agree.
 const ROOT_LEASE: i64 = 0x1234;
 const ROOT_LEASE_HEX: &str = "1234";
@@ -123,26 +119,56 @@ async fn store_revision(d: &mut Differential) -> i64 {
         .expect("revision of a get")
 }
 
-/// Input for non-interactive `etcdctl txn`: compares, success ops, failure
-/// ops, each section terminated by an empty line.
-fn txn_script(compares: &[&str], success: &[&str], failure: &[&str]) -> Vec<u8> {
-    [compares, success, failure]
-        .iter()
-        .map(|lines| {
-            lines
-                .iter()
-                .map(|line| format!("{line}\n"))
-                .collect::<String>()
-                + "\n"
-        })
-        .collect::<String>()
-        .into_bytes()
-}
+/// One `etcdctl txn` step: compares, success ops, failure ops, and what
+/// the oracle's output must show.
+type TxnStep<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], Expect<'a>);
 
 /// Runs `etcdctl txn` as `user` with `script` on both sides.
 async fn txn_as(d: &mut Differential, user: &str, script: &[u8]) -> CtlOutput {
     d.ctl_stdin(&arg_refs(&as_user(user, &["txn"])), script)
         .await
+}
+
+/// One row of an Auth table: an etcdctl step, run on both sides and
+/// compared, with what the oracle's output must show; or a check of the
+/// AuthRevision.
+enum Case<'a> {
+    /// etcdctl 3.5 without a user.
+    Ctl(&'a [&'a str], Expect<'a>),
+    /// etcdctl 3.4 without a user.
+    Ctl34(&'a [&'a str], Expect<'a>),
+    /// etcdctl 3.5 without a user, with this on stdin.
+    Stdin(&'a [&'a str], &'a [u8], Expect<'a>),
+    /// etcdctl 3.5 as this user (`name:password`).
+    As(&'a str, &'a [&'a str], Expect<'a>),
+    /// etcdctl 3.4 as this user.
+    As34(&'a str, &'a [&'a str], Expect<'a>),
+    /// The AuthRevision moved by exactly this much since the last check
+    /// (see [`expect_bump`]), after this change.
+    Bump(u64, &'a str),
+}
+use Case::{As, As34, Bump, Ctl, Ctl34, Stdin};
+
+/// Runs the rows of a table in order. `rev` is the AuthRevision that
+/// [`Case::Bump`] rows check and advance (a table without them passes `None`).
+async fn cases(d: &mut Differential, mut rev: Option<&mut u64>, rows: &[Case<'_>]) {
+    for row in rows {
+        let (out, expect) = match row {
+            Ctl(args, expect) => (d.ctl(args).await, expect),
+            Ctl34(args, expect) => (d.ctl34(args).await, expect),
+            Stdin(args, stdin, expect) => (d.ctl_stdin(args, stdin).await, expect),
+            As(user, args, expect) => (ctl_as(d, user, args).await, expect),
+            As34(user, args, expect) => (ctl34_as(d, user, args).await, expect),
+            Bump(by, what) => {
+                let rev = rev
+                    .as_deref_mut()
+                    .expect("a table with Bump rows gets the AuthRevision");
+                expect_bump(d, rev, *by, what).await;
+                continue;
+            }
+        };
+        expect.check(&out);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -160,20 +186,18 @@ async fn user_and_role_management() {
     let status = d.ctl(&["auth", "status"]).await;
     assert_stdout(&status, "Authentication Status: false");
     let mut rev = auth_revision(&status).expect("auth status");
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        &mut d,
+        Some(&mut rev),
         &[
-            (&["auth", "status", "-w", "json"], Succeeds),
-            (&["auth", "enable"], Fails("root user does not exist")),
+            Ctl(&["auth", "status", "-w", "json"], Succeeds),
+            Ctl(&["auth", "enable"], Fails("root user does not exist")),
+            Bump(0, "a refused auth enable"),
+            Ctl(&["auth", "disable"], Prints("Authentication Disabled")),
+            Bump(0, "auth disable while disabled"),
         ],
     )
     .await;
-    expect_bump(&mut d, &mut rev, 0, "a refused auth enable").await;
-    assert_stdout(
-        &d.ctl(&["auth", "disable"]).await,
-        "Authentication Disabled",
-    );
-    expect_bump(&mut d, &mut rev, 0, "auth disable while disabled").await;
     d.rpc("authenticate while disabled", |client| async move {
         client
             .auth_client()
@@ -185,16 +209,17 @@ async fn user_and_role_management() {
     .expect_err("authenticate while disabled");
 
     // Users.
-    assert_stdout(&d.ctl(&["user", "add", ROOT]).await, "User root created");
-    expect_bump(&mut d, &mut rev, 1, "user add root").await;
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        &mut d,
+        Some(&mut rev),
         &[
-            (
+            Ctl(&["user", "add", ROOT], Prints("User root created")),
+            Bump(1, "user add root"),
+            Ctl(
                 &["user", "add", "root:other"],
                 Fails("user name already exists"),
             ),
-            (
+            Ctl(
                 &[
                     "user",
                     "add",
@@ -204,85 +229,44 @@ async fn user_and_role_management() {
                 ],
                 Fails("user name is empty"),
             ),
-        ],
-    )
-    .await;
-    // etcdctl's own check of the name:password form.
-    assert_fails(
-        &d.ctl(&["user", "add", ":pw"]).await,
-        "empty user name is not allowed",
-    );
-    expect_bump(&mut d, &mut rev, 0, "refused user adds").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["user", "add", ALICE], Prints("User alice created")),
-            (
+            // etcdctl's own check of the name:password form.
+            Ctl(
+                &["user", "add", ":pw"],
+                Fails("empty user name is not allowed"),
+            ),
+            Bump(0, "refused user adds"),
+            Ctl(&["user", "add", ALICE], Prints("User alice created")),
+            Ctl(
                 &["user", "add", "bob", "--no-password"],
                 Prints("User bob created"),
             ),
-        ],
-    )
-    .await;
-    assert_stdout(
-        &d.ctl_stdin(
-            &["user", "add", "carol", "--interactive=false"],
-            b"carolpw\n",
-        )
-        .await,
-        "User carol created",
-    );
-    assert_stdout(
-        &d.ctl(&["user", "add", "dave", "--new-user-password=davepw"])
-            .await,
-        "User dave created",
-    );
-    expect_bump(&mut d, &mut rev, 4, "four user adds").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["user", "list"], Prints("alice\nbob\ncarol\ndave\nroot")),
-            (&["user", "list", "-w", "json"], Succeeds),
-        ],
-    )
-    .await;
-    assert_ok(&d.ctl34(&["user", "list"]).await);
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["user", "get", "nobody"], Fails("user name not found")),
-            (&["user", "get", "alice"], Prints("User: alice")),
-            (&["user", "get", "alice", "-w", "json"], Succeeds),
-        ],
-    )
-    .await;
-
-    // Roles.
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["role", "add", ""], Fails("role name is empty")),
-            (&["role", "add", "r1"], Prints("Role r1 created")),
-            (&["role", "add", "r1"], Fails("role name already exists")),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 1, "one successful role add").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["role", "add", "r2"], Succeeds),
-            (&["role", "add", "r3"], Succeeds),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 2, "two role adds").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["role", "get", "root"], Fails("role name not found")),
-            (&["role", "list"], Prints("r1\nr2\nr3")),
-            (&["role", "list", "-w", "json"], Succeeds),
+            Stdin(
+                &["user", "add", "carol", "--interactive=false"],
+                b"carolpw\n",
+                Prints("User carol created"),
+            ),
+            Ctl(
+                &["user", "add", "dave", "--new-user-password=davepw"],
+                Prints("User dave created"),
+            ),
+            Bump(4, "four user adds"),
+            Ctl(&["user", "list"], Prints("alice\nbob\ncarol\ndave\nroot")),
+            Ctl(&["user", "list", "-w", "json"], Succeeds),
+            Ctl34(&["user", "list"], Succeeds),
+            Ctl(&["user", "get", "nobody"], Fails("user name not found")),
+            Ctl(&["user", "get", "alice"], Prints("User: alice")),
+            Ctl(&["user", "get", "alice", "-w", "json"], Succeeds),
+            // Roles.
+            Ctl(&["role", "add", ""], Fails("role name is empty")),
+            Ctl(&["role", "add", "r1"], Prints("Role r1 created")),
+            Ctl(&["role", "add", "r1"], Fails("role name already exists")),
+            Bump(1, "one successful role add"),
+            Ctl(&["role", "add", "r2"], Succeeds),
+            Ctl(&["role", "add", "r3"], Succeeds),
+            Bump(2, "two role adds"),
+            Ctl(&["role", "get", "root"], Fails("role name not found")),
+            Ctl(&["role", "list"], Prints("r1\nr2\nr3")),
+            Ctl(&["role", "list", "-w", "json"], Succeeds),
         ],
     )
     .await;
@@ -302,14 +286,15 @@ async fn user_and_role_management() {
         assert_stdout(&d.ctl(&args).await, "Role r1 updated");
         expect_bump(&mut d, &mut rev, 1, &format!("grant-permission {grant:?}")).await;
     }
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        &mut d,
+        Some(&mut rev),
         &[
-            (
+            Ctl(
                 &["role", "grant-permission", "nor", "read", "k"],
                 Fails("role name not found"),
             ),
-            (
+            Ctl(
                 &[
                     "role",
                     "grant-permission",
@@ -320,180 +305,107 @@ async fn user_and_role_management() {
                 ],
                 Succeeds,
             ),
-            (
+            Ctl(
                 &["role", "grant-permission", "r3", "read", "b", "c"],
                 Succeeds,
             ),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 2, "grants to r2 and r3").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["role", "get", "r1"], Prints("Role r1")),
-            (&["role", "get", "r1", "-w", "json"], Succeeds),
-            (&["role", "get", "r2"], Succeeds),
-        ],
-    )
-    .await;
-    d.ctl34_steps(
-        NO_USER,
-        &[
-            (&["role", "get", "r1"], Succeeds),
-            (&["role", "get", "r2", "-w", "json"], Succeeds),
-        ],
-    )
-    .await;
-
-    // Revoking permissions.
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (
+            Bump(2, "grants to r2 and r3"),
+            Ctl(&["role", "get", "r1"], Prints("Role r1")),
+            Ctl(&["role", "get", "r1", "-w", "json"], Succeeds),
+            Ctl(&["role", "get", "r2"], Succeeds),
+            Ctl34(&["role", "get", "r1"], Succeeds),
+            Ctl34(&["role", "get", "r2", "-w", "json"], Succeeds),
+            // Revoking permissions.
+            Ctl(
                 &["role", "revoke-permission", "r1", "nothere"],
                 Fails("permission is not granted to the role"),
             ),
-            (
+            Ctl(
                 &["role", "revoke-permission", "nor", "key"],
                 Fails("role name not found"),
             ),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 0, "refused revokes").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (
+            Bump(0, "refused revokes"),
+            Ctl(
                 &["role", "revoke-permission", "r1", "key"],
                 Prints("Permission of key key is revoked from role r1"),
             ),
-            (
+            Ctl(
                 &["role", "revoke-permission", "r1", "--prefix", "dir/"],
                 Succeeds,
             ),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 2, "two revokes").await;
-    assert_ok(&d.ctl(&["role", "get", "r1"]).await);
-
-    // Roles of users.
-    assert_stdout(
-        &d.ctl(&["user", "grant-role", "alice", "r1"]).await,
-        "Role r1 is granted to user alice",
-    );
-    expect_bump(&mut d, &mut rev, 1, "grant-role").await;
-    assert_stdout(
-        &d.ctl(&["user", "grant-role", "alice", "r1"]).await,
-        "Role r1 is granted to user alice",
-    );
-    expect_bump(&mut d, &mut rev, 0, "a repeated grant-role").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (
+            Bump(2, "two revokes"),
+            Ctl(&["role", "get", "r1"], Succeeds),
+            // Roles of users.
+            Ctl(
+                &["user", "grant-role", "alice", "r1"],
+                Prints("Role r1 is granted to user alice"),
+            ),
+            Bump(1, "grant-role"),
+            Ctl(
+                &["user", "grant-role", "alice", "r1"],
+                Prints("Role r1 is granted to user alice"),
+            ),
+            Bump(0, "a repeated grant-role"),
+            Ctl(
                 &["user", "grant-role", "alice", "nor"],
                 Fails("role name not found"),
             ),
-            (
+            Ctl(
                 &["user", "grant-role", "nobody", "r1"],
                 Fails("user name not found"),
             ),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 0, "refused grant-roles").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["user", "grant-role", "alice", "r2"], Succeeds),
-            (&["user", "grant-role", "alice", "r3"], Succeeds),
-            (&["user", "grant-role", "bob", "r3"], Succeeds),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 3, "three grant-roles").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["user", "get", "alice"], Prints("Roles: r1 r2 r3")),
-            (&["user", "get", "alice", "--detail"], Succeeds),
-            (
+            Bump(0, "refused grant-roles"),
+            Ctl(&["user", "grant-role", "alice", "r2"], Succeeds),
+            Ctl(&["user", "grant-role", "alice", "r3"], Succeeds),
+            Ctl(&["user", "grant-role", "bob", "r3"], Succeeds),
+            Bump(3, "three grant-roles"),
+            Ctl(&["user", "get", "alice"], Prints("Roles: r1 r2 r3")),
+            Ctl(&["user", "get", "alice", "--detail"], Succeeds),
+            Ctl(
                 &["user", "get", "alice", "--detail", "-w", "json"],
                 Succeeds,
             ),
-        ],
-    )
-    .await;
-    assert_ok(&d.ctl34(&["user", "get", "alice", "--detail"]).await);
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (
+            Ctl34(&["user", "get", "alice", "--detail"], Succeeds),
+            Ctl(
                 &["user", "revoke-role", "carol", "r3"],
                 Fails("role is not granted to the user"),
             ),
-            (
+            Ctl(
                 &["user", "revoke-role", "nobody", "r1"],
                 Fails("user name not found"),
             ),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 0, "refused revoke-roles").await;
-    assert_stdout(
-        &d.ctl(&["user", "revoke-role", "alice", "r2"]).await,
-        "Role r2 is revoked from user alice",
-    );
-    expect_bump(&mut d, &mut rev, 1, "revoke-role").await;
-
-    // Passwords.
-    assert_stdout(
-        &d.ctl_stdin(
-            &["user", "passwd", "alice", "--interactive=false"],
-            b"alicepw2\n",
-        )
-        .await,
-        "Password updated",
-    );
-    expect_bump(&mut d, &mut rev, 1, "user passwd").await;
-    assert_fails(
-        &d.ctl_stdin(
-            &["user", "passwd", "nobody", "--interactive=false"],
-            b"pw\n",
-        )
-        .await,
-        "user name not found",
-    );
-    expect_bump(&mut d, &mut rev, 0, "a refused user passwd").await;
-
-    // Deleting roles and users.
-    assert_stdout(&d.ctl(&["role", "delete", "r3"]).await, "Role r3 deleted");
-    expect_bump(&mut d, &mut rev, 1, "role delete").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["user", "get", "alice"], Succeeds),
-            (&["user", "get", "bob", "-w", "json"], Succeeds),
-            (&["role", "delete", "r3"], Fails("role name not found")),
-            (&["user", "delete", "dave"], Prints("User dave deleted")),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 1, "user delete").await;
-    assert_fails(
-        &d.ctl(&["user", "delete", "dave"]).await,
-        "user name not found",
-    );
-    expect_bump(&mut d, &mut rev, 0, "refused deletes").await;
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["user", "list"], Succeeds),
-            (&["role", "list", "-w", "json"], Succeeds),
-            (&["auth", "status", "-w", "json"], Succeeds),
+            Bump(0, "refused revoke-roles"),
+            Ctl(
+                &["user", "revoke-role", "alice", "r2"],
+                Prints("Role r2 is revoked from user alice"),
+            ),
+            Bump(1, "revoke-role"),
+            // Passwords.
+            Stdin(
+                &["user", "passwd", "alice", "--interactive=false"],
+                b"alicepw2\n",
+                Prints("Password updated"),
+            ),
+            Bump(1, "user passwd"),
+            Stdin(
+                &["user", "passwd", "nobody", "--interactive=false"],
+                b"pw\n",
+                Fails("user name not found"),
+            ),
+            Bump(0, "a refused user passwd"),
+            // Deleting roles and users.
+            Ctl(&["role", "delete", "r3"], Prints("Role r3 deleted")),
+            Bump(1, "role delete"),
+            Ctl(&["user", "get", "alice"], Succeeds),
+            Ctl(&["user", "get", "bob", "-w", "json"], Succeeds),
+            Ctl(&["role", "delete", "r3"], Fails("role name not found")),
+            Ctl(&["user", "delete", "dave"], Prints("User dave deleted")),
+            Bump(1, "user delete"),
+            Ctl(&["user", "delete", "dave"], Fails("user name not found")),
+            Bump(0, "refused deletes"),
+            Ctl(&["user", "list"], Succeeds),
+            Ctl(&["role", "list", "-w", "json"], Succeeds),
+            Ctl(&["auth", "status", "-w", "json"], Succeeds),
         ],
     )
     .await;
@@ -568,8 +480,15 @@ async fn user_and_role_management() {
         tonic::Code::FailedPrecondition,
         "user name already exists",
     );
-    expect_bump(&mut d, &mut rev, 4, "four changes through etcd-client").await;
-    assert_ok(&d.ctl(&["role", "get", "r1", "-w", "json"]).await);
+    cases(
+        &mut d,
+        Some(&mut rev),
+        &[
+            Bump(4, "four changes through etcd-client"),
+            Ctl(&["role", "get", "r1", "-w", "json"], Succeeds),
+        ],
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------
@@ -584,68 +503,69 @@ async fn user_and_role_management() {
 #[tokio::test]
 async fn enabling_authentication_and_logging_in() {
     let mut d = differential().await;
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        &mut d,
+        None,
         &[
-            (&["user", "add", ROOT], Succeeds),
-            (&["user", "add", ALICE], Succeeds),
-            (&["user", "add", "bob", "--no-password"], Succeeds),
-            (&["role", "add", "r1"], Succeeds),
-            (
+            Ctl(&["user", "add", ROOT], Succeeds),
+            Ctl(&["user", "add", ALICE], Succeeds),
+            Ctl(&["user", "add", "bob", "--no-password"], Succeeds),
+            Ctl(&["role", "add", "r1"], Succeeds),
+            Ctl(
                 &["role", "grant-permission", "r1", "readwrite", "k"],
                 Succeeds,
             ),
-            (&["user", "grant-role", "alice", "r1"], Succeeds),
-            (&["put", "k", "v0"], Succeeds),
-            (&["role", "get", "root"], Fails("role name not found")),
+            Ctl(&["user", "grant-role", "alice", "r1"], Succeeds),
+            Ctl(&["put", "k", "v0"], Succeeds),
+            Ctl(&["role", "get", "root"], Fails("role name not found")),
         ],
     )
     .await;
     let mut rev = current_auth_revision(&mut d).await;
 
-    assert_stdout(&d.ctl(&["auth", "enable"]).await, "Authentication Enabled");
-    expect_bump(
+    cases(
         &mut d,
-        &mut rev,
-        2,
-        "auth enable (role root added and granted)",
-    )
-    .await;
-    d.ctl_steps(
-        AS_ROOT,
+        Some(&mut rev),
         &[
-            (&["auth", "status"], Prints("Authentication Status: true")),
-            (&["auth", "status", "-w", "json"], Succeeds),
-            (&["role", "get", "root"], Prints("Role root")),
-            (&["user", "get", "root"], Prints("Roles: root")),
-            (&["role", "get", "root", "-w", "json"], Succeeds),
+            Ctl(&["auth", "enable"], Prints("Authentication Enabled")),
+            Bump(2, "auth enable (role root added and granted)"),
+            As(
+                ROOT,
+                &["auth", "status"],
+                Prints("Authentication Status: true"),
+            ),
+            As(ROOT, &["auth", "status", "-w", "json"], Succeeds),
+            As(ROOT, &["role", "get", "root"], Prints("Role root")),
+            As(ROOT, &["user", "get", "root"], Prints("Roles: root")),
+            As(ROOT, &["role", "get", "root", "-w", "json"], Succeeds),
+            // No user, wrong passwords, unknown users, a user without password.
+            Ctl(&["put", "k", "v1"], Fails("user name is empty")),
+            Ctl(&["get", "k"], Fails("user name is empty")),
+            Ctl(&["auth", "status"], Fails("user name is empty")),
+            Ctl(&["user", "list"], Fails("user name is empty")),
+            Ctl(&["auth", "enable"], Fails("user name is empty")),
+            Ctl(&["auth", "disable"], Fails("user name is empty")),
+            Ctl34(&["get", "k"], Fails("user name is empty")),
         ],
     )
     .await;
-
-    // No user, wrong passwords, unknown users, a user without password.
-    d.ctl_steps(
-        NO_USER,
-        &[
-            (&["put", "k", "v1"], Fails("user name is empty")),
-            (&["get", "k"], Fails("user name is empty")),
-            (&["auth", "status"], Fails("user name is empty")),
-            (&["user", "list"], Fails("user name is empty")),
-            (&["auth", "enable"], Fails("user name is empty")),
-            (&["auth", "disable"], Fails("user name is empty")),
-        ],
-    )
-    .await;
-    assert_fails(&d.ctl34(&["get", "k"]).await, "user name is empty");
     let invalid = "authentication failed, invalid user ID or password";
-    assert_fails(&ctl_as(&mut d, "root:wrong", &["get", "k"]).await, invalid);
-    assert_fails(&ctl_as(&mut d, "alice:wrong", &["get", "k"]).await, invalid);
-    assert_fails(&ctl_as(&mut d, "nobody:x", &["get", "k"]).await, invalid);
-    assert_fails(&ctl34_as(&mut d, "nobody:x", &["get", "k"]).await, invalid);
-    assert_fails(
-        &ctl_as(&mut d, "bob:x", &["get", "k"]).await,
-        "password was given for no password user",
-    );
+    cases(
+        &mut d,
+        None,
+        &[
+            As("root:wrong", &["get", "k"], Fails(invalid)),
+            As("alice:wrong", &["get", "k"], Fails(invalid)),
+            As("nobody:x", &["get", "k"], Fails(invalid)),
+            As34("nobody:x", &["get", "k"], Fails(invalid)),
+            As(
+                "bob:x",
+                &["get", "k"],
+                Fails("password was given for no password user"),
+            ),
+        ],
+    )
+    .await;
     let refused = d
         .rpc("authenticate with a wrong password", |client| async move {
             client
@@ -655,11 +575,7 @@ async fn enabling_authentication_and_logging_in() {
         })
         .await;
     assert_grpc_error(&refused, tonic::Code::InvalidArgument, invalid);
-    let unauthenticated = d
-        .rpc("get without a token", |mut client| async move {
-            client.get("k", None).await
-        })
-        .await;
+    let unauthenticated = d.get("get without a token", "k").await;
     assert_grpc_error(
         &unauthenticated,
         tonic::Code::InvalidArgument,
@@ -667,70 +583,62 @@ async fn enabling_authentication_and_logging_in() {
     );
 
     // Root may do everything.
-    d.ctl_steps(
-        AS_ROOT,
+    cases(
+        &mut d,
+        Some(&mut rev),
         &[
-            (&["put", "k", "v1"], Prints("OK")),
-            (&["get", "k"], Prints("v1")),
-        ],
-    )
-    .await;
-    assert_stdout(
-        &ctl34_as(&mut d, ROOT, &["get", "k", "-w", "json"]).await,
-        "\"kvs\"",
-    );
-    d.ctl_steps(
-        AS_ROOT,
-        &[
-            (&["put", "other", "o"], Succeeds),
-            (&["user", "add", "carol:carolpw"], Succeeds),
-            (&["role", "add", "r2"], Succeeds),
-            (
+            As(ROOT, &["put", "k", "v1"], Prints("OK")),
+            As(ROOT, &["get", "k"], Prints("v1")),
+            As34(ROOT, &["get", "k", "-w", "json"], Prints("\"kvs\"")),
+            As(ROOT, &["put", "other", "o"], Succeeds),
+            As(ROOT, &["user", "add", "carol:carolpw"], Succeeds),
+            As(ROOT, &["role", "add", "r2"], Succeeds),
+            As(
+                ROOT,
                 &["role", "grant-permission", "r2", "read", "other"],
                 Succeeds,
             ),
-            (&["user", "grant-role", "carol", "r2"], Succeeds),
-            (&["user", "list"], Succeeds),
-            (&["role", "list"], Succeeds),
-            (&["user", "get", "alice", "--detail"], Succeeds),
-        ],
-    )
-    .await;
-    expect_bump(&mut d, &mut rev, 4, "root's four changes").await;
-
-    // A non-root user: its own data only.
-    d.ctl_steps(
-        AS_ALICE,
-        &[
-            (&["get", "k"], Prints("v1")),
-            (&["put", "k", "v2"], Prints("OK")),
+            As(ROOT, &["user", "grant-role", "carol", "r2"], Succeeds),
+            As(ROOT, &["user", "list"], Succeeds),
+            As(ROOT, &["role", "list"], Succeeds),
+            As(ROOT, &["user", "get", "alice", "--detail"], Succeeds),
+            Bump(4, "root's four changes"),
+            // A non-root user: its own data only.
+            As(ALICE, &["get", "k"], Prints("v1")),
+            As(ALICE, &["put", "k", "v2"], Prints("OK")),
         ],
     )
     .await;
     let denied = "etcdserver: permission denied";
-    d.ctl_steps(
-        AS_ALICE,
+    cases(
+        &mut d,
+        None,
         &[
-            (&["get", "other"], Fails(denied)),
-            (&["user", "get", "alice"], Prints("Roles: r1")),
-            (&["user", "get", "alice", "--detail"], Succeeds),
-            (&["role", "get", "r1"], Prints("Role r1")),
-            (&["user", "get", "root"], Fails(denied)),
-            (&["user", "get", "carol"], Fails(denied)),
-            (&["role", "get", "r2"], Fails(denied)),
-            (&["role", "get", "root"], Fails(denied)),
-            (&["user", "list"], Fails(denied)),
-            (&["role", "list"], Fails(denied)),
-            (&["user", "add", "x:y"], Fails(denied)),
-            (&["role", "add", "rx"], Fails(denied)),
-            (
+            As(ALICE, &["get", "other"], Fails(denied)),
+            As(ALICE, &["user", "get", "alice"], Prints("Roles: r1")),
+            As(ALICE, &["user", "get", "alice", "--detail"], Succeeds),
+            As(ALICE, &["role", "get", "r1"], Prints("Role r1")),
+            As(ALICE, &["user", "get", "root"], Fails(denied)),
+            As(ALICE, &["user", "get", "carol"], Fails(denied)),
+            As(ALICE, &["role", "get", "r2"], Fails(denied)),
+            As(ALICE, &["role", "get", "root"], Fails(denied)),
+            As(ALICE, &["user", "list"], Fails(denied)),
+            As(ALICE, &["role", "list"], Fails(denied)),
+            As(ALICE, &["user", "add", "x:y"], Fails(denied)),
+            As(ALICE, &["role", "add", "rx"], Fails(denied)),
+            As(
+                ALICE,
                 &["role", "grant-permission", "r1", "readwrite", "other"],
                 Fails(denied),
             ),
-            (&["user", "grant-role", "alice", "r2"], Fails(denied)),
-            (&["user", "revoke-role", "alice", "r1"], Fails(denied)),
-            (&["user", "delete", "carol"], Fails(denied)),
-            (&["role", "delete", "r2"], Fails(denied)),
+            As(ALICE, &["user", "grant-role", "alice", "r2"], Fails(denied)),
+            As(
+                ALICE,
+                &["user", "revoke-role", "alice", "r1"],
+                Fails(denied),
+            ),
+            As(ALICE, &["user", "delete", "carol"], Fails(denied)),
+            As(ALICE, &["role", "delete", "r2"], Fails(denied)),
         ],
     )
     .await;
@@ -745,33 +653,36 @@ async fn enabling_authentication_and_logging_in() {
         .await,
         denied,
     );
-    d.ctl_steps(
-        AS_ALICE,
+    cases(
+        &mut d,
+        Some(&mut rev),
         &[
-            (&["auth", "status"], Fails(denied)),
-            (&["auth", "disable"], Fails(denied)),
-            (&["auth", "enable"], Fails(denied)),
+            As(ALICE, &["auth", "status"], Fails(denied)),
+            As(ALICE, &["auth", "disable"], Fails(denied)),
+            As(ALICE, &["auth", "enable"], Fails(denied)),
+            As34(ALICE, &["user", "list"], Fails(denied)),
+            Bump(0, "alice's refused changes"),
         ],
     )
     .await;
-    assert_fails(&ctl34_as(&mut d, ALICE, &["user", "list"]).await, denied);
-    expect_bump(&mut d, &mut rev, 0, "alice's refused changes").await;
 
     // Root itself is protected.
     let invalid_management = "etcdserver: invalid auth management";
-    d.ctl_steps(
-        AS_ROOT,
+    cases(
+        &mut d,
+        Some(&mut rev),
         &[
-            (&["user", "delete", "root"], Fails(invalid_management)),
-            (
+            As(ROOT, &["user", "delete", "root"], Fails(invalid_management)),
+            As(
+                ROOT,
                 &["user", "revoke-role", "root", "root"],
                 Fails(invalid_management),
             ),
-            (&["role", "delete", "root"], Fails(invalid_management)),
+            As(ROOT, &["role", "delete", "root"], Fails(invalid_management)),
+            Bump(0, "refused changes of root"),
         ],
     )
     .await;
-    expect_bump(&mut d, &mut rev, 0, "refused changes of root").await;
 
     // A changed password.
     assert_ok(
@@ -784,51 +695,39 @@ async fn enabling_authentication_and_logging_in() {
         )
         .await,
     );
-    assert_fails(&ctl_as(&mut d, ALICE, &["get", "k"]).await, invalid);
-    assert_stdout(&ctl_as(&mut d, "alice:alicepw2", &["get", "k"]).await, "v2");
-    expect_bump(&mut d, &mut rev, 1, "user passwd").await;
-
-    // Disable: everything works without a user again.
-    assert_stdout(
-        &ctl_as(&mut d, ROOT, &["auth", "disable"]).await,
-        "Authentication Disabled",
-    );
-    expect_bump(&mut d, &mut rev, 1, "auth disable while enabled").await;
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        &mut d,
+        Some(&mut rev),
         &[
-            (&["auth", "status"], Prints("Authentication Status: false")),
-            (&["get", "other"], Prints("o")),
-            (&["put", "other", "o2"], Prints("OK")),
-            (&["user", "list"], Succeeds),
+            As(ALICE, &["get", "k"], Fails(invalid)),
+            As("alice:alicepw2", &["get", "k"], Prints("v2")),
+            Bump(1, "user passwd"),
+            // Disable: everything works without a user again.
+            As(
+                ROOT,
+                &["auth", "disable"],
+                Prints("Authentication Disabled"),
+            ),
+            Bump(1, "auth disable while enabled"),
+            Ctl(&["auth", "status"], Prints("Authentication Status: false")),
+            Ctl(&["get", "other"], Prints("o")),
+            Ctl(&["put", "other", "o2"], Prints("OK")),
+            Ctl(&["user", "list"], Succeeds),
+            // etcdctl ignores "authentication is not enabled" when logging in, so
+            // any credentials work while disabled.
+            As("alice:wrong", &["get", "other"], Prints("o2")),
+            Ctl(&["auth", "disable"], Prints("Authentication Disabled")),
+            Bump(0, "auth disable while disabled"),
+            // Re-enable: root already has the root role, so nothing is added.
+            Ctl(&["auth", "enable"], Prints("Authentication Enabled")),
+            Bump(0, "auth enable"),
+            Ctl(&["get", "other"], Fails("user name is empty")),
+            As("alice:alicepw2", &["get", "k"], Prints("v2")),
+            As("alice:alicepw2", &["get", "other"], Fails(denied)),
+            As(ROOT, &["get", "other"], Prints("o2")),
         ],
     )
     .await;
-    // etcdctl ignores "authentication is not enabled" when logging in, so
-    // any credentials work while disabled.
-    assert_stdout(
-        &ctl_as(&mut d, "alice:wrong", &["get", "other"]).await,
-        "o2",
-    );
-    assert_stdout(
-        &d.ctl(&["auth", "disable"]).await,
-        "Authentication Disabled",
-    );
-    expect_bump(&mut d, &mut rev, 0, "auth disable while disabled").await;
-
-    // Re-enable: root already has the root role, so nothing is added.
-    assert_stdout(&d.ctl(&["auth", "enable"]).await, "Authentication Enabled");
-    expect_bump(&mut d, &mut rev, 0, "auth enable").await;
-    assert_fails(&d.ctl(&["get", "other"]).await, "user name is empty");
-    d.ctl_steps(
-        &["--user=alice:alicepw2"],
-        &[
-            (&["get", "k"], Prints("v2")),
-            (&["get", "other"], Fails(denied)),
-        ],
-    )
-    .await;
-    assert_stdout(&ctl_as(&mut d, ROOT, &["get", "other"]).await, "o2");
 }
 
 // ---------------------------------------------------------------------------
@@ -919,11 +818,12 @@ async fn key_permission_setup(d: &mut Differential) {
     ] {
         assert_ok(&d.ctl(args).await);
     }
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        d,
+        None,
         &[
-            (&["user", "grant-role", "alice", "writer"], Succeeds),
-            (&["user", "grant-role", "alice", "rw"], Succeeds),
+            Ctl(&["user", "grant-role", "alice", "writer"], Succeeds),
+            Ctl(&["user", "grant-role", "alice", "rw"], Succeeds),
         ],
     )
     .await;
@@ -943,11 +843,12 @@ async fn key_permission_setup(d: &mut Differential) {
     ] {
         assert_ok(&d.ctl(&["put", key, value]).await);
     }
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        d,
+        None,
         &[
-            (&["user", "get", "alice", "--detail"], Succeeds),
-            (&["auth", "enable"], Prints("Authentication Enabled")),
+            Ctl(&["user", "get", "alice", "--detail"], Succeeds),
+            Ctl(&["auth", "enable"], Prints("Authentication Enabled")),
         ],
     )
     .await;
@@ -964,172 +865,108 @@ async fn key_permissions_of_a_non_root_user() {
     let denied = "etcdserver: permission denied";
 
     // Reads.
-    d.ctl_steps(
-        AS_ALICE,
+    cases(
+        &mut d,
+        None,
         &[
-            (&["get", "key1"], Prints("v1")),
-            (&["get", "key2"], Fails(denied)),
-            (&["get", "wkey"], Fails(denied)),
-            (&["get", "ro/", "--prefix"], Prints("rb")),
-            (&["get", "ro/", "--prefix", "-w", "json"], Succeeds),
-            (&["get", "ro", "--prefix"], Fails(denied)),
-            (&["get", "ro/a", "ro/c"], Prints("ra")),
-            (&["get", "ro/a", "rp"], Fails(denied)),
-            (&["get", "dir/", "--prefix"], Prints("db")),
-            (&["get", "dir", "--prefix"], Fails(denied)),
-            (&["get", "--from-key", "x"], Prints("y1")),
-            (&["get", "x1", "z"], Prints("y1")),
-            (&["get", "--from-key", "w"], Fails(denied)),
-            (&["get", "", "--prefix"], Fails(denied)),
-            (&["get", "key1", "--count-only", "-w", "fields"], Succeeds),
+            As(ALICE, &["get", "key1"], Prints("v1")),
+            As(ALICE, &["get", "key2"], Fails(denied)),
+            As(ALICE, &["get", "wkey"], Fails(denied)),
+            As(ALICE, &["get", "ro/", "--prefix"], Prints("rb")),
+            As(ALICE, &["get", "ro/", "--prefix", "-w", "json"], Succeeds),
+            As(ALICE, &["get", "ro", "--prefix"], Fails(denied)),
+            As(ALICE, &["get", "ro/a", "ro/c"], Prints("ra")),
+            As(ALICE, &["get", "ro/a", "rp"], Fails(denied)),
+            As(ALICE, &["get", "dir/", "--prefix"], Prints("db")),
+            As(ALICE, &["get", "dir", "--prefix"], Fails(denied)),
+            As(ALICE, &["get", "--from-key", "x"], Prints("y1")),
+            As(ALICE, &["get", "x1", "z"], Prints("y1")),
+            As(ALICE, &["get", "--from-key", "w"], Fails(denied)),
+            As(ALICE, &["get", "", "--prefix"], Fails(denied)),
+            As(
+                ALICE,
+                &["get", "key1", "--count-only", "-w", "fields"],
+                Succeeds,
+            ),
+            As34(ALICE, &["get", "key1"], Prints("v1")),
+            As34(ALICE, &["get", "key2"], Fails(denied)),
+            // Writes.
+            As(ALICE, &["put", "wkey", "w1"], Prints("OK")),
+            As(ALICE, &["put", "wo/c", "wc"], Prints("OK")),
+            As(ALICE, &["put", "dir/c", "dc"], Prints("OK")),
+            As(ALICE, &["put", "x2", "x"], Prints("OK")),
+            As(ALICE, &["put", "dir/d", "dd", "-w", "json"], Succeeds),
+            As(ALICE, &["put", "key1", "no"], Fails(denied)),
+            As(ALICE, &["put", "ro/a", "no"], Fails(denied)),
+            As(ALICE, &["put", "w", "no"], Fails(denied)),
+            // --prev-kv also reads the key.
+            As(ALICE, &["put", "wkey", "w2", "--prev-kv"], Fails(denied)),
+            As(ALICE, &["put", "dir/a", "da2", "--prev-kv"], Prints("da")),
+            As34(ALICE, &["put", "key2", "no"], Fails(denied)),
+            // Deletes: write permission; --prev-kv needs read too.
+            As(ALICE, &["del", "wo/a"], Prints("1")),
+            As(ALICE, &["del", "wo/b", "--prev-kv"], Fails(denied)),
+            As(ALICE, &["del", "dir/b", "--prev-kv"], Prints("db")),
+            As(ALICE, &["del", "ro/a"], Fails(denied)),
+            As(ALICE, &["del", "key1"], Fails(denied)),
+            As(ALICE, &["del", "dir", "--prefix"], Fails(denied)),
+            As(ALICE, &["del", "wo/", "--prefix"], Prints("2")),
+            As(ALICE, &["del", "dir/c", "-w", "json"], Succeeds),
+            As(ROOT, &["get", "", "--prefix", "-w", "json"], Succeeds),
         ],
     )
     .await;
-    d.ctl34_steps(
-        AS_ALICE,
-        &[
-            (&["get", "key1"], Prints("v1")),
-            (&["get", "key2"], Fails(denied)),
-        ],
-    )
-    .await;
-
-    // Writes.
-    d.ctl_steps(
-        AS_ALICE,
-        &[
-            (&["put", "wkey", "w1"], Prints("OK")),
-            (&["put", "wo/c", "wc"], Prints("OK")),
-            (&["put", "dir/c", "dc"], Prints("OK")),
-            (&["put", "x2", "x"], Prints("OK")),
-            (&["put", "dir/d", "dd", "-w", "json"], Succeeds),
-            (&["put", "key1", "no"], Fails(denied)),
-            (&["put", "ro/a", "no"], Fails(denied)),
-            (&["put", "w", "no"], Fails(denied)),
-        ],
-    )
-    .await;
-    // --prev-kv also reads the key.
-    d.ctl_steps(
-        AS_ALICE,
-        &[
-            (&["put", "wkey", "w2", "--prev-kv"], Fails(denied)),
-            (&["put", "dir/a", "da2", "--prev-kv"], Prints("da")),
-        ],
-    )
-    .await;
-    assert_fails(
-        &ctl34_as(&mut d, ALICE, &["put", "key2", "no"]).await,
-        denied,
-    );
-
-    // Deletes: write permission; --prev-kv needs read too.
-    d.ctl_steps(
-        AS_ALICE,
-        &[
-            (&["del", "wo/a"], Prints("1")),
-            (&["del", "wo/b", "--prev-kv"], Fails(denied)),
-            (&["del", "dir/b", "--prev-kv"], Prints("db")),
-            (&["del", "ro/a"], Fails(denied)),
-            (&["del", "key1"], Fails(denied)),
-            (&["del", "dir", "--prefix"], Fails(denied)),
-            (&["del", "wo/", "--prefix"], Prints("2")),
-            (&["del", "dir/c", "-w", "json"], Succeeds),
-        ],
-    )
-    .await;
-    assert_ok(&ctl_as(&mut d, ROOT, &["get", "", "--prefix", "-w", "json"]).await);
 
     // Transactions: compares need read; the operations of both branches need
     // their permission, even those of the branch not taken.
-    let out = txn_as(
-        &mut d,
-        ALICE,
-        &txn_script(
+    let txns: [TxnStep; 8] = [
+        (
             &[r#"value("key1") = "v1""#],
             &["put dir/t1 t"],
             &["put wkey w3"],
+            Prints("SUCCESS"),
         ),
-    )
-    .await;
-    assert_stdout(&out, "SUCCESS");
-    assert_fails(
-        &txn_as(
-            &mut d,
-            ALICE,
-            &txn_script(&[r#"value("wkey") = "w1""#], &["put dir/t2 t"], &[]),
-        )
-        .await,
-        denied,
-    );
-    assert_fails(
-        &txn_as(
-            &mut d,
-            ALICE,
-            &txn_script(
-                &[r#"value("key1") = "v1""#],
-                &["put dir/t3 t"],
-                &["put key1 no"],
-            ),
-        )
-        .await,
-        denied,
-    );
-    assert_fails(
-        &txn_as(
-            &mut d,
-            ALICE,
-            &txn_script(
-                &[r#"value("key1") = "v1""#],
-                &["put dir/t4 t"],
-                &["get key2"],
-            ),
-        )
-        .await,
-        denied,
-    );
-    assert_fails(
-        &txn_as(
-            &mut d,
-            ALICE,
-            &txn_script(
-                &[r#"value("key1") = "nope""#],
-                &["get key2"],
-                &["put dir/t5 t"],
-            ),
-        )
-        .await,
-        denied,
-    );
-    let out = txn_as(
-        &mut d,
-        ALICE,
-        &txn_script(
+        (
+            &[r#"value("wkey") = "w1""#],
+            &["put dir/t2 t"],
+            &[],
+            Fails(denied),
+        ),
+        (
+            &[r#"value("key1") = "v1""#],
+            &["put dir/t3 t"],
+            &["put key1 no"],
+            Fails(denied),
+        ),
+        (
+            &[r#"value("key1") = "v1""#],
+            &["put dir/t4 t"],
+            &["get key2"],
+            Fails(denied),
+        ),
+        (
+            &[r#"value("key1") = "nope""#],
+            &["get key2"],
+            &["put dir/t5 t"],
+            Fails(denied),
+        ),
+        (
             &[r#"value("key1") = "nope""#],
             &[],
             &["get dir/t1", "del wkey"],
+            Prints("FAILURE"),
         ),
-    )
-    .await;
-    assert_stdout(&out, "FAILURE");
-    assert_fails(
-        &txn_as(
-            &mut d,
-            ALICE,
-            &txn_script(&[], &["del dir/t1 --prev-kv", "del wo/x --prev-kv"], &[]),
-        )
-        .await,
-        denied,
-    );
-    assert_stdout(
-        &txn_as(
-            &mut d,
-            ALICE,
-            &txn_script(&[], &["del dir/t1 --prev-kv"], &[]),
-        )
-        .await,
-        "SUCCESS",
-    );
+        (
+            &[],
+            &["del dir/t1 --prev-kv", "del wo/x --prev-kv"],
+            &[],
+            Fails(denied),
+        ),
+        (&[], &["del dir/t1 --prev-kv"], &[], Prints("SUCCESS")),
+    ];
+    for (compares, success, failure, expect) in txns {
+        expect.check(&txn_as(&mut d, ALICE, &txn_script(compares, success, failure)).await);
+    }
     assert_ok(
         &d.ctl_stdin(
             &arg_refs(&as_user(ALICE, &["txn", "-w", "json"])),
@@ -1201,11 +1038,7 @@ async fn key_permissions_of_a_non_root_user() {
         )
         .await
         .expect("put with prev_kv");
-    let out = alice
-        .rpc("get of a write-only key", |mut client| async move {
-            client.get("wkey", None).await
-        })
-        .await;
+    let out = alice.get("get of a write-only key", "wkey").await;
     assert_grpc_error(&out, tonic::Code::PermissionDenied, denied);
     alice
         .rpc(
@@ -1234,10 +1067,17 @@ async fn key_permissions_of_a_non_root_user() {
                 .expect("spawning etcdctl watch"),
         );
     }
-    assert_ok(&ctl_as(&mut d, ROOT, &["put", "dir/w1", "1"]).await);
-    assert_ok(&ctl_as(&mut d, ALICE, &["put", "dir/w2", "2"]).await);
-    assert_ok(&ctl_as(&mut d, ROOT, &["put", "ro/ignored", "x"]).await);
-    assert_ok(&ctl_as(&mut d, ALICE, &["del", "dir/w1"]).await);
+    cases(
+        &mut d,
+        None,
+        &[
+            As(ROOT, &["put", "dir/w1", "1"], Succeeds),
+            As(ALICE, &["put", "dir/w2", "2"], Succeeds),
+            As(ROOT, &["put", "ro/ignored", "x"], Succeeds),
+            As(ALICE, &["del", "dir/w1"], Succeeds),
+        ],
+    )
+    .await;
     let mut transcripts = Vec::new();
     for (side, mut watcher) in ["oracle", "candidate"].into_iter().zip(watchers) {
         let waited = watcher
@@ -1257,14 +1097,10 @@ async fn key_permissions_of_a_non_root_user() {
         &transcripts[0],
         &transcripts[1],
     );
-    d.ctl_steps(
-        AS_ALICE,
-        &[
-            (&["watch", "key2"], FailsAnywhere("watch was canceled (rpc error: code = PermissionDenied desc = etcdserver: permission denied)")),
-            (&["watch", "ro", "--prefix"], FailsAnywhere("permission denied")),
-        ],
-    )
-    .await;
+    cases(&mut d, None, &[
+        As(ALICE, &["watch", "key2"], FailsAnywhere("watch was canceled (rpc error: code = PermissionDenied desc = etcdserver: permission denied)")),
+        As(ALICE, &["watch", "ro", "--prefix"], FailsAnywhere("permission denied")),
+    ]).await;
     let canceled = alice
         .rpc("watch of an unpermitted key", |mut client| async move {
             let mut stream = client.watch("key2", None).await?;
@@ -1358,29 +1194,33 @@ async fn key_permissions_of_a_non_root_user() {
         })
         .await;
     timetolive.expect("time-to-live");
-    d.ctl_steps(
-        AS_ALICE,
+    cases(
+        &mut d,
+        None,
         &[
-            (
+            As(
+                ALICE,
                 &["lease", "keep-alive", "--once", ROOT_LEASE_HEX],
                 Prints("keepalived with TTL(3600)"),
             ),
-            (
+            As(
+                ALICE,
                 &["lease", "revoke", ROOT_LEASE_HEX],
                 Fails("failed to revoke lease (etcdserver: permission denied)"),
             ),
+            Ctl(
+                &["lease", "revoke", ROOT_LEASE_HEX],
+                Fails("failed to revoke lease (etcdserver: user name is empty)"),
+            ),
+            As(
+                ALICE,
+                &["lease", "revoke", ALICE_LEASE_HEX],
+                Prints("lease 0000000000005678 revoked"),
+            ),
+            As(ROOT, &["get", "", "--prefix", "--keys-only"], Succeeds),
         ],
     )
     .await;
-    assert_fails(
-        &d.ctl(&["lease", "revoke", ROOT_LEASE_HEX]).await,
-        "failed to revoke lease (etcdserver: user name is empty)",
-    );
-    assert_stdout(
-        &ctl_as(&mut d, ALICE, &["lease", "revoke", ALICE_LEASE_HEX]).await,
-        "lease 0000000000005678 revoked",
-    );
-    assert_ok(&ctl_as(&mut d, ROOT, &["get", "", "--prefix", "--keys-only"]).await);
 
     // Locks and elections.
     let lock = ctl_as(
@@ -1390,23 +1230,17 @@ async fn key_permissions_of_a_non_root_user() {
     )
     .await;
     assert_stdout(&lock, "locked");
-    d.ctl_steps(
-        AS_ALICE,
+    cases(
+        &mut d,
+        None,
         &[
-            (&["lock", "other"], Fails(denied)),
-            (&["elect", "el", "p1"], Fails(denied)),
-        ],
-    )
-    .await;
-
-    // Cluster commands: reading is open to any user, changes need root.
-    d.ctl_steps(
-        AS_ALICE,
-        &[
-            (&["member", "list"], Succeeds),
-            (&["member", "list", "-w", "json"], Succeeds),
-            (&["endpoint", "status"], Succeeds),
-            (&["alarm", "list"], Succeeds),
+            As(ALICE, &["lock", "other"], Fails(denied)),
+            As(ALICE, &["elect", "el", "p1"], Fails(denied)),
+            // Cluster commands: reading is open to any user, changes need root.
+            As(ALICE, &["member", "list"], Succeeds),
+            As(ALICE, &["member", "list", "-w", "json"], Succeeds),
+            As(ALICE, &["endpoint", "status"], Succeeds),
+            As(ALICE, &["alarm", "list"], Succeeds),
         ],
     )
     .await;
@@ -1448,13 +1282,17 @@ async fn key_permissions_of_a_non_root_user() {
     // raw auth errors; status and alarms are open to any user.
     let raw_denied = "rpc error: code = Unknown desc = auth: permission denied";
     let raw_empty = "rpc error: code = Unknown desc = auth: user name is empty";
-    assert_fails_anywhere(&ctl_as(&mut d, ALICE, &["defrag"]).await, raw_denied);
-    assert_fails_anywhere(&d.ctl(&["defrag"]).await, raw_empty);
-    assert_fails_anywhere(
-        &ctl_as(&mut d, ALICE, &["endpoint", "hashkv"]).await,
-        raw_denied,
-    );
-    assert_fails_anywhere(&d.ctl(&["endpoint", "hashkv"]).await, raw_empty);
+    cases(
+        &mut d,
+        None,
+        &[
+            As(ALICE, &["defrag"], FailsAnywhere(raw_denied)),
+            Ctl(&["defrag"], FailsAnywhere(raw_empty)),
+            As(ALICE, &["endpoint", "hashkv"], FailsAnywhere(raw_denied)),
+            Ctl(&["endpoint", "hashkv"], FailsAnywhere(raw_empty)),
+        ],
+    )
+    .await;
     let snapshots = tempfile::tempdir().expect("a directory for snapshots");
     let masks = snapshot_masks();
     for (user, needle) in [(Some(ALICE), raw_denied), (None, raw_empty)] {
@@ -1494,21 +1332,29 @@ async fn key_permissions_of_a_non_root_user() {
     assert_stdout(&out, "compacted revision");
 
     // Disabled: everything works without a user; enabled again: denied.
-    assert_ok(&ctl_as(&mut d, ROOT, &["auth", "disable"]).await);
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        &mut d,
+        None,
         &[
-            (&["get", "key2"], Prints("v2")),
-            (&["put", "ro/a", "yes"], Prints("OK")),
+            As(ROOT, &["auth", "disable"], Succeeds),
+            Ctl(&["get", "key2"], Prints("v2")),
+            Ctl(&["put", "ro/a", "yes"], Prints("OK")),
+            As(ALICE, &["get", "key2"], Prints("v2")),
         ],
     )
     .await;
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "key2"]).await, "v2");
     assert_ok(&pair.run(&["endpoint", "hashkv"], &hash_masks).await);
-    assert_ok(&d.ctl(&["auth", "enable"]).await);
-    assert_fails(&ctl_as(&mut d, ALICE, &["get", "key2"]).await, denied);
-    assert_fails(&d.ctl(&["get", "key1"]).await, "user name is empty");
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "ro/a"]).await, "yes");
+    cases(
+        &mut d,
+        None,
+        &[
+            Ctl(&["auth", "enable"], Succeeds),
+            As(ALICE, &["get", "key2"], Fails(denied)),
+            Ctl(&["get", "key1"], Fails("user name is empty")),
+            As(ALICE, &["get", "ro/a"], Prints("yes")),
+        ],
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------
@@ -1597,16 +1443,10 @@ async fn etcd_client_tokens() {
 
     let alice = UserClients::connect(&d, "alice", "alicepw").await;
     alice
-        .rpc("permitted get", |mut client| async move {
-            client.get("key1", None).await
-        })
+        .get("permitted get", "key1")
         .await
         .expect("permitted get");
-    let out = alice
-        .rpc("denied get", |mut client| async move {
-            client.get("key2", None).await
-        })
-        .await;
+    let out = alice.get("denied get", "key2").await;
     assert_grpc_error(
         &out,
         tonic::Code::PermissionDenied,
@@ -1712,10 +1552,7 @@ async fn etcd_client_tokens() {
     .await
     .expect("grant");
     alice
-        .rpc(
-            "get with a token from before an auth change",
-            |mut client| async move { client.get("key2", None).await },
-        )
+        .get("get with a token from before an auth change", "key2")
         .await
         .expect("get with an older token");
     alice
@@ -1732,9 +1569,7 @@ async fn etcd_client_tokens() {
         .await
         .expect("refresh token");
     alice
-        .rpc("get with a fresh token", |mut client| async move {
-            client.get("key2", None).await
-        })
+        .get("get with a fresh token", "key2")
         .await
         .expect("get with a fresh token");
 
@@ -1745,10 +1580,7 @@ async fn etcd_client_tokens() {
     .await
     .expect("passwd");
     let out = alice
-        .rpc(
-            "get with the token of a changed password",
-            |mut client| async move { client.get("key1", None).await },
-        )
+        .get("get with the token of a changed password", "key1")
         .await;
     assert_grpc_error(
         &out,
@@ -1757,9 +1589,7 @@ async fn etcd_client_tokens() {
     );
     let fresh = UserClients::connect(&d, "alice", "alicepw2").await;
     fresh
-        .rpc("get after logging in again", |mut client| async move {
-            client.get("key1", None).await
-        })
+        .get("get after logging in again", "key1")
         .await
         .expect("get after logging in again");
 
@@ -1784,17 +1614,11 @@ async fn etcd_client_tokens() {
         tonic::Code::FailedPrecondition,
         "etcdserver: authentication is not enabled",
     );
-    d.rpc(
-        "get without a token after disabling",
-        |mut client| async move { client.get("key2", None).await },
-    )
-    .await
-    .expect("get");
+    d.get("get without a token after disabling", "key2")
+        .await
+        .expect("get");
     let out = root
-        .rpc(
-            "get with a token from before disabling",
-            |mut client| async move { client.get("key2", None).await },
-        )
+        .get("get with a token from before disabling", "key2")
         .await;
     assert_grpc_error(
         &out,
@@ -1806,26 +1630,15 @@ async fn etcd_client_tokens() {
     })
     .await
     .expect("auth enable");
-    let out = d
-        .rpc(
-            "get without a token after enabling",
-            |mut client| async move { client.get("key2", None).await },
-        )
-        .await;
+    let out = d.get("get without a token after enabling", "key2").await;
     assert_grpc_error(&out, tonic::Code::InvalidArgument, "user name is empty");
     // etcd-client's automatic refresh logs in again after "invalid auth token".
     refreshing
-        .rpc(
-            "get with automatic token refresh after re-enabling",
-            |mut client| async move { client.get("key2", None).await },
-        )
+        .get("get with automatic token refresh after re-enabling", "key2")
         .await
         .expect("automatic refresh");
     let out = root
-        .rpc(
-            "get with a dropped token after re-enabling",
-            |mut client| async move { client.get("key2", None).await },
-        )
+        .get("get with a dropped token after re-enabling", "key2")
         .await;
     assert_grpc_error(
         &out,
@@ -1837,11 +1650,9 @@ async fn etcd_client_tokens() {
     })
     .await
     .expect("refresh");
-    root.rpc("get after logging in again", |mut client| async move {
-        client.get("key2", None).await
-    })
-    .await
-    .expect("get after logging in again");
+    root.get("get after logging in again", "key2")
+        .await
+        .expect("get after logging in again");
 }
 
 // ---------------------------------------------------------------------------
@@ -1916,34 +1727,34 @@ async fn jwt_tokens() {
         );
     }
 
-    d.ctl_steps(
-        AS_ALICE,
+    cases(
+        &mut d,
+        None,
         &[
-            (&["get", "key1"], Prints("v1")),
-            (&["get", "key2"], Fails("etcdserver: permission denied")),
-            (&["put", "dir/j", "1"], Prints("OK")),
+            As(ALICE, &["get", "key1"], Prints("v1")),
+            As(
+                ALICE,
+                &["get", "key2"],
+                Fails("etcdserver: permission denied"),
+            ),
+            As(ALICE, &["put", "dir/j", "1"], Prints("OK")),
+            As(ROOT, &["user", "list"], Succeeds),
+            As(
+                "alice:wrong",
+                &["get", "key1"],
+                Fails("invalid user ID or password"),
+            ),
         ],
     )
     .await;
-    assert_ok(&ctl_as(&mut d, ROOT, &["user", "list"]).await);
-    assert_fails(
-        &ctl_as(&mut d, "alice:wrong", &["get", "key1"]).await,
-        "invalid user ID or password",
-    );
 
     let alice = UserClients::connect(&d, "alice", "alicepw").await;
     let refreshing = UserClients::connect_with(&d, "alice", "alicepw", true).await;
     alice
-        .rpc("get with a JWT", |mut client| async move {
-            client.get("key1", None).await
-        })
+        .get("get with a JWT", "key1")
         .await
         .expect("get with a JWT");
-    let out = alice
-        .rpc("denied get with a JWT", |mut client| async move {
-            client.get("key2", None).await
-        })
-        .await;
+    let out = alice.get("denied get with a JWT", "key2").await;
     assert_grpc_error(
         &out,
         tonic::Code::PermissionDenied,
@@ -1965,10 +1776,7 @@ async fn jwt_tokens() {
     // again, not even with automatic token refresh.
     let old_revision = "auth: revision in header is old";
     let stale = alice
-        .rpc(
-            "get with a JWT of an older auth revision",
-            |mut client| async move { client.get("key2", None).await },
-        )
+        .get("get with a JWT of an older auth revision", "key2")
         .await;
     assert_grpc_error(&stale, tonic::Code::Unknown, old_revision);
     let stale = alice
@@ -1990,9 +1798,9 @@ async fn jwt_tokens() {
         .await;
     assert_grpc_error(&stale, tonic::Code::Unknown, old_revision);
     let stale = refreshing
-        .rpc(
+        .get(
             "get with a JWT of an older auth revision, automatic refresh",
-            |mut client| async move { client.get("key1", None).await },
+            "key1",
         )
         .await;
     assert_grpc_error(&stale, tonic::Code::Unknown, old_revision);
@@ -2013,9 +1821,7 @@ async fn jwt_tokens() {
         .await
         .expect("refresh");
     alice
-        .rpc("get with a new JWT", |mut client| async move {
-            client.get("key2", None).await
-        })
+        .get("get with a new JWT", "key2")
         .await
         .expect("get with a new JWT");
     let (oracle_token, candidate_token) = authenticate_both(&d, "alice", "alicepw").await;
@@ -2027,22 +1833,25 @@ async fn jwt_tokens() {
             "{payload}"
         );
     }
-    assert_stdout(&ctl_as(&mut d, ALICE, &["get", "key2"]).await, "v2");
-
-    // A JWT is checked by its signature: disabling authentication does not
-    // invalidate it, and the new auth revision does.
-    assert_ok(&ctl_as(&mut d, ROOT, &["auth", "disable"]).await);
-    let out = alice
-        .rpc("get with a JWT after disabling", |mut client| async move {
-            client.get("key2", None).await
-        })
-        .await;
-    assert_grpc_error(&out, tonic::Code::Unknown, old_revision);
-    d.ctl_steps(
-        NO_USER,
+    cases(
+        &mut d,
+        None,
         &[
-            (&["get", "key2"], Prints("v2")),
-            (&["auth", "enable"], Succeeds),
+            As(ALICE, &["get", "key2"], Prints("v2")),
+            // A JWT is checked by its signature: disabling authentication does not
+            // invalidate it, and the new auth revision does.
+            As(ROOT, &["auth", "disable"], Succeeds),
+        ],
+    )
+    .await;
+    let out = alice.get("get with a JWT after disabling", "key2").await;
+    assert_grpc_error(&out, tonic::Code::Unknown, old_revision);
+    cases(
+        &mut d,
+        None,
+        &[
+            Ctl(&["get", "key2"], Prints("v2")),
+            Ctl(&["auth", "enable"], Succeeds),
         ],
     )
     .await;
@@ -2053,10 +1862,7 @@ async fn jwt_tokens() {
         .await
         .expect("refresh");
     alice
-        .rpc(
-            "get with a JWT after re-enabling",
-            |mut client| async move { client.get("key2", None).await },
-        )
+        .get("get with a JWT after re-enabling", "key2")
         .await
         .expect("get");
 }
@@ -2285,16 +2091,11 @@ async fn client_certificate_common_name_is_the_user() {
 
     let clients = setup.clients("alice").await;
     clients
-        .rpc("get as the certificate's user", |mut client| async move {
-            client.get("key1", None).await
-        })
+        .get("get as the certificate's user", "key1")
         .await
         .expect("get");
     let out = clients
-        .rpc(
-            "denied get as the certificate's user",
-            |mut client| async move { client.get("key2", None).await },
-        )
+        .get("denied get as the certificate's user", "key2")
         .await;
     assert_grpc_error(&out, tonic::Code::PermissionDenied, denied);
     let clients = setup.clients("root").await;

@@ -22,6 +22,7 @@ use etcd_client::{
 use integration_tests::differential::{
     assert_fails, assert_grpc_error, assert_ok, assert_stdout, differential,
 };
+use integration_tests::etcdctl::txn_script;
 use integration_tests::Differential;
 
 /// Fixed lease id (etcdctl prints it as hex `1234`), so both servers agree on it.
@@ -56,22 +57,6 @@ async fn put_all(d: &mut Differential, pairs: &[(&str, &str)]) {
     for (key, value) in pairs {
         assert_ok(&d.ctl(&["put", key, value, "-w", "json"]).await);
     }
-}
-
-/// Input for non-interactive `etcdctl txn`: compares, success ops, failure
-/// ops, each section terminated by an empty line.
-fn txn_script(compares: &[&str], success: &[&str], failure: &[&str]) -> Vec<u8> {
-    [compares, success, failure]
-        .iter()
-        .map(|lines| {
-            lines
-                .iter()
-                .map(|line| format!("{line}\n"))
-                .collect::<String>()
-                + "\n"
-        })
-        .collect::<String>()
-        .into_bytes()
 }
 
 async fn client_get(

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use etcd_client::{Client, GetOptions, MemberAddOptions};
 use integration_tests::client::{connect, describe_error};
+use integration_tests::cluster::TRANSIENT_RECONFIG_ERRORS;
 use integration_tests::net::{allocate_ip, client_url, peer_url};
 use integration_tests::wait::retry_until;
 use integration_tests::writer::{write_until_stopped, Writes};
@@ -87,11 +88,6 @@ const UNKNOWN_MEMBER_ID: u64 = 0x1234_abcd;
 
 /// The etcd error for promoting a learner that has not caught up.
 const NOT_IN_SYNC: &str = "can only promote a learner member which is in sync with leader";
-/// Rejections that etcd gives before proposing anything, so retrying is safe.
-const TRANSIENT_RECONFIG_ERRORS: [&str; 2] = [
-    "etcdserver: unhealthy cluster",
-    "etcdserver: re-configuration failed due to not enough started members",
-];
 
 // ---------------------------------------------------------------------------
 // A member started outside the harness (the one `member add` adds).

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use etcd_client::{GetOptions, MemberAddOptions};
 use integration_tests::client::{connect, connect_with_timeout, describe, describe_error};
+use integration_tests::cluster::TRANSIENT_RECONFIG_ERRORS;
 use integration_tests::net::{allocate_ip, peer_url};
 use integration_tests::wait::{permanent, retry_until};
 use integration_tests::writer::{write_until_stopped, Writes};
@@ -65,11 +66,6 @@ const MOVE_LEADER_CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Deadline for a learner to be added (etcd refuses reconfiguration for a
 /// few seconds after start).
 const RECONFIG_TIMEOUT: Duration = Duration::from_secs(60);
-/// Rejections etcd gives before proposing anything; retried.
-const TRANSIENT_RECONFIG_ERRORS: [&str; 2] = [
-    "etcdserver: unhealthy cluster",
-    "etcdserver: re-configuration failed due to not enough started members",
-];
 /// How long the cluster is watched after a failed transfer: three default
 /// election timeouts, during which a leader whose heartbeats were left off
 /// would lose its followers.

@@ -50,6 +50,7 @@ use integration_tests::net::{
 };
 use integration_tests::pki::{self, Ca, CertFiles};
 use integration_tests::wait::retry_until;
+use integration_tests::writer::served;
 use integration_tests::{
     against_both, Binary, ClusterConfig, CtlOutput, Etcdctl, MemberFlags, Process, Server,
 };
@@ -667,16 +668,9 @@ async fn peer_tls_cluster_replicates_and_refuses_uncertified_peers(server: Serve
                             Some(GetOptions::new().with_prefix().with_serializable()),
                         )
                         .await?;
-                    let got: Vec<(String, String, i64)> = got
-                        .kvs()
-                        .iter()
-                        .map(|kv| {
-                            (
-                                String::from_utf8_lossy(kv.key()).into_owned(),
-                                String::from_utf8_lossy(kv.value()).into_owned(),
-                                kv.mod_revision(),
-                            )
-                        })
+                    let got: Vec<(String, String, i64)> = served(&got)
+                        .into_iter()
+                        .map(|(key, (value, revision))| (key, value, revision))
                         .collect();
                     ensure!(
                         got == expected,

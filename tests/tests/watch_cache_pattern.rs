@@ -41,6 +41,7 @@ use etcd_client::{
     Client, ConnectOptions, Event, EventType, GetOptions, GetResponse, KeyValue, WatchOptions,
     WatchResponse, WatchResponseStream,
 };
+use integration_tests::client::current_revision;
 use integration_tests::client::{connect, describe_error, CONNECT_TIMEOUT};
 use integration_tests::wait::retry_until;
 use integration_tests::watchlease::{
@@ -228,11 +229,6 @@ async fn list(client: &Client, prefix: &str) -> Result<GetResponse> {
         .clone()
         .get(prefix, Some(GetOptions::new().with_prefix()))
         .await?)
-}
-
-async fn current_revision(client: &Client) -> Result<i64> {
-    let response = client.clone().get("revision-probe", None).await?;
-    Ok(response.header().context("get without header")?.revision())
 }
 
 /// Creates [`INITIAL_OBJECTS`] objects under `prefix`.

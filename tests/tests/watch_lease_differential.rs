@@ -46,6 +46,7 @@ use etcd_client::{
     Client, Error, EventType, GetOptions, LeaseGrantOptions, LeaseTimeToLiveOptions, PutOptions,
     Txn, TxnOp, WatchFilterType, WatchOptions, WatchResponseStream,
 };
+use integration_tests::client::current_revision;
 use integration_tests::client::grpc_code;
 use integration_tests::differential::Side;
 use integration_tests::differential::{assert_fails, assert_ok, differential};
@@ -126,11 +127,6 @@ where
 
 fn same(d: &Differential, what: &str, oracle: &[String], candidate: &[String]) {
     assert_same(what, oracle, candidate, d.candidate.cluster.binary());
-}
-
-async fn current_revision(client: &Client) -> Result<i64> {
-    let response = client.clone().get("revision-probe", None).await?;
-    Ok(response.header().context("get without header")?.revision())
 }
 
 /// The keys under `prefix`, linearizably.

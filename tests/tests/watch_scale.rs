@@ -56,6 +56,7 @@ use anyhow::{bail, ensure, Context, Result};
 use etcd_client::{
     Client, EventType, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
 };
+use integration_tests::client::current_revision;
 use integration_tests::client::describe_error;
 use integration_tests::watchlease::{next_response, watch_connect};
 use integration_tests::{against_both, ClusterConfig, Server};
@@ -209,11 +210,6 @@ async fn write_load(
         );
     }
     Ok((all, latencies))
-}
-
-async fn current_revision(client: &Client) -> Result<i64> {
-    let response = client.clone().get("revision-probe", None).await?;
-    Ok(response.header().context("get without header")?.revision())
 }
 
 // ---------------------------------------------------------------------------
