@@ -31,7 +31,8 @@
 //!
 //! Every scenario runs against real etcd 3.5 (`etcd35::`) and the candidate
 //! (`candidate::`) with the same assertions. The members are started by this
-//! file (the harness's [`integration_tests::Cluster`] only speaks http).
+//! file (the harness's [`integration_tests::Cluster`] only speaks http) with
+//! the harness's [`Process`], [`MemberFlags`] and [`pki`] certificates.
 //!
 //! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test tls`
 //! (`STORE_BIN=/opt/etcd-3.5/etcd` runs both modules against etcd).
