@@ -19,7 +19,7 @@ use anyhow::{bail, ensure, Context, Result};
 use etcd_client::{Client, ConnectOptions};
 
 use crate::binary::Binary;
-use crate::client::{describe, CONNECT_TIMEOUT, REQUEST_TIMEOUT};
+use crate::client::{describe, get_op, CONNECT_TIMEOUT, REQUEST_TIMEOUT};
 use crate::differential::{same_text, Differential};
 use crate::etcdctl::CtlOutput;
 
@@ -116,11 +116,7 @@ impl UserClients {
         what: &str,
         key: &str,
     ) -> Result<etcd_client::GetResponse, etcd_client::Error> {
-        self.rpc(what, |mut client| {
-            let key = key.to_string();
-            async move { client.get(key, None).await }
-        })
-        .await
+        self.rpc(what, get_op(key)).await
     }
 
     /// Runs `op` with the oracle's client, then with the candidate's, and

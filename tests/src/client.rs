@@ -7,10 +7,12 @@
 //! instance-specific ids, so results from two servers compare with `==`.
 
 use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use etcd_client::{Client, ConnectOptions, StatusResponse, TlsOptions};
+use etcd_client::{Client, ConnectOptions, GetResponse, StatusResponse, TlsOptions};
 
 use crate::normalize::normalize;
 
@@ -60,6 +62,20 @@ pub async fn check_serving(client: &mut Client) -> Result<StatusResponse> {
     ensure!(status.leader() != 0, "no leader yet");
     client.get(HEALTH_KEY, None).await?;
     Ok(status)
+}
+
+/// A future of an etcd-client call, as the operations of the oracle's rpc
+/// steps return them.
+pub type Call<T> = Pin<Box<dyn Future<Output = Result<T, etcd_client::Error>> + Send>>;
+
+/// `get(key)` as an operation for the oracle's rpc steps
+/// ([`crate::Differential::rpc`], [`crate::auth::UserClients::rpc`]).
+pub fn get_op(key: &str) -> impl Fn(Client) -> Call<GetResponse> {
+    let key = key.to_string();
+    move |mut client| {
+        let key = key.clone();
+        Box::pin(async move { client.get(key, None).await })
+    }
 }
 
 /// The store's current revision (the header of a read of a key that is

@@ -30,7 +30,7 @@ use etcd_client::Client;
 use regex::Regex;
 
 use crate::binary::Binary;
-use crate::client::{connect, describe, grpc_code};
+use crate::client::{connect, describe, get_op, grpc_code};
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::etcdctl::{CtlOutput, Etcdctl};
 use crate::watchlease::{assert_same, ctl_lines};
@@ -193,11 +193,7 @@ impl Differential {
         what: &str,
         key: &str,
     ) -> Result<etcd_client::GetResponse, etcd_client::Error> {
-        self.rpc(what, |mut client| {
-            let key = key.to_string();
-            async move { client.get(key, None).await }
-        })
-        .await
+        self.rpc(what, get_op(key)).await
     }
 
     /// Panics with the first differing line and (bounded) excerpts of both results.

@@ -135,7 +135,10 @@ impl Etcdctl {
         })
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// `etcdctl --endpoints=... --command-timeout=... --dial-timeout=... <args>`
+    /// with a clean environment (only `ETCDCTL_API=3`), piped standard
+    /// streams, killed if dropped.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.binary.path);
         command
             .env_clear()

@@ -35,7 +35,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use crate::binary::Binary;
 use crate::client::connect_with_timeout;
-use crate::etcdctl::{CtlOutput, COMMAND_TIMEOUT, DIAL_TIMEOUT};
+use crate::etcdctl::{CtlOutput, Etcdctl};
 
 /// etcd's flag for the interval of periodic watch progress notifications.
 pub const PROGRESS_NOTIFY_INTERVAL_FLAG: &str = "--experimental-watch-progress-notify-interval";
@@ -115,17 +115,9 @@ impl CtlProcess {
     /// and clean environment as [`crate::Etcdctl`].
     pub fn spawn(ctl: &Binary, endpoints: &[String], args: &[&str]) -> Result<Self> {
         let what = format!("etcdctl {args:?}");
-        let mut child = Command::new(&ctl.path)
-            .env_clear()
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", endpoints.join(",")))
-            .arg(format!("--command-timeout={}s", COMMAND_TIMEOUT.as_secs()))
-            .arg(format!("--dial-timeout={}s", DIAL_TIMEOUT.as_secs()))
-            .args(args)
+        let mut child = Etcdctl::new(ctl.clone(), endpoints.to_vec())
+            .command(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("spawning {what}"))?;
         let stdout = Arc::new(Mutex::new(Vec::new()));

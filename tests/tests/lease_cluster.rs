@@ -415,6 +415,22 @@ async fn time_to_live(cluster: &Cluster, i: usize, lease: i64) -> Result<i64> {
     .await
 }
 
+/// A `prev_kv` watch of `prefix` on every member (see [`WatchRecorder::open`]).
+async fn watch_every_member(cluster: &Cluster, prefix: &str) -> Result<Vec<Option<WatchRecorder>>> {
+    let mut watchers = Vec::new();
+    for i in 0..cluster.size() {
+        let recorder = WatchRecorder::open(
+            &format!("watch on member {i}"),
+            &cluster.endpoint(i),
+            prefix,
+            None,
+        )
+        .await?;
+        watchers.push(Some(recorder));
+    }
+    Ok(watchers)
+}
+
 // ---------------------------------------------------------------------------
 // Scenario a: expiry across a leader kill.
 // ---------------------------------------------------------------------------
@@ -427,17 +443,7 @@ async fn lease_with_keys_expires_once_across_a_leader_kill(server: Server) {
         let follower = (0..MEMBERS).find(|&i| i != leader).context("no follower")?;
         // A watcher on every member: whichever member leads at the kill, the
         // two others survive with their watchers.
-        let mut watchers: Vec<Option<WatchRecorder>> = Vec::new();
-        for i in 0..MEMBERS {
-            let recorder = WatchRecorder::open(
-                &format!("watch on member {i}"),
-                &cluster.endpoint(i),
-                prefix,
-                None,
-            )
-            .await?;
-            watchers.push(Some(recorder));
-        }
+        let mut watchers = watch_every_member(&cluster, prefix).await?;
 
         let mut leader_client = cluster.client(leader).await?;
         let mut follower_client = cluster.client(follower).await?;
@@ -757,17 +763,7 @@ async fn keep_alive_through_a_leader_kill_keeps_the_lease(server: Server) {
         let follower = (0..MEMBERS).find(|&i| i != leader).context("no follower")?;
         // A watcher on every member: whichever member leads at the kill, the
         // two others survive with their watchers.
-        let mut watchers: Vec<Option<WatchRecorder>> = Vec::new();
-        for i in 0..MEMBERS {
-            let recorder = WatchRecorder::open(
-                &format!("watch on member {i}"),
-                &cluster.endpoint(i),
-                prefix,
-                None,
-            )
-            .await?;
-            watchers.push(Some(recorder));
-        }
+        let mut watchers = watch_every_member(&cluster, prefix).await?;
 
         let client = connect(&[cluster.endpoint(follower)]).await?;
         let grant = client

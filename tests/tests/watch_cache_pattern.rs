@@ -39,7 +39,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use etcd_client::{
     Client, ConnectOptions, Event, EventType, GetOptions, GetResponse, KeyValue, WatchOptions,
-    WatchResponse, WatchResponseStream,
+    WatchRequestSender, WatchResponse, WatchResponseStream,
 };
 use integration_tests::client::current_revision;
 use integration_tests::client::{connect, describe_error, CONNECT_TIMEOUT};
@@ -242,6 +242,28 @@ async fn seed(client: &Client, prefix: &str) -> Result<()> {
     Ok(())
 }
 
+/// Seeds `prefix` and lists it: the cache kube-apiserver starts from.
+async fn seeded_cache(client: &Client, prefix: &str) -> Result<Cache> {
+    seed(client, prefix).await?;
+    Cache::from_list(&list(client, prefix).await?)
+}
+
+/// kube-apiserver's watch of `prefix` from `start_revision` on a new
+/// connection to `endpoints` (the client must live as long as the stream).
+async fn open_kube_watch(
+    endpoints: &[String],
+    prefix: &str,
+    start_revision: i64,
+) -> Result<(Client, WatchRequestSender, WatchResponseStream)> {
+    let client = watch_connect(endpoints).await?;
+    let (sender, stream) = client
+        .watch_client()
+        .watch(prefix, Some(kube_watch(start_revision)))
+        .await?
+        .split();
+    Ok((client, sender, stream))
+}
+
 /// The created response of a new watch; anything else first is an error.
 async fn expect_created(stream: &mut WatchResponseStream) -> Result<WatchResponse> {
     let response = next_response(stream, RESPONSE_TIMEOUT)
@@ -386,15 +408,9 @@ async fn progress_notify_on_an_idle_prefix_watch(server: Server) {
     let run = async {
         let client = cluster.client(0).await?;
         let prefix = "/registry/pods/";
-        seed(&client, prefix).await?;
-        let listed = list(&client, prefix).await?;
-        let mut cache = Cache::from_list(&listed)?;
-        let watch_client = watch_connect(&cluster.endpoints()).await?;
-        let (mut sender, mut stream) = watch_client
-            .watch_client()
-            .watch(prefix, Some(kube_watch(cache.revision + 1)))
-            .await?
-            .split();
+        let mut cache = seeded_cache(&client, prefix).await?;
+        let (_watch_client, mut sender, mut stream) =
+            open_kube_watch(&cluster.endpoints(), prefix, cache.revision + 1).await?;
         let created = expect_created(&mut stream).await?;
         let notified_id = created.watch_id();
         // A second watcher on the same stream without progress_notify.
@@ -537,15 +553,9 @@ async fn request_progress_under_write_load(server: Server) {
     let run = async {
         let client = cluster.client(0).await?;
         let prefix = "/registry/leases/";
-        seed(&client, prefix).await?;
-        let listed = list(&client, prefix).await?;
-        let mut cache = Cache::from_list(&listed)?;
-        let watch_client = watch_connect(&cluster.endpoints()).await?;
-        let (mut sender, mut stream) = watch_client
-            .watch_client()
-            .watch(prefix, Some(kube_watch(cache.revision + 1)))
-            .await?
-            .split();
+        let mut cache = seeded_cache(&client, prefix).await?;
+        let (_watch_client, mut sender, mut stream) =
+            open_kube_watch(&cluster.endpoints(), prefix, cache.revision + 1).await?;
         let watch_id = expect_created(&mut stream).await?.watch_id();
 
         let done = Arc::new(AtomicBool::new(false));
@@ -746,17 +756,11 @@ async fn resume_on_another_member_after_a_stream_break(server: Server) {
     let run = async {
         let writer_client = cluster.client_all().await?;
         let prefix = "/registry/configmaps/";
-        seed(&writer_client, prefix).await?;
-        let listed = list(&writer_client, prefix).await?;
-        let mut cache = Cache::from_list(&listed)?;
+        let mut cache = seeded_cache(&writer_client, prefix).await?;
 
         // Watch on member 0 and start the load.
-        let client_a = watch_connect(&[cluster.endpoint(0)]).await?;
-        let (sender_a, mut stream_a) = client_a
-            .watch_client()
-            .watch(prefix, Some(kube_watch(cache.revision + 1)))
-            .await?
-            .split();
+        let (client_a, sender_a, mut stream_a) =
+            open_kube_watch(&[cluster.endpoint(0)], prefix, cache.revision + 1).await?;
         expect_created(&mut stream_a).await?;
         let done = Arc::new(AtomicBool::new(false));
         let load = tokio::spawn(write_load(
