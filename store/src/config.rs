@@ -12,11 +12,13 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::duration::parse_go_duration;
+use crate::identity::member_id;
 use crate::limits::{
     DEFAULT_ELECTION_TIMEOUT_MS, DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_TXN_OPS, DEFAULT_QUOTA_BACKEND_BYTES, DEFAULT_SNAPSHOT_COUNT,
 };
-use crate::raft::types::{member_id, MemberInfo, NodeId};
+use crate::raft::types::{MemberInfo, NodeId};
 
 /// A member's configuration (etcd's flags).
 #[derive(Debug, Clone, Parser)]
@@ -300,39 +302,6 @@ pub fn listen_addrs(flag: &'static str, list: &str) -> Result<Vec<ListenAddr>, C
     Ok(out)
 }
 
-/// Parses a Go duration ("10m", "1s", "1m30s", "250ms").
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or(format!("missing unit in {s:?}"))?;
-        let value: f64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            other => return Err(format!("unknown unit {other:?} in duration {s:?}")),
-        };
-        total += Duration::from_secs_f64(value * seconds);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
-}
-
 impl Config {
     /// Client TLS files.
     pub fn client_tls(&self) -> crate::tls::TlsFiles {
@@ -357,7 +326,7 @@ impl Config {
     /// `--experimental-watch-progress-notify-interval` as a duration.
     pub fn progress_notify_interval(&self) -> Result<Duration, ConfigError> {
         let d = parse_go_duration(&self.experimental_watch_progress_notify_interval)
-            .map_err(ConfigError::Invalid)?;
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if d.is_zero() {
             return Err(ConfigError::Invalid(
                 "--experimental-watch-progress-notify-interval must be > 0".into(),

@@ -245,6 +245,12 @@ impl EtcdError {
         }
     }
 
+    /// grpc-go's `status.Error(...).Error()` text for this error, as etcd
+    /// puts it in a refused watch's `cancel_reason`.
+    pub fn grpc_error_text(self) -> String {
+        format!("rpc error: code = {:?} desc = {self}", self.code())
+    }
+
     /// The status sent on the wire: etcd's code and byte-exact message.
     pub fn to_status(self) -> tonic::Status {
         tonic::Status::new(self.code(), self.to_string())
@@ -255,6 +261,18 @@ impl From<EtcdError> for tonic::Status {
     fn from(e: EtcdError) -> Self {
         e.to_status()
     }
+}
+
+/// etcd's watch cancel reasons that are mvcc's own texts rather than gRPC
+/// errors, byte for byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WatchCancelReason {
+    /// A client-chosen watch id already in use on the stream.
+    #[error("mvcc: duplicate watch ID provided on the WatchStream")]
+    DuplicateId,
+    /// `range_end` at or before `key`.
+    #[error("mvcc: watcher range is empty")]
+    EmptyRange,
 }
 
 /// grpc-go's text for a message over the server's receive limit. etcd sets
@@ -270,6 +288,18 @@ pub fn grpc_message_too_large(found_bytes: usize, limit_bytes: usize) -> tonic::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cancel_reasons_read_like_grpc_go_errors() {
+        assert_eq!(
+            EtcdError::PermissionDenied.grpc_error_text(),
+            "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
+        );
+        assert_eq!(
+            EtcdError::InvalidAuthToken.grpc_error_text(),
+            "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"
+        );
+    }
 
     #[test]
     fn messages_and_codes_match_etcd() {

@@ -11,10 +11,14 @@
 
 #![deny(missing_docs)]
 
+pub mod alarm;
 pub mod auth;
+pub mod codec;
 pub mod config;
+pub mod duration;
 pub mod engine;
 pub mod errors;
+pub mod identity;
 pub mod kv;
 pub mod lease;
 pub mod limits;

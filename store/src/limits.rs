@@ -1,7 +1,32 @@
-//! Every bound the store enforces, with its unit and why it has that value.
+//! The store's bounds, with their units and why they have their values.
 //!
 //! Defaults that clients can observe are etcd 3.5's; internal bounds keep
 //! memory and work per step finite (nothing in the store is unbounded).
+//!
+//! This file holds the etcd defaults behind flags and the bounds more than
+//! one module uses. A bound that belongs to one module is a named constant
+//! in that module, next to the code it bounds, documented the same way:
+//!
+//! | module | bounds |
+//! | --- | --- |
+//! | `lease` | `MAX_LEASE_TTL_SECONDS` |
+//! | `watch::hub` | `WATCH_RING_REVISIONS` |
+//! | `mvcc::compactor` | `COMPACTOR_QUEUE` |
+//! | `engine::rocks` | `WRITE_BUFFER_BYTES` |
+//! | `raft::network` | `MAX_PEER_MESSAGE_BYTES` |
+//! | `raft::elections` | `CAMPAIGN_RETRY_HEARTBEATS` |
+//! | `auth::token` | `SIMPLE_TOKEN_PREFIX_LEN`, `DEFAULT_SIMPLE_TOKEN_TTL`, `DEFAULT_JWT_TTL`, `SIMPLE_TOKEN_SWEEP_AT` |
+//! | `tls` | `HANDSHAKE_TIMEOUT`, `ACCEPT_QUEUE` |
+//! | `member` | `JOIN_CLUSTER_ID_WAIT`, `JOIN_RETRY_PAUSE`, `PUBLISH_RETRY_MS` |
+//! | `server::core` | `LEARNER_READY_PERCENT`, `LEADER_RETRY_PAUSE_MS` |
+//! | `raft::read_index` | `READ_INDEX_QUEUE` |
+//! | `server::kv` | `KV_OVERHEAD_BYTES` |
+//! | `server::lease` | `EXPIRY_CHECK_INTERVAL`, `MAX_REVOKES_PER_CHECK`, `KEEPALIVE_OUTPUT_QUEUE`, `LEASE_OVERHEAD_BYTES` |
+//! | `server::watch` | `STREAM_OUTPUT_QUEUE`, `DEFAULT_PROGRESS_NOTIFY_INTERVAL`, `CATCH_UP_EVENTS_PER_STEP`, `NO_LEADER_ELECTION_TIMEOUTS` |
+//! | `server::cluster` | `MAX_LEARNERS` |
+//! | `server::auth` | `AUTHENTICATE_ATTEMPTS` |
+//! | `server::maintenance` | `SNAPSHOT_STREAM_CHUNK_BYTES` |
+//! | `server::transfer` | `TRANSFER_TIMEOUT_ELECTION_TIMEOUTS`, `HOLD_MARGIN_ELECTION_TIMEOUTS`, `MAX_PEER_REQUEST_ELECTION_TIMEOUTS` |
 
 /// Default `--max-request-bytes`: etcd's `DefaultMaxRequestBytes` (1.5 MiB).
 /// Writes larger than this are refused with "etcdserver: request is too large".

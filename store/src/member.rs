@@ -32,40 +32,41 @@ use etcd_proto::etcdserverpb::lease_server::LeaseServer;
 use etcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use etcd_proto::etcdserverpb::watch_server::WatchServer;
 use etcd_proto::storepeer::raft_peer_server::RaftPeerServer;
-use etcd_proto::storepeer::RaftMessage;
 use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::auth::service::AuthService;
 use crate::auth::{AuthStore, TokenProvider};
 use crate::config::{listen_addrs, split_urls, Config, ListenAddr};
 use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, Table, WriteBatch};
-use crate::lease::service::{spawn_lease_tasks, LeaseService};
+use crate::identity::cluster_id;
 use crate::lease::Lessor;
 use crate::limits::{
     GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, MAX_SEND_BYTES, PEER_RPC_TIMEOUT_MS,
     REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES, SNAPSHOT_CHUNK_BYTES,
     TRANSPORT_MAX_DECODE_BYTES,
 };
+use crate::mvcc::compactor::spawn_compactor;
 use crate::mvcc::MvccStore;
-use crate::raft::codec;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{peer_client, PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
-use crate::raft::peer_service::PeerService;
-use crate::raft::state_machine::{reload_lessor, spawn_compactor, StateMachine};
-use crate::raft::types::cluster_id;
+use crate::raft::state_machine::StateMachine;
 use crate::raft::types::MemberAttributes;
-use crate::raft::{Command, MemberInfo, NodeId, Raft};
+use crate::raft::{MemberInfo, NodeId, Raft};
+use crate::server::auth::AuthService;
 use crate::server::cluster::ClusterService;
-use crate::server::core::{Core, CoreConfig, ForwardError, LeaderReply, LeaderRequest};
+use crate::server::core::{Core, CoreConfig};
+use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
 use crate::server::http;
 use crate::server::kv::KvService;
+use crate::server::lease::{spawn_lease_tasks, LeaseService};
 use crate::server::maintenance::MaintenanceService;
+use crate::server::peer::PeerService;
+use crate::server::watch::WatchService;
 use crate::tls::{TlsFiles, TlsListener};
-use crate::watch::{WatchHub, WatchService};
+use crate::watch::WatchHub;
 
 const KEY_MEMBER_ID: &[u8] = b"identity/member_id";
 const KEY_CLUSTER_ID: &[u8] = b"identity/cluster_id";
@@ -161,16 +162,12 @@ async fn fetch_cluster_id(
                 continue;
             };
             let mut client = peer_client(channel);
-            let mut req = tonic::Request::new(RaftMessage {
-                payload: codec::encode(&LeaderRequest::ClusterId),
-            });
+            let mut req = tonic::Request::new(encode_request(&LeaderRequest::ClusterId));
             req.set_timeout(Duration::from_millis(PEER_RPC_TIMEOUT_MS));
             let Ok(reply) = client.forward(req).await else {
                 continue;
             };
-            let decoded: Result<Result<LeaderReply, ForwardError>, _> =
-                codec::decode(&reply.into_inner().payload);
-            if let Ok(Ok(LeaderReply::ClusterId(cid))) = decoded {
+            if let Ok(LeaderReply::ClusterId(cid)) = decode_reply(&reply.into_inner().payload) {
                 return Ok(cid);
             }
         }
@@ -210,7 +207,11 @@ struct Bound {
     tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-async fn bind_all(addrs: &[ListenAddr], tls: &TlsFiles, side: &str) -> anyhow::Result<Vec<Bound>> {
+async fn bind_all(
+    addrs: &[ListenAddr],
+    tls: &TlsFiles,
+    side: &'static str,
+) -> anyhow::Result<Vec<Bound>> {
     let mut out = Vec::new();
     for (a, https) in addrs {
         let tls = if *https {
@@ -258,7 +259,7 @@ impl Member {
         let hub = WatchHub::new();
         let election_timeout = Duration::from_millis(config.election_timeout);
         let lessor = Arc::new(Lessor::new(election_timeout));
-        reload_lessor(&mvcc, &lessor)?;
+        lessor.reload_from_store(&mvcc)?;
         let tokens = TokenProvider::from_flag(
             &config.auth_token,
             Duration::from_secs(config.auth_token_ttl),
@@ -432,7 +433,7 @@ fn spawn_publish(core: Arc<Core>, attrs: MemberAttributes, mut stop: watch::Rece
     tokio::spawn(async move {
         loop {
             tokio::select! {
-                result = core.propose(Command::PublishMember(attrs.clone())) => match result {
+                result = core.publish_member(attrs.clone()) => match result {
                     Ok(_) => return,
                     Err(e) => tracing::debug!(error = %e, "publishing member attributes"),
                 },

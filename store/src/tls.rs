@@ -51,32 +51,103 @@ pub struct TlsFiles {
 
 /// TLS configuration problems.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TlsError(pub String);
+pub enum TlsError {
+    /// A PEM file cannot be read or parsed.
+    #[error("{what} {path}: {source}")]
+    Pem {
+        /// What was read ("read certificates", "read private key", ...).
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A file cannot be read.
+    #[error("read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A certificate file holds no certificate.
+    #[error("no certificate in {0}")]
+    NoCertificate(String),
+    /// A trusted CA certificate is not usable as a root.
+    #[error("trusted CA {path}: {source}")]
+    TrustedCa {
+        /// The file.
+        path: String,
+        /// Why.
+        source: rustls::Error,
+    },
+    /// An https URL without certificate and key (etcd's message).
+    #[error("TLS key/cert ({side}cert-file, {side}key-file) must be provided for {side}url with HTTPS scheme")]
+    MissingCertificate {
+        /// "--" or "--peer-".
+        side: &'static str,
+    },
+    /// `--client-cert-auth` without a CA to verify against.
+    #[error("{side}client-cert-auth needs {side}trusted-ca-file")]
+    ClientCertAuthNeedsCa {
+        /// "--" or "--peer-".
+        side: &'static str,
+    },
+    /// The certificate and key do not form a usable identity.
+    #[error("certificate {cert} and key {key}: {source}")]
+    Identity {
+        /// The certificate file.
+        cert: String,
+        /// The key file.
+        key: String,
+        /// Why.
+        source: rustls::Error,
+    },
+    /// rustls refused the configuration.
+    #[error(transparent)]
+    Rustls(#[from] rustls::Error),
+    /// The client certificate verifier cannot be built.
+    #[error(transparent)]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+}
+
+fn pem_error(
+    what: &'static str,
+    path: &Path,
+) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError {
+    let path = path.display().to_string();
+    move |source| TlsError::Pem { what, path, source }
+}
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| TlsError(format!("read certificates {}: {e}", path.display())))?
+        .map_err(pem_error("read certificates", path))?
         .collect();
-    let certs =
-        certs.map_err(|e| TlsError(format!("parse certificates {}: {e}", path.display())))?;
+    let certs = certs.map_err(pem_error("parse certificates", path))?;
     if certs.is_empty() {
-        return Err(TlsError(format!("no certificate in {}", path.display())));
+        return Err(TlsError::NoCertificate(path.display().to_string()));
     }
     Ok(certs)
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| TlsError(format!("read private key {}: {e}", path.display())))
+    PrivateKeyDer::from_pem_file(path).map_err(pem_error("read private key", path))
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let mut store = RootCertStore::empty();
     for cert in read_certs(path)? {
-        store
-            .add(cert)
-            .map_err(|e| TlsError(format!("trusted CA {}: {e}", path.display())))?;
+        store.add(cert).map_err(|source| TlsError::TrustedCa {
+            path: path.display().to_string(),
+            source,
+        })?;
     }
     Ok(store)
 }
@@ -91,47 +162,39 @@ impl TlsFiles {
         self.cert.is_some()
     }
 
-    fn cert_and_key(&self, side: &str) -> Result<(&Path, &Path), TlsError> {
+    fn cert_and_key(&self, side: &'static str) -> Result<(&Path, &Path), TlsError> {
         match (&self.cert, &self.key) {
             (Some(c), Some(k)) => Ok((c, k)),
-            _ => Err(TlsError(format!(
-                "TLS key/cert ({side}cert-file, {side}key-file) must be provided for {side}url with HTTPS scheme"
-            ))),
+            _ => Err(TlsError::MissingCertificate { side }),
         }
     }
 
     /// The rustls server configuration (`side` is "--" or "--peer-" for
     /// error messages).
-    pub fn server_config(&self, side: &str) -> Result<Arc<ServerConfig>, TlsError> {
+    pub fn server_config(&self, side: &'static str) -> Result<Arc<ServerConfig>, TlsError> {
         let (cert, key) = self.cert_and_key(side)?;
         let builder = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError(e.to_string()))?;
+            .with_safe_default_protocol_versions()?;
         // As etcd 3.5: a trusted CA file alone already makes client
         // certificates mandatory (`TrustedCAFile != "" || ClientCertAuth`).
         let builder = match (&self.trusted_ca, self.client_cert_auth) {
             (Some(ca), _) => {
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
-                        .build()
-                        .map_err(|e| TlsError(e.to_string()))?;
+                        .build()?;
                 builder.with_client_cert_verifier(verifier)
             }
             (None, true) => {
-                return Err(TlsError(format!(
-                    "{side}client-cert-auth needs {side}trusted-ca-file"
-                )));
+                return Err(TlsError::ClientCertAuthNeedsCa { side });
             }
             (None, false) => builder.with_no_client_auth(),
         };
         let mut config = builder
             .with_single_cert(read_certs(cert)?, read_key(key)?)
-            .map_err(|e| {
-                TlsError(format!(
-                    "certificate {} and key {}: {e}",
-                    cert.display(),
-                    key.display()
-                ))
+            .map_err(|source| TlsError::Identity {
+                cert: cert.display().to_string(),
+                key: key.display().to_string(),
+                source,
             })?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
@@ -140,8 +203,7 @@ impl TlsFiles {
     /// tonic's server TLS settings (peer port).
     pub fn tonic_server(&self) -> Result<tonic::transport::ServerTlsConfig, TlsError> {
         let (cert, key) = self.cert_and_key("--peer-")?;
-        let read =
-            |p: &Path| std::fs::read(p).map_err(|e| TlsError(format!("read {}: {e}", p.display())));
+        let read = read_file;
         let mut config = tonic::transport::ServerTlsConfig::new().identity(
             tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
         );
@@ -155,8 +217,7 @@ impl TlsFiles {
 
     /// tonic's client TLS settings (dialing peers).
     pub fn tonic_client(&self) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
-        let read =
-            |p: &Path| std::fs::read(p).map_err(|e| TlsError(format!("read {}: {e}", p.display())));
+        let read = read_file;
         let mut config = tonic::transport::ClientTlsConfig::new();
         if let Some(ca) = &self.trusted_ca {
             config = config.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));

@@ -8,9 +8,10 @@ use openraft::StorageError;
 use store::engine::memory::MemoryEngine;
 use store::engine::rocks::RocksEngine;
 use store::engine::Engine;
+use store::mvcc::compactor::spawn_compactor;
 use store::mvcc::MvccStore;
 use store::raft::log_store::LogStore;
-use store::raft::state_machine::{spawn_compactor, StateMachine};
+use store::raft::state_machine::StateMachine;
 use store::raft::{NodeId, TypeConfig};
 
 struct Builder {

@@ -5,7 +5,8 @@
 //! - [`state`]: the replicated auth state and etcd's rules for changing it;
 //! - [`perm`]: key-range permission coverage;
 //! - [`token`]: simple and JWT tokens;
-//! - [`service`]: the `etcdserverpb.Auth` gRPC service.
+//!
+//! The `etcdserverpb.Auth` gRPC service is `crate::server::auth`.
 //!
 //! Where checks happen (as in etcd):
 //! - Writes (Put, DeleteRange, Txn, LeaseRevoke) and auth changes carry the
@@ -26,20 +27,18 @@
 //! same batch as the entry's applied id) and cached in memory.
 
 pub mod perm;
-pub mod service;
 pub mod state;
 pub mod token;
 
 use std::sync::{RwLock, RwLockReadGuard};
 
 use etcd_proto::etcdserverpb::request_op::Request as Op;
-use etcd_proto::etcdserverpb::TxnRequest;
+use etcd_proto::etcdserverpb::{DeleteRangeRequest, PutRequest, TxnRequest};
 
+use crate::codec;
 use crate::engine::{EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::lease::Lessor;
-use crate::raft::codec;
-use crate::raft::Command;
 pub use perm::Access;
 pub use state::{AuthCommand, AuthInfo, AuthState};
 pub use token::TokenProvider;
@@ -90,7 +89,7 @@ impl AuthStore {
     pub fn load(&self, engine: &dyn EngineRead) -> Result<(), EngineError> {
         let state = match engine.get(Table::Meta, AUTH_STATE_KEY)? {
             Some(bytes) => codec::decode(&bytes)
-                .map_err(|e| EngineError(format!("corrupt auth state: {e}")))?,
+                .map_err(|e| EngineError::corrupt(format!("auth state: {e}")))?,
             None => AuthState::default(),
         };
         *self.state.write().expect("auth lock") = state;
@@ -192,39 +191,70 @@ impl AuthStore {
         }
     }
 
-    /// Checks a write command sent by `info` against the applied state
-    /// (called by the state machine before applying it).
-    pub fn check_command(
+    /// etcd's checks of a Put sent by `info` against the applied state
+    /// (called by the state machine before applying it): write access to
+    /// the key and to every key already on its lease, read access with
+    /// `prev_kv`.
+    pub fn check_put(
         &self,
         info: &AuthInfo,
-        cmd: &Command,
+        r: &PutRequest,
         lessor: &Lessor,
     ) -> Result<(), EtcdError> {
         let state = self.state();
-        if !state.enabled && info.revision == 0 {
+        if skips_checks(&state, info) {
             return Ok(());
         }
-        match cmd {
-            Command::Put(r) => {
-                state.check_keys(info, Access::Write, &r.key, &[])?;
-                check_lease_keys(&state, info, lessor, r.lease)?;
-                if r.prev_kv {
-                    state.check_keys(info, Access::Read, &r.key, &[])?;
-                }
-                Ok(())
-            }
-            Command::DeleteRange(r) => {
-                state.check_keys(info, Access::Write, &r.key, &r.range_end)?;
-                if r.prev_kv {
-                    state.check_keys(info, Access::Read, &r.key, &r.range_end)?;
-                }
-                Ok(())
-            }
-            Command::Txn(r) => check_txn(&state, info, r),
-            Command::LeaseRevoke(r) => check_lease_keys(&state, info, lessor, r.id),
-            _ => Ok(()),
+        state.check_keys(info, Access::Write, &r.key, &[])?;
+        check_lease_keys(&state, info, lessor, r.lease)?;
+        if r.prev_kv {
+            state.check_keys(info, Access::Read, &r.key, &[])?;
         }
+        Ok(())
     }
+
+    /// etcd's checks of a DeleteRange: write access to the range, read
+    /// access with `prev_kv`.
+    pub fn check_delete_range(
+        &self,
+        info: &AuthInfo,
+        r: &DeleteRangeRequest,
+    ) -> Result<(), EtcdError> {
+        let state = self.state();
+        if skips_checks(&state, info) {
+            return Ok(());
+        }
+        state.check_keys(info, Access::Write, &r.key, &r.range_end)?;
+        if r.prev_kv {
+            state.check_keys(info, Access::Read, &r.key, &r.range_end)?;
+        }
+        Ok(())
+    }
+
+    /// etcd's checks of a writing Txn (see [`check_txn`]).
+    pub fn check_txn(&self, info: &AuthInfo, r: &TxnRequest) -> Result<(), EtcdError> {
+        check_txn(&self.state(), info, r)
+    }
+
+    /// etcd's checks of a LeaseRevoke: write access to every key on it.
+    pub fn check_lease_revoke(
+        &self,
+        info: &AuthInfo,
+        lease: i64,
+        lessor: &Lessor,
+    ) -> Result<(), EtcdError> {
+        let state = self.state();
+        if skips_checks(&state, info) {
+            return Ok(());
+        }
+        check_lease_keys(&state, info, lessor, lease)
+    }
+}
+
+/// While auth is disabled, a request that carries no credentials is not
+/// checked (one with credentials still is: a stale revision is refused).
+fn skips_checks(state: &AuthState, info: &AuthInfo) -> bool {
+    !state.enabled && info.revision == 0
 }
 
 /// A prepared auth change, installed after its batch is written.
@@ -255,7 +285,7 @@ fn check_lease_keys(
 /// etcd's `checkTxnAuth`: every compare needs read access; the operations
 /// of both branches (taken or not) need theirs.
 pub fn check_txn(state: &AuthState, info: &AuthInfo, txn: &TxnRequest) -> Result<(), EtcdError> {
-    if !state.enabled && info.revision == 0 {
+    if skips_checks(state, info) {
         return Ok(());
     }
     for c in &txn.compare {

@@ -25,7 +25,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::config::parse_go_duration;
+use crate::duration::{parse_go_duration, DurationError};
 use crate::errors::EtcdError;
 
 /// Letters in a simple token's random prefix (etcd: 16).
@@ -155,8 +155,37 @@ pub enum TokenProvider {
 
 /// A malformed `--auth-token` value.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid --auth-token: {0}")]
-pub struct TokenConfigError(pub String);
+pub enum TokenConfigError {
+    /// Neither `simple` nor `jwt`.
+    #[error("invalid --auth-token: unknown token type {0:?}")]
+    UnknownType(String),
+    /// A `sign-method` jsonwebtoken does not offer.
+    #[error("invalid --auth-token: unsupported sign-method {0:?}")]
+    SignMethod(String),
+    /// An option without `=`.
+    #[error("invalid --auth-token: option {0:?} is not key=value")]
+    NotKeyValue(String),
+    /// An option jwt does not take.
+    #[error("invalid --auth-token: unknown jwt option {0:?}")]
+    UnknownOption(String),
+    /// A required option is missing.
+    #[error("invalid --auth-token: {0}")]
+    Missing(&'static str),
+    /// `ttl=` does not parse.
+    #[error("invalid --auth-token: ttl: {0}")]
+    Ttl(#[from] DurationError),
+    /// A key file cannot be read.
+    #[error("invalid --auth-token: {path}: {source}")]
+    ReadKey {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A key file does not hold a key of the sign method's kind.
+    #[error("invalid --auth-token: {0}")]
+    Key(#[from] jsonwebtoken::errors::Error),
+}
 
 impl TokenProvider {
     /// Parses `--auth-token` (`simple` or `jwt,key=value,...`).
@@ -165,7 +194,7 @@ impl TokenProvider {
         match parts.next().unwrap_or("") {
             "simple" | "" => Ok(TokenProvider::Simple(SimpleTokens::new(simple_ttl))),
             "jwt" => Ok(TokenProvider::Jwt(Jwt::from_options(parts)?)),
-            other => Err(TokenConfigError(format!("unknown token type {other:?}"))),
+            other => Err(TokenConfigError::UnknownType(other.to_string())),
         }
     }
 }
@@ -184,16 +213,15 @@ fn algorithm(name: &str) -> Result<Algorithm, TokenConfigError> {
         "HS256" => Algorithm::HS256,
         "HS384" => Algorithm::HS384,
         "HS512" => Algorithm::HS512,
-        other => {
-            return Err(TokenConfigError(format!(
-                "unsupported sign-method {other:?}"
-            )))
-        }
+        other => return Err(TokenConfigError::SignMethod(other.to_string())),
     })
 }
 
 fn read(path: &PathBuf) -> Result<Vec<u8>, TokenConfigError> {
-    std::fs::read(path).map_err(|e| TokenConfigError(format!("{}: {e}", path.display())))
+    std::fs::read(path).map_err(|source| TokenConfigError::ReadKey {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 impl Jwt {
@@ -205,16 +233,16 @@ impl Jwt {
         for opt in options {
             let (k, v) = opt
                 .split_once('=')
-                .ok_or_else(|| TokenConfigError(format!("option {opt:?} is not key=value")))?;
+                .ok_or_else(|| TokenConfigError::NotKeyValue(opt.to_string()))?;
             match k {
                 "pub-key" => public = Some(PathBuf::from(v)),
                 "priv-key" => private = Some(PathBuf::from(v)),
                 "sign-method" => method = Some(algorithm(v)?),
-                "ttl" => ttl = parse_go_duration(v).map_err(TokenConfigError)?,
-                other => return Err(TokenConfigError(format!("unknown jwt option {other:?}"))),
+                "ttl" => ttl = parse_go_duration(v)?,
+                other => return Err(TokenConfigError::UnknownOption(other.to_string())),
             }
         }
-        let algorithm = method.ok_or_else(|| TokenConfigError("jwt needs sign-method".into()))?;
+        let algorithm = method.ok_or(TokenConfigError::Missing("jwt needs sign-method"))?;
         let (signing, verifying) = keys(algorithm, public.as_ref(), private.as_ref())?;
         Ok(Self {
             algorithm,
@@ -262,10 +290,9 @@ fn keys(
     public: Option<&PathBuf>,
     private: Option<&PathBuf>,
 ) -> Result<(Option<EncodingKey>, DecodingKey), TokenConfigError> {
-    let bad = |e: jsonwebtoken::errors::Error| TokenConfigError(e.to_string());
     match algorithm {
         Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => {
-            let path = private.ok_or_else(|| TokenConfigError("HMAC needs priv-key".into()))?;
+            let path = private.ok_or(TokenConfigError::Missing("HMAC needs priv-key"))?;
             let secret = read(path)?;
             Ok((
                 Some(EncodingKey::from_secret(&secret)),
@@ -273,7 +300,7 @@ fn keys(
             ))
         }
         _ => {
-            let public = read(public.ok_or_else(|| TokenConfigError("jwt needs pub-key".into()))?)?;
+            let public = read(public.ok_or(TokenConfigError::Missing("jwt needs pub-key"))?)?;
             let private = private.map(read).transpose()?;
             let (enc, dec): (PemEncoder, PemDecoder) = match algorithm {
                 Algorithm::ES256 | Algorithm::ES384 => {
@@ -282,8 +309,8 @@ fn keys(
                 Algorithm::EdDSA => (EncodingKey::from_ed_pem, DecodingKey::from_ed_pem),
                 _ => (EncodingKey::from_rsa_pem, DecodingKey::from_rsa_pem),
             };
-            let signing = private.as_deref().map(enc).transpose().map_err(bad)?;
-            Ok((signing, dec(&public).map_err(bad)?))
+            let signing = private.as_deref().map(enc).transpose()?;
+            Ok((signing, dec(&public)?))
         }
     }
 }

@@ -8,8 +8,9 @@
 //! Two engines implement the trait: [`rocks::RocksEngine`] (the real one;
 //! one RocksDB column family per [`Table`]) and [`memory::MemoryEngine`]
 //! (BTreeMaps; for tests and for embedding without persistence). The same
-//! conformance suite ([`conformance`]) runs against both.
+//! conformance suite (`conformance`, compiled for tests only) runs against both.
 
+#[cfg(test)]
 pub mod conformance;
 pub mod memory;
 pub mod rocks;
@@ -139,8 +140,22 @@ impl WriteBatch {
 /// An engine failure. Engines are expected to be reliable: the store treats
 /// any of these as fatal for the operation (and for Raft, for the member).
 #[derive(Debug, thiserror::Error)]
-#[error("storage engine: {0}")]
-pub struct EngineError(pub String);
+pub enum EngineError {
+    /// The backend failed (for RocksDB, its error; the trait names no
+    /// backend type, so the source is boxed).
+    #[error("storage engine: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Stored bytes do not hold what their place says they hold.
+    #[error("storage engine: corrupt data: {0}")]
+    Corrupt(String),
+}
+
+impl EngineError {
+    /// Stored bytes that do not decode: `what` was expected.
+    pub fn corrupt(what: impl std::fmt::Display) -> Self {
+        Self::Corrupt(what.to_string())
+    }
+}
 
 /// Result of engine calls.
 pub type EngineResult<T> = Result<T, EngineError>;

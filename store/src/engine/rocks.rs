@@ -25,7 +25,7 @@ pub struct RocksEngine {
 }
 
 fn err(e: rocksdb::Error) -> EngineError {
-    EngineError(e.into_string())
+    EngineError::Backend(Box::new(e))
 }
 
 impl RocksEngine {

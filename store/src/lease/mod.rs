@@ -12,10 +12,8 @@
 //! at its full TTL plus one election timeout (etcd's `Promote`), so no lease
 //! expires early because of an election; followers have no deadlines.
 //!
-//! - [`Lessor`]: the lease table, attachments and deadlines.
-//! - [`service`]: the gRPC Lease service and the leader's expiry loop.
-
-pub mod service;
+//! [`Lessor`] holds the lease table, attachments and deadlines. The gRPC
+//! Lease service and the leader's expiry loop are `crate::server::lease`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -27,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::engine::{EngineRead, EngineResult, Table, WriteBatch};
 use crate::kv::LeaseLookup;
+use crate::mvcc::{MvccError, MvccStore};
 
 /// etcd's `MaxLeaseTTL`: 9,000,000,000 seconds.
 pub const MAX_LEASE_TTL_SECONDS: i64 = 9_000_000_000;
@@ -75,8 +74,16 @@ impl Lessor {
         self.state.lock().expect("lessor lock poisoned")
     }
 
+    /// Rebuilds the lessor from the lease table and the live keys' leases
+    /// (start-up, snapshot install).
+    pub fn reload_from_store(&self, mvcc: &MvccStore) -> Result<(), MvccError> {
+        let leased = mvcc.live_leased_keys()?;
+        self.reload(mvcc.engine().as_ref(), leased)?;
+        Ok(())
+    }
+
     /// Reloads every lease from the engine and re-attaches `live_keys`
-    /// (key, lease) pairs (start-up and snapshot install).
+    /// (key, lease) pairs.
     pub fn reload(
         &self,
         engine: &dyn EngineRead,

@@ -12,6 +12,7 @@
 //! - [`index`]: the ordered in-memory index over all keys.
 //! - [`store`]: reads, write transactions, compaction, rebuild at start-up.
 
+pub mod compactor;
 pub mod index;
 pub mod key_index;
 pub mod revision;

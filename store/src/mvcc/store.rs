@@ -117,7 +117,7 @@ fn read_i64(engine: &dyn EngineRead, key: &[u8]) -> Result<i64, MvccError> {
         Some(v) => i64::from_be_bytes(
             v.as_slice()
                 .try_into()
-                .map_err(|_| EngineError(format!("bad meta value for {key:?}")))?,
+                .map_err(|_| EngineError::corrupt(format!("bad meta value for {key:?}")))?,
         ),
         None => 0,
     })
@@ -125,7 +125,7 @@ fn read_i64(engine: &dyn EngineRead, key: &[u8]) -> Result<i64, MvccError> {
 
 fn decode_kv(bytes: &[u8]) -> Result<KeyValue, MvccError> {
     KeyValue::decode(bytes)
-        .map_err(|e| MvccError::Engine(EngineError(format!("corrupt key-value: {e}"))))
+        .map_err(|e| MvccError::Engine(EngineError::corrupt(format!("key-value: {e}"))))
 }
 
 impl MvccStore {
@@ -449,8 +449,8 @@ fn history_event(
 
 /// Adds one stored revision to `index`; returns its main revision.
 fn restore_one(index: &mut TreeIndex, key: &[u8], value: &[u8]) -> Result<i64, MvccError> {
-    let (rev, tombstone) =
-        Revision::from_key(key).ok_or_else(|| EngineError(format!("bad revision key {key:?}")))?;
+    let (rev, tombstone) = Revision::from_key(key)
+        .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
     let kv = decode_kv(value)?;
     if tombstone {
         // A tombstone whose puts were all compacted away is harmless.
@@ -503,7 +503,7 @@ fn range_in(
                 let bytes = engine
                     .get(Table::Kv, &v.at.modified.to_key(false))?
                     .ok_or_else(|| {
-                        EngineError(format!(
+                        EngineError::corrupt(format!(
                             "revision {:?} of key {:?} missing",
                             v.at.modified, v.key
                         ))
@@ -617,7 +617,7 @@ impl WriteTxn<'_> {
         for key in keys {
             let prev = self
                 .get(&key)?
-                .ok_or_else(|| EngineError(format!("live key {key:?} has no value")))?;
+                .ok_or_else(|| EngineError::corrupt(format!("live key {key:?} has no value")))?;
             let rev = self.next_revision();
             let tomb = KeyValue {
                 key: key.clone(),

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOError, Vote};
 
-use super::codec;
 use super::types::{NodeId, TypeConfig};
+use crate::codec;
 use crate::engine::{Engine, Table, WriteBatch};
 use crate::limits::GROUP_COMMIT_MAX_PENDING;
 

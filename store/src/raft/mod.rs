@@ -5,18 +5,22 @@
 //! - [`log_store`]: the Raft log and vote in the engine, with group commit.
 //! - [`state_machine`]: applies committed commands to the MVCC store, builds
 //!   and installs snapshots.
-//! - [`network`]: the client side of the peer protocol.
-//! - [`peer_service`]: the server side of the peer protocol.
-//! - [`codec`]: how openraft values are encoded on the wire and on disk.
+//! - [`network`]: the client side of the peer protocol (the server side is
+//!   `crate::server::peer`).
+//! - [`elections`]: a member's control over its own elections, driven by
+//!   leadership transfer.
+//! - [`metrics`]: replication progress and waiting on openraft's metrics.
+//! - [`read_index`]: ReadIndex rounds on the leader, shared by readers.
 
 // openraft's storage traits fix `StorageError` (a large enum) as the error
 // type; our helpers return the same type rather than boxing and unboxing it.
 #![allow(clippy::result_large_err)]
 
-pub mod codec;
+pub mod elections;
 pub mod log_store;
+pub mod metrics;
 pub mod network;
-pub mod peer_service;
+pub mod read_index;
 pub mod state_machine;
 pub mod types;
 

@@ -2,7 +2,7 @@
 //!
 //! openraft asks for one [`PeerNetwork`] per target member; each holds a
 //! lazily connected tonic channel to the target's first peer URL. Payloads
-//! are bincode (see [`super::codec`]); a remote Raft error comes back inside
+//! are bincode (see [`crate::codec`]); a remote Raft error comes back inside
 //! the payload as `Err(..)` and is surfaced as `RPCError::RemoteError`,
 //! while transport failures are `Unreachable` so openraft backs off.
 
@@ -24,8 +24,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use super::codec;
 use super::types::{MemberInfo, NodeId, TypeConfig};
+use crate::codec;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
 
 /// Builds peer clients for openraft. Channels are cached per member and

@@ -10,8 +10,8 @@ use etcd_proto::etcdserverpb::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::codec::prost_bytes;
 use crate::auth::{AuthCommand, AuthInfo, AuthReply};
+use crate::codec::prost_bytes;
 use crate::errors::EtcdError;
 
 /// A member id: etcd's 64-bit member ID.
@@ -121,37 +121,50 @@ pub enum CommandResponse {
     Empty,
 }
 
-/// etcd's member ID: the first 8 bytes (big-endian) of
-/// SHA-1(sorted peer URLs joined, then the cluster token).
-pub fn member_id(peer_urls: &[String], cluster_token: &str) -> NodeId {
-    use sha1::{Digest, Sha1};
-    let mut urls: Vec<&str> = peer_urls.iter().map(String::as_str).collect();
-    urls.sort_unstable();
-    let mut hasher = Sha1::new();
-    hasher.update(urls.concat().as_bytes());
-    hasher.update(cluster_token.as_bytes());
-    let digest = hasher.finalize();
-    u64::from_be_bytes(digest[..8].try_into().expect("sha1 is 20 bytes"))
+/// The typed answer of one command kind (`Put` -> `PutResponse`): what
+/// applying a command of that kind yields when it is not refused.
+pub trait Answer: Sized {
+    /// The answer inside `resp`, or `resp` back if it is of another kind.
+    fn from_response(resp: CommandResponse) -> Result<Self, CommandResponse>;
 }
 
-/// etcd's cluster ID: SHA-1 over the sorted member IDs (8 bytes each,
-/// big-endian), first 8 bytes.
-pub fn cluster_id(member_ids: &[NodeId]) -> u64 {
-    use sha1::{Digest, Sha1};
-    let mut ids = member_ids.to_vec();
-    ids.sort_unstable();
-    let mut hasher = Sha1::new();
-    for id in ids {
-        hasher.update(id.to_be_bytes());
+macro_rules! answer {
+    ($t:ty, $variant:ident) => {
+        impl Answer for $t {
+            fn from_response(resp: CommandResponse) -> Result<Self, CommandResponse> {
+                match resp {
+                    CommandResponse::$variant(r) => Ok(r),
+                    other => Err(other),
+                }
+            }
+        }
+    };
+}
+
+answer!(PutResponse, Put);
+answer!(DeleteRangeResponse, DeleteRange);
+answer!(TxnResponse, Txn);
+answer!(CompactionResponse, Compact);
+answer!(LeaseGrantResponse, LeaseGrant);
+answer!(LeaseRevokeResponse, LeaseRevoke);
+answer!(AlarmResponse, Alarm);
+answer!(AuthReply, Auth);
+
+/// Commands whose application changes nothing a client reads back
+/// (publishing member attributes) answer [`CommandResponse::Empty`].
+impl Answer for () {
+    fn from_response(resp: CommandResponse) -> Result<Self, CommandResponse> {
+        match resp {
+            CommandResponse::Empty => Ok(()),
+            other => Err(other),
+        }
     }
-    let digest = hasher.finalize();
-    u64::from_be_bytes(digest[..8].try_into().expect("sha1 is 20 bytes"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::codec;
+    use crate::codec;
 
     #[test]
     fn commands_round_trip_through_bincode() {
@@ -166,19 +179,5 @@ mod tests {
         let resp = CommandResponse::Error(EtcdError::LeaseNotFound);
         let back: CommandResponse = codec::decode(&codec::encode(&resp)).unwrap();
         assert_eq!(back, resp);
-    }
-
-    #[test]
-    fn ids_are_deterministic_and_order_free() {
-        let a = member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster");
-        assert_eq!(
-            a,
-            member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster")
-        );
-        assert_ne!(
-            a,
-            member_id(&["http://127.0.0.1:2380".into()], "other-token")
-        );
-        assert_eq!(cluster_id(&[1, 2, 3]), cluster_id(&[3, 1, 2]));
     }
 }

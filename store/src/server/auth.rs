@@ -20,13 +20,13 @@ use etcd_proto::etcdserverpb::auth_server::Auth;
 use etcd_proto::etcdserverpb::*;
 use tonic::{Request, Response, Status};
 
-use super::perm::Permission;
-use super::state::{AuthInfo, AuthState};
-use super::token::random_prefix;
-use super::{AuthCommand, AuthReply, TokenProvider};
+use super::core::Core;
+use super::status::{hash_failed, task_failed};
+use crate::auth::perm::Permission;
+use crate::auth::state::{AuthInfo, AuthState};
+use crate::auth::token::random_prefix;
+use crate::auth::{AuthCommand, TokenProvider};
 use crate::errors::EtcdError;
-use crate::raft::{Command, CommandResponse};
-use crate::server::core::Core;
 
 /// Times Authenticate starts over when the auth revision moves between the
 /// password check and the token's commit.
@@ -37,26 +37,22 @@ pub struct AuthService {
     core: Arc<Core>,
 }
 
-fn internal(what: impl std::fmt::Display) -> Status {
-    Status::internal(what.to_string())
-}
-
 /// bcrypt, off the async threads (a hash costs tens of milliseconds), in
 /// the `$2a$` form Go's bcrypt writes.
 async fn hash_password(password: String, cost: u32) -> Result<String, Status> {
-    tokio::task::spawn_blocking(move || {
+    let hashed = tokio::task::spawn_blocking(move || {
         bcrypt::hash_with_result(password, cost)
             .map(|h| h.format_for_version(bcrypt::Version::TwoA))
     })
     .await
-    .map_err(internal)?
-    .map_err(internal)
+    .map_err(task_failed)?;
+    hashed.map_err(hash_failed)
 }
 
 async fn password_matches(password: String, hash: String) -> Result<bool, Status> {
     tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
         .await
-        .map_err(internal)
+        .map_err(task_failed)
 }
 
 fn permission_from_wire(p: authpb::Permission) -> Permission {
@@ -82,7 +78,7 @@ impl AuthService {
     }
 
     fn header(&self) -> Option<ResponseHeader> {
-        Some(self.core.header(self.core.mvcc.current_revision()))
+        self.core.current_header()
     }
 
     /// Proposes `cmd` on behalf of `req`'s caller; answers the header.
@@ -92,11 +88,8 @@ impl AuthService {
         cmd: AuthCommand,
     ) -> Result<Option<ResponseHeader>, Status> {
         let by = self.core.caller(req).await?;
-        match self.core.propose_as(by, Command::Auth(cmd)).await? {
-            CommandResponse::Auth(_) => Ok(self.header()),
-            CommandResponse::Error(e) => Err(e.into()),
-            other => Err(internal(format!("auth change answered {other:?}"))),
-        }
+        self.core.auth(Some(by), cmd).await?;
+        Ok(self.header())
     }
 
     /// Passes the read barrier and returns `req`'s caller and the state.
@@ -138,21 +131,21 @@ impl AuthService {
             name: name.to_string(),
             token_prefix: random_prefix(),
         };
-        let (simple_token, revision) = match self.core.propose(Command::Auth(cmd)).await? {
-            CommandResponse::Auth(AuthReply::Authenticated {
-                simple_token,
-                revision,
-            }) => (simple_token, revision),
-            CommandResponse::Error(e) => return Err(e.into()),
-            other => return Err(internal(format!("authenticate answered {other:?}"))),
-        };
+        let (simple_token, revision) = self.core.authenticate(cmd).await?;
         if revision != checked {
             return Ok(None);
         }
         match (simple_token, &self.core.auth.tokens) {
             (Some(token), _) => Ok(Some(token)),
             (None, TokenProvider::Jwt(jwt)) => Ok(Some(jwt.sign(name, revision)?)),
-            (None, TokenProvider::Simple(_)) => Err(internal("simple token missing")),
+            // The leader issued no simple token: it runs JWT while this
+            // member runs simple tokens (members configured differently).
+            (None, TokenProvider::Simple(_)) => {
+                tracing::error!(
+                    "the leader issued no simple token: --auth-token differs between members"
+                );
+                Err(EtcdError::AuthFailed.into())
+            }
         }
     }
 }

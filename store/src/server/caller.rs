@@ -81,26 +81,3 @@ impl Core {
         self.auth.state().check_admin(&info)
     }
 }
-
-/// etcd's `status.Error(...).Error()` text for `e`, as put in a watch
-/// response's cancel reason.
-pub fn grpc_error_text(e: EtcdError) -> String {
-    format!("rpc error: code = {:?} desc = {e}", e.code())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cancel_reasons_read_like_grpc_go_errors() {
-        assert_eq!(
-            grpc_error_text(EtcdError::PermissionDenied),
-            "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
-        );
-        assert_eq!(
-            grpc_error_text(EtcdError::InvalidAuthToken),
-            "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"
-        );
-    }
-}

@@ -22,10 +22,10 @@ use etcd_proto::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
-use super::core::{Core, LeaderRequest};
+use super::core::Core;
 use crate::errors::EtcdError;
-use crate::raft::state_machine::published_members;
-use crate::raft::types::member_id;
+use crate::identity::member_id;
+use crate::raft::state_machine::members::published_members;
 use crate::raft::{MemberInfo, NodeId};
 use openraft::ChangeMembers;
 
@@ -43,8 +43,7 @@ impl ClusterService {
     fn members(&self) -> Result<Vec<Member>, Status> {
         let metrics = self.core.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
-        let published = published_members(self.core.mvcc.engine().as_ref())
-            .map_err(|e| Status::internal(e.to_string()))?;
+        let published = published_members(self.core.mvcc.engine().as_ref())?;
         let voters: Vec<u64> = membership.voter_ids().collect();
         let mut out = Vec::new();
         for (id, node) in membership.nodes() {
@@ -87,10 +86,7 @@ impl ClusterService {
     }
 
     async fn change(&self, changes: ChangeMembers<NodeId, MemberInfo>) -> Result<(), Status> {
-        self.core
-            .on_leader(LeaderRequest::ChangeMembership(changes))
-            .await?;
-        Ok(())
+        Ok(self.core.change_members(changes).await?)
     }
 
     /// Waits until this member has applied a membership that satisfies
@@ -247,7 +243,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberPromoteResponse>, Status> {
         self.core.check_admin(&r).await?;
         let id = r.into_inner().id;
-        self.core.on_leader(LeaderRequest::Promote(id)).await?;
+        self.core.promote(id).await?;
         let members = self
             .wait_membership(|ms| ms.iter().any(|m| m.id == id && !m.is_learner))
             .await?;

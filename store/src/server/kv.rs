@@ -16,9 +16,8 @@ use crate::engine::WriteBatch;
 use crate::errors::{grpc_message_too_large, EtcdError};
 
 use crate::auth::{self, Access, AuthInfo};
-use crate::kv::{self, validate, KvError, NoLeases};
+use crate::kv::{self, validate, NoLeases};
 use crate::limits::GRPC_OVERHEAD_BYTES;
-use crate::raft::{Command, CommandResponse};
 
 /// Serves the KV API of one member.
 pub struct KvService {
@@ -40,13 +39,6 @@ impl KvService {
         Ok(())
     }
 
-    async fn propose(&self, by: AuthInfo, cmd: Command) -> Result<CommandResponse, Status> {
-        match self.core.propose_as(by, cmd).await? {
-            CommandResponse::Error(e) => Err(e.into()),
-            other => Ok(other),
-        }
-    }
-
     async fn read_only_txn(&self, by: &AuthInfo, req: &TxnRequest) -> Result<TxnResponse, Status> {
         if !is_txn_serializable(req) {
             self.core.read_barrier().await?;
@@ -55,9 +47,8 @@ impl KvService {
         let mut txn = self.core.mvcc.write();
         let result = kv::txn::txn(&mut txn, &NoLeases, req);
         assert!(!txn.has_changes(), "a read-only txn changed the store");
-        txn.commit(WriteBatch::new())
-            .map_err(|e| Status::internal(e.to_string()))?;
-        result.map_err(kv_status)
+        txn.commit(WriteBatch::new())?;
+        Ok(result?)
     }
 }
 
@@ -88,20 +79,6 @@ fn txn_cost(req: &TxnRequest) -> u64 {
             .sum()
     };
     branch(&req.success).max(branch(&req.failure))
-}
-
-/// Converts a KV failure to the wire.
-pub fn kv_status(e: KvError) -> Status {
-    match e {
-        KvError::Etcd(e) => e.into(),
-        KvError::Storage(e) => Status::internal(e.to_string()),
-    }
-}
-
-fn unexpected(resp: &CommandResponse) -> Status {
-    Status::internal(format!(
-        "state machine answered {resp:?} to the wrong request"
-    ))
 }
 
 /// True if no operation on any path writes.
@@ -142,7 +119,7 @@ impl Kv for KvService {
             .auth
             .state()
             .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
-        let mut resp = kv::range::range(self.core.mvcc.as_ref(), &req).map_err(kv_status)?;
+        let mut resp = kv::range::range(self.core.mvcc.as_ref(), &req)?;
         self.core.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -156,13 +133,9 @@ impl Kv for KvService {
         self.core
             .check_quota(KV_OVERHEAD_BYTES + (req.key.len() + req.value.len()) as u64)
             .await?;
-        match self.propose(by, Command::Put(req)).await? {
-            CommandResponse::Put(mut resp) => {
-                self.core.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            other => Err(unexpected(&other)),
-        }
+        let mut resp = self.core.put(by, req).await?;
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn delete_range(
@@ -174,13 +147,9 @@ impl Kv for KvService {
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_delete(&req)?;
         self.check_size(&req)?;
-        match self.propose(by, Command::DeleteRange(req)).await? {
-            CommandResponse::DeleteRange(mut resp) => {
-                self.core.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            other => Err(unexpected(&other)),
-        }
+        let mut resp = self.core.delete_range(by, req).await?;
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
@@ -195,13 +164,9 @@ impl Kv for KvService {
         }
         self.check_size(&req)?;
         self.core.check_quota(txn_cost(&req)).await?;
-        match self.propose(by, Command::Txn(req)).await? {
-            CommandResponse::Txn(mut resp) => {
-                self.core.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            other => Err(unexpected(&other)),
-        }
+        let mut resp = self.core.txn(by, req).await?;
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn compact(
@@ -211,10 +176,7 @@ impl Kv for KvService {
         let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         let (revision, physical) = (req.revision, req.physical);
-        let mut resp = match self.propose(by, Command::Compact(req)).await? {
-            CommandResponse::Compact(resp) => resp,
-            other => return Err(unexpected(&other)),
-        };
+        let mut resp = self.core.compact(by, req).await?;
         if physical {
             let mut finished = self.core.mvcc.finished_compaction();
             finished

@@ -19,10 +19,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{Lessor, MAX_LEASE_TTL_SECONDS};
+use super::core::Core;
 use crate::errors::EtcdError;
-use crate::raft::{Command, CommandResponse};
-use crate::server::core::{Core, LeaderReply, LeaderRequest};
+use crate::lease::{Lessor, MAX_LEASE_TTL_SECONDS};
 
 /// How often the leader looks for expired leases (etcd: 500 ms).
 pub const EXPIRY_CHECK_INTERVAL: Duration = Duration::from_millis(500);
@@ -55,16 +54,9 @@ fn lessor(core: &Core) -> &Lessor {
 }
 
 async fn keep_alive_once(core: &Core, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
-    let ttl = match core.on_leader(LeaderRequest::LeaseRenew(id)).await? {
-        LeaderReply::LeaseRenewed(ttl) => ttl.unwrap_or(0),
-        other => {
-            return Err(Status::internal(format!(
-                "unexpected leader reply {other:?}"
-            )))
-        }
-    };
+    let ttl = core.renew_lease(id).await?.unwrap_or(0);
     Ok(LeaseKeepAliveResponse {
-        header: Some(core.header(core.mvcc.current_revision())),
+        header: core.current_header(),
         id,
         ttl,
     })
@@ -88,18 +80,10 @@ impl Lease for LeaseService {
         };
         let ttl = lessor(&self.core).effective_ttl(req.ttl);
         self.core.check_quota(LEASE_OVERHEAD_BYTES).await?;
-        match self
-            .core
-            .propose_as(by, Command::LeaseGrant(LeaseGrantRequest { ttl, id }))
-            .await?
-        {
-            CommandResponse::LeaseGrant(mut resp) => {
-                self.core.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            CommandResponse::Error(e) => Err(e.into()),
-            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
-        }
+        let grant = LeaseGrantRequest { ttl, id };
+        let mut resp = self.core.lease_grant(by, grant).await?;
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn lease_revoke(
@@ -107,18 +91,9 @@ impl Lease for LeaseService {
         req: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
         let by = self.core.caller(&req).await?;
-        match self
-            .core
-            .propose_as(by, Command::LeaseRevoke(req.into_inner()))
-            .await?
-        {
-            CommandResponse::LeaseRevoke(mut resp) => {
-                self.core.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            CommandResponse::Error(e) => Err(e.into()),
-            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
-        }
+        let mut resp = self.core.lease_revoke(Some(by), req.into_inner()).await?;
+        self.core.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     type LeaseKeepAliveStream = ReceiverStream<Result<LeaseKeepAliveResponse, Status>>;
@@ -147,26 +122,15 @@ impl Lease for LeaseService {
         req: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         let req = req.into_inner();
-        let found = match self
-            .core
-            .on_leader(LeaderRequest::LeaseTimeToLive(req.id))
-            .await?
-        {
-            LeaderReply::LeaseTtl(found) => found,
-            other => {
-                return Err(Status::internal(format!(
-                    "unexpected leader reply {other:?}"
-                )))
-            }
-        };
-        let header = Some(self.core.header(self.core.mvcc.current_revision()));
+        let found = self.core.lease_time_to_live(req.id).await?;
+        let header = self.core.current_header();
         let resp = match found {
-            Some((granted_ttl, ttl, keys)) => LeaseTimeToLiveResponse {
+            Some(lease) => LeaseTimeToLiveResponse {
                 header,
                 id: req.id,
-                ttl,
-                granted_ttl,
-                keys: if req.keys { keys } else { Vec::new() },
+                ttl: lease.remaining_seconds,
+                granted_ttl: lease.granted_ttl_seconds,
+                keys: if req.keys { lease.keys } else { Vec::new() },
             },
             None => LeaseTimeToLiveResponse {
                 header,
@@ -188,7 +152,7 @@ impl Lease for LeaseService {
             .map(|id| LeaseStatus { id })
             .collect();
         Ok(Response::new(LeaseLeasesResponse {
-            header: Some(self.core.header(self.core.mvcc.current_revision())),
+            header: self.core.current_header(),
             leases,
         }))
     }
@@ -240,10 +204,7 @@ pub fn spawn_lease_tasks(
                 continue;
             }
             for id in core.lessor.expired(MAX_REVOKES_PER_CHECK) {
-                match core
-                    .propose(Command::LeaseRevoke(LeaseRevokeRequest { id }))
-                    .await
-                {
+                match core.lease_revoke(None, LeaseRevokeRequest { id }).await {
                     Ok(_) => tracing::debug!(lease = id, "revoked expired lease"),
                     Err(e) => {
                         tracing::warn!(lease = id, error = %e, "could not revoke expired lease");

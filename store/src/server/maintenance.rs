@@ -15,9 +15,9 @@ use etcd_proto::etcdserverpb::{
 use tonic::{Request, Response, Status};
 
 use super::core::Core;
+use super::status::task_failed;
+use crate::alarm::alarms;
 use crate::errors::EtcdError;
-use crate::raft::state_machine::alarms;
-use crate::raft::{Command, CommandResponse};
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
 
@@ -70,18 +70,13 @@ impl Maintenance for MaintenanceService {
         let r = r.into_inner();
         let mut resp = if AlarmAction::try_from(r.action) == Ok(AlarmAction::Get) {
             self.core.read_barrier().await?;
-            let alarms = alarms(self.core.mvcc.engine().as_ref())
-                .map_err(|e| Status::internal(e.to_string()))?;
+            let alarms = alarms(self.core.mvcc.engine().as_ref())?;
             AlarmResponse {
                 header: None,
                 alarms,
             }
         } else {
-            match self.core.propose(Command::Alarm(r)).await? {
-                CommandResponse::Alarm(resp) => resp,
-                CommandResponse::Error(e) => return Err(e.into()),
-                other => return Err(Status::internal(format!("unexpected answer {other:?}"))),
-            }
+            self.core.alarm(r).await?
         };
         self.core.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -96,7 +91,7 @@ impl Maintenance for MaintenanceService {
             .voter_ids()
             .any(|id| id == self.core.config.member_id);
         Ok(Response::new(StatusResponse {
-            header: Some(self.core.header(self.core.mvcc.current_revision())),
+            header: self.core.current_header(),
             version: ETCD_COMPATIBLE_VERSION.to_string(),
             db_size: engine.size_bytes() as i64,
             leader: m.current_leader.unwrap_or(0),
@@ -126,9 +121,8 @@ impl Maintenance for MaintenanceService {
         let engine = self.core.mvcc.engine().clone();
         tokio::task::spawn_blocking(move || engine.compact_files())
             .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(|e| Status::internal(e.to_string()))?;
-        let header = Some(self.core.header(self.core.mvcc.current_revision()));
+            .map_err(task_failed)??;
+        let header = self.core.current_header();
         Ok(Response::new(DefragmentResponse { header }))
     }
 
@@ -143,24 +137,16 @@ impl Maintenance for MaintenanceService {
             view.scan(table, &[], None, &mut |k, v| {
                 crc = crc32c::crc32c_append(crc32c::crc32c_append(crc, k), v);
                 std::ops::ControlFlow::Continue(())
-            })
-            .map_err(|e| Status::internal(e.to_string()))?;
+            })?;
         }
-        let header = Some(self.core.header(self.core.mvcc.current_revision()));
+        let header = self.core.current_header();
         Ok(Response::new(HashResponse { header, hash: crc }))
     }
 
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
         self.require_root(&r).await?;
         let revision = r.into_inner().revision;
-        let (hash, compact_revision, hash_revision) =
-            self.core
-                .mvcc
-                .hash_kv(revision)
-                .map_err(|e| match e.to_etcd() {
-                    Some(etcd) => Status::from(etcd),
-                    None => Status::internal(e.to_string()),
-                })?;
+        let (hash, compact_revision, hash_revision) = self.core.mvcc.hash_kv(revision)?;
         // etcd reports -1 (its initial compactMainRev) before any compaction.
         let compact_revision = if compact_revision == 0 {
             -1
@@ -168,7 +154,7 @@ impl Maintenance for MaintenanceService {
             compact_revision
         };
         Ok(Response::new(HashKvResponse {
-            header: Some(self.core.header(self.core.mvcc.current_revision())),
+            header: self.core.current_header(),
             hash,
             compact_revision,
             hash_revision,
@@ -187,8 +173,7 @@ impl Maintenance for MaintenanceService {
         let view = self.core.mvcc.engine().snapshot();
         let file = tokio::task::spawn_blocking(move || crate::snapshot::create(view.as_ref()))
             .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(|e| Status::internal(e.to_string()))?;
+            .map_err(task_failed)??;
         let header = self.core.header(self.core.mvcc.current_revision());
         let total = file.len();
         let chunks: Vec<Result<SnapshotResponse, Status>> = file

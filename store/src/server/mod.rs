@@ -1,10 +1,33 @@
-//! The client-facing side of a member: the etcd v3 gRPC services and the
-//! HTTP endpoints, over a shared [`core::Core`].
+//! The edge of a member (etcd's `etcdserver/api/v3rpc` over `etcdserver`):
+//! every gRPC and HTTP service, over a shared [`core::Core`]. Services
+//! check a request, call the core, and fill the answer; the domain modules
+//! below (`engine`, `mvcc`, `kv`, `lease`, `watch`, `auth`, `raft`) never
+//! import this module.
+//!
+//! - [`core`]: routing work to the leader and running it there;
+//!   [`propose`]: one typed method per command kind; [`read_index`]: the
+//!   linearizable read barrier; [`forward`]: what followers send the leader;
+//!   [`caller`]: who is calling (tokens, client certificates);
+//!   [`transfer`]: leadership transfer (MoveLeader).
+//! - client services, one file each: [`kv`], [`watch`], [`lease`],
+//!   [`cluster`], [`maintenance`], [`auth`]; and [`http`] (`/health`,
+//!   `/version`).
+//! - [`peer`]: the member-to-member service (Raft messages, forwarded
+//!   requests, ReadIndex, leadership transfer), apart from the client ones.
+//! - [`status`]: the one conversion of internal errors to gRPC statuses.
 
+pub mod auth;
 pub mod caller;
 pub mod cluster;
 pub mod core;
+pub mod forward;
 pub mod http;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
+pub mod peer;
+pub mod propose;
+pub mod read_index;
+pub mod status;
 pub mod transfer;
+pub mod watch;

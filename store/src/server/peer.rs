@@ -1,5 +1,7 @@
-//! The server side of the peer protocol: hands Raft messages to openraft,
-//! runs forwarded writes and ReadIndex requests on the leader.
+//! `storepeer.RaftPeer`, the member-to-member service (kept apart from the
+//! client services): hands Raft messages to openraft, runs forwarded
+//! requests and ReadIndex on the leader, and takes leadership-transfer
+//! messages.
 
 use std::sync::Arc;
 
@@ -8,8 +10,10 @@ use etcd_proto::storepeer::RaftMessage;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
-use super::codec;
-use crate::server::core::{Core, ForwardError, LeaderReply, LeaderRequest};
+use super::core::Core;
+use super::forward::{ForwardError, LeaderReply, LeaderRequest};
+use super::transfer;
+use crate::codec;
 
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
@@ -81,9 +85,6 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        reply(&crate::server::transfer::serve_peer(
-            &self.core,
-            decode(req)?,
-        ))
+        reply(&transfer::serve_peer(&self.core, decode(req)?))
     }
 }

@@ -50,7 +50,7 @@
 //!    failure, timeout, a panic in the task): heartbeats back on, L's
 //!    elections back on, the gate open, the other voters' holds lifted.
 //!    Writes held by the gate then fail over to T like after any leader
-//!    change (`ForwardToLeader`, retried by `Core::on_leader`); none was in
+//!    change (`ForwardToLeader`, retried by `Core::ask_leader`); none was in
 //!    flight during the election, so none is lost or duplicated. At the
 //!    deadline the client gets etcd's `request timed out, leader transfer took
 //!    too long`.
@@ -58,19 +58,21 @@
 //! Safety never depends on any of this: T wins an ordinary Raft election.
 //! The steps only arrange that T is the one that can win it, soon.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_proto::storepeer::RaftMessage;
-use openraft::{RaftMetrics, ServerState};
+use openraft::RaftMetrics;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use tokio::time::Instant;
 
-use super::core::{matched_index, Core, ForwardError};
+use super::core::Core;
+use crate::codec;
 use crate::errors::EtcdError;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
-use crate::raft::{codec, MemberInfo, NodeId, Raft};
+use crate::raft::elections::after;
+use crate::raft::metrics::{self, matched_index, WaitError};
+use crate::raft::{MemberInfo, NodeId, Raft};
 
 /// Bound of a whole transfer, in election timeouts (`election_timeout_max`).
 /// A transfer normally takes one vote round, or at most about one election
@@ -89,15 +91,9 @@ pub const HOLD_MARGIN_ELECTION_TIMEOUTS: u32 = 1;
 /// timeouts: a bound on what a bad or buggy request can do.
 pub const MAX_PEER_REQUEST_ELECTION_TIMEOUTS: u32 = 10;
 
-/// Pause between two elections the target starts, in heartbeat intervals.
-/// A vote round on a healthy network takes far less (one RPC and one vote
-/// fsync per voter), and a refused round is retried this soon after the
-/// voters' leases expire.
-pub const CAMPAIGN_RETRY_HEARTBEATS: u32 = 1;
-
 /// A message of the leadership-transfer peer RPC
 /// (`storepeer.RaftPeer/LeaderTransfer`). Durations, not instants: members
-/// do not share a clock. The answer is `Result<(), String>`.
+/// do not share a clock. The answer is `Result<(), TransferRefusal>`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum TransferMessage {
     /// Start no election for `duration_ms` (0: start them again now). The
@@ -114,125 +110,47 @@ pub enum TransferMessage {
     },
 }
 
-/// Closed by a leadership transfer; every log write and ReadIndex round of
-/// the leader passes it. A fair read-write lock: closing waits for the
-/// writes and rounds in flight, and once a transfer waits to close it, new
-/// ones wait behind it.
-#[derive(Clone, Default)]
-pub struct TransferGate(Arc<RwLock<()>>);
-
-impl TransferGate {
-    /// Passes the gate; the guard keeps it from closing until dropped.
-    pub async fn enter(&self) -> OwnedRwLockReadGuard<()> {
-        self.0.clone().read_owned().await
-    }
-
-    /// [`Self::enter`], or etcd's timeout error at `deadline`.
-    pub async fn enter_until(
-        &self,
-        deadline: Instant,
-    ) -> Result<OwnedRwLockReadGuard<()>, ForwardError> {
-        tokio::time::timeout_at(deadline, self.enter())
-            .await
-            .map_err(|_| ForwardError::Etcd(EtcdError::Timeout))
-    }
-
-    async fn close(&self) -> OwnedRwLockWriteGuard<()> {
-        self.0.clone().write_owned().await
-    }
+/// Why a member refused a [`TransferMessage`] (sent back to the leader).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum TransferRefusal {
+    /// Only a voter can campaign.
+    #[error("member {0:x} is not a voter")]
+    NotVoter(NodeId),
 }
 
-/// A member's leadership-transfer state (one per [`Core`]).
-#[derive(Default)]
-pub struct LeaderTransfer {
-    gate: TransferGate,
-    /// One transfer at a time on this member.
-    running: tokio::sync::Mutex<()>,
-    /// Until when this member's elections are held, if they are.
-    hold_until: Arc<Mutex<Option<Instant>>>,
-    /// Until when this member campaigns, while a campaign runs.
-    campaign_until: Arc<Mutex<Option<Instant>>>,
-}
-
-impl LeaderTransfer {
-    /// The gate that log writes and ReadIndex rounds pass.
-    pub fn gate(&self) -> &TransferGate {
-        &self.gate
-    }
-
-    /// Holds this member's elections for `duration` (zero: lifts the hold).
-    /// A timer lifts it when the time is up unless a later call replaced it.
-    fn hold_elections(&self, raft: &Raft, duration: Duration) {
-        let mut hold = lock(&self.hold_until);
-        if duration.is_zero() {
-            *hold = None;
-            raft.runtime_config().elect(true);
-            return;
-        }
-        let until = after(duration);
-        *hold = Some(until);
-        raft.runtime_config().elect(false);
-        let (raft, hold_until) = (raft.clone(), self.hold_until.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep_until(until).await;
-            let mut hold = lock(&hold_until);
-            if *hold == Some(until) {
-                *hold = None;
-                raft.runtime_config().elect(true);
-            }
-        });
-    }
-
-    /// Campaigns for `duration` (or extends a running campaign to it).
-    fn campaign(&self, raft: &Raft, duration: Duration) {
-        let until = after(duration);
-        {
-            let mut current = lock(&self.campaign_until);
-            let running = current.is_some();
-            *current = Some(until);
-            if running {
-                return;
-            }
-        }
-        let (raft, campaign_until) = (raft.clone(), self.campaign_until.clone());
-        tokio::spawn(async move {
-            let retry = Duration::from_millis(
-                raft.config()
-                    .heartbeat_interval
-                    .saturating_mul(u64::from(CAMPAIGN_RETRY_HEARTBEATS)),
-            );
-            loop {
-                let leading = raft.metrics().borrow().state == ServerState::Leader;
-                {
-                    let mut current = lock(&campaign_until);
-                    if leading || current.is_none_or(|until| Instant::now() >= until) {
-                        *current = None;
-                        return;
-                    }
-                }
-                if let Err(error) = raft.trigger().elect().await {
-                    tracing::warn!(%error, "leadership transfer: cannot campaign");
-                    *lock(&campaign_until) = None;
-                    return;
-                }
-                tokio::time::sleep(retry).await;
-            }
-        });
-    }
-}
-
-/// `duration` from now (a far-off instant rather than an overflow).
-fn after(duration: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(duration)
-        .unwrap_or_else(|| now + Duration::from_secs(FAR_FUTURE_SECS))
-}
-
-/// What [`after`] answers for a duration past the clock's range: a year.
-const FAR_FUTURE_SECS: u64 = 365 * 24 * 3600;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Why a [`TransferMessage`] had no effect on the member it was sent to.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The member is not in this member's view of the membership.
+    #[error("member {0:x} is not in this member's membership")]
+    NotMember(NodeId),
+    /// No answer in time.
+    #[error("member {member:x} did not answer within {timeout:?}")]
+    NoAnswer {
+        /// The member.
+        member: NodeId,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The RPC failed.
+    #[error("member {member:x}: {source}")]
+    Rpc {
+        /// The member.
+        member: NodeId,
+        /// The RPC's status.
+        source: tonic::Status,
+    },
+    /// The answer does not decode.
+    #[error("member {member:x} answered garbage: {source}")]
+    Garbage {
+        /// The member.
+        member: NodeId,
+        /// The decoding error.
+        source: bincode::Error,
+    },
+    /// The member refused.
+    #[error(transparent)]
+    Refused(#[from] TransferRefusal),
 }
 
 /// Timing of a transfer, from the Raft configuration.
@@ -293,7 +211,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
     let started = Instant::now();
     let timing = Timing::of(&core.raft);
     let deadline = after(timing.transfer);
-    let _one = tokio::time::timeout_at(deadline, core.transfer.running.lock())
+    let _one = tokio::time::timeout_at(deadline, core.elections.running.lock())
         .await
         .map_err(|_| EtcdError::LeaderTransferTimeout)?;
     // A transfer that ran meanwhile may have moved the leadership.
@@ -318,7 +236,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
         .saturating_duration_since(Instant::now())
         .saturating_add(timing.election_timeout);
     let _restore = Restore::start(&core, hold);
-    let _closed = tokio::time::timeout_at(deadline, core.transfer.gate.close())
+    let _closed = tokio::time::timeout_at(deadline, core.elections.gate().close())
         .await
         .map_err(|_| EtcdError::LeaderTransferTimeout)?;
 
@@ -418,19 +336,14 @@ fn finished(core: &Core, target: NodeId) -> Result<(), EtcdError> {
 async fn wait_for(
     raft: &Raft,
     deadline: Instant,
-    mut done: impl FnMut(&RaftMetrics<NodeId, MemberInfo>) -> bool,
+    done: impl FnMut(&RaftMetrics<NodeId, MemberInfo>) -> bool,
 ) -> Result<(), EtcdError> {
-    let mut rx = raft.metrics();
-    loop {
-        if done(&rx.borrow_and_update()) {
-            return Ok(());
-        }
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
-            Err(_) => return Err(EtcdError::LeaderTransferTimeout),
-            Ok(Err(_)) => return Err(EtcdError::Stopped),
-            Ok(Ok(())) => {}
-        }
-    }
+    metrics::wait_until(raft, deadline, done)
+        .await
+        .map_err(|e| match e {
+            WaitError::Deadline => EtcdError::LeaderTransferTimeout,
+            WaitError::Stopped => EtcdError::Stopped,
+        })
 }
 
 fn millis(d: Duration) -> u64 {
@@ -446,7 +359,7 @@ struct Restore {
 impl Restore {
     fn start(core: &Arc<Core>, hold: Duration) -> Self {
         core.raft.runtime_config().heartbeat(false);
-        core.transfer.hold_elections(&core.raft, hold);
+        core.elections.hold_elections(&core.raft, hold);
         Self { core: core.clone() }
     }
 }
@@ -455,7 +368,7 @@ impl Drop for Restore {
     fn drop(&mut self) {
         self.core.raft.runtime_config().heartbeat(true);
         self.core
-            .transfer
+            .elections
             .hold_elections(&self.core.raft, Duration::ZERO);
     }
 }
@@ -466,10 +379,8 @@ async fn send(
     to: NodeId,
     message: &TransferMessage,
     deadline: Instant,
-) -> Result<(), String> {
-    let mut client = core
-        .peer(to)
-        .map_err(|_| format!("member {to:x} is not in this member's membership"))?;
+) -> Result<(), SendError> {
+    let mut client = core.peer(to).map_err(|_| SendError::NotMember(to))?;
     let timeout = Duration::from_millis(PEER_RPC_TIMEOUT_MS)
         .min(deadline.saturating_duration_since(Instant::now()));
     let mut request = tonic::Request::new(RaftMessage {
@@ -478,10 +389,14 @@ async fn send(
     request.set_timeout(timeout);
     let reply = tokio::time::timeout(timeout, client.leader_transfer(request))
         .await
-        .map_err(|_| format!("member {to:x} did not answer within {timeout:?}"))?
-        .map_err(|status| format!("member {to:x}: {status}"))?;
-    codec::decode::<Result<(), String>>(&reply.into_inner().payload)
-        .map_err(|e| format!("member {to:x} answered garbage: {e}"))?
+        .map_err(|_| SendError::NoAnswer {
+            member: to,
+            timeout,
+        })?
+        .map_err(|source| SendError::Rpc { member: to, source })?;
+    codec::decode::<Result<(), TransferRefusal>>(&reply.into_inner().payload)
+        .map_err(|source| SendError::Garbage { member: to, source })??;
+    Ok(())
 }
 
 /// [`send`] without waiting for the answer (best effort: a hold ends by
@@ -498,12 +413,12 @@ fn send_in_background(core: &Arc<Core>, to: NodeId, message: TransferMessage) {
 
 /// Serves a [`TransferMessage`] from the leader (the receiving side of
 /// `storepeer.RaftPeer/LeaderTransfer`).
-pub fn serve_peer(core: &Core, message: TransferMessage) -> Result<(), String> {
+pub fn serve_peer(core: &Core, message: TransferMessage) -> Result<(), TransferRefusal> {
     let cap = Timing::of(&core.raft).max_peer_request();
     match message {
         TransferMessage::HoldElections { duration_ms } => {
             let duration = Duration::from_millis(duration_ms).min(cap);
-            core.transfer.hold_elections(&core.raft, duration);
+            core.elections.hold_elections(&core.raft, duration);
             Ok(())
         }
         TransferMessage::Campaign { duration_ms } => {
@@ -515,12 +430,12 @@ pub fn serve_peer(core: &Core, message: TransferMessage) -> Result<(), String> {
                 .voter_ids()
                 .any(|v| v == me)
             {
-                return Err(format!("member {me:x} is not a voter"));
+                return Err(TransferRefusal::NotVoter(me));
             }
             // A hold left by an earlier transfer must not slow this one.
-            core.transfer.hold_elections(&core.raft, Duration::ZERO);
+            core.elections.hold_elections(&core.raft, Duration::ZERO);
             let duration = Duration::from_millis(duration_ms).min(cap);
-            core.transfer.campaign(&core.raft, duration);
+            core.elections.campaign(&core.raft, duration);
             Ok(())
         }
     }
@@ -529,54 +444,6 @@ pub fn serve_peer(core: &Core, message: TransferMessage) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// How long the tests wait to see that something stays blocked (paused
-    /// clock: no real time passes).
-    const BLOCKED_MS: u64 = 50;
-
-    #[tokio::test(start_paused = true)]
-    async fn closing_waits_for_passes_and_holds_new_ones_back() {
-        let gate = TransferGate::default();
-        let in_flight = gate.enter().await;
-        let closing = tokio::spawn({
-            let gate = gate.clone();
-            async move { gate.close().await }
-        });
-        tokio::time::sleep(Duration::from_millis(BLOCKED_MS)).await;
-        assert!(!closing.is_finished(), "closed under a pass in flight");
-
-        // A transfer is waiting to close: newcomers queue behind it.
-        let deadline = Instant::now() + Duration::from_millis(BLOCKED_MS);
-        assert!(matches!(
-            gate.enter_until(deadline).await,
-            Err(ForwardError::Etcd(EtcdError::Timeout))
-        ));
-
-        drop(in_flight);
-        let closed = closing.await.expect("closing task");
-        let deadline = Instant::now() + Duration::from_millis(BLOCKED_MS);
-        assert!(
-            gate.enter_until(deadline).await.is_err(),
-            "passed a closed gate"
-        );
-        drop(closed);
-        let deadline = Instant::now() + Duration::from_millis(BLOCKED_MS);
-        assert!(
-            gate.enter_until(deadline).await.is_ok(),
-            "gate did not reopen"
-        );
-    }
-
-    #[test]
-    fn after_never_overflows() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            assert!(after(Duration::MAX) > Instant::now());
-        });
-    }
 
     #[test]
     fn peer_messages_round_trip() {

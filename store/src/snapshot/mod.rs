@@ -3,7 +3,7 @@
 //!
 //! Format: the magic line [`MAGIC`], the length of the records (8 bytes
 //! big-endian), the state machine tables in the Raft snapshot record format
-//! (`raft::state_machine::encode_records`), zero padding up to a multiple of
+//! (`raft::state_machine::snapshot_file::encode_records`), zero padding up to a multiple of
 //! [`FILE_ALIGN_BYTES`], then the SHA-256 of everything before it (32
 //! bytes). etcd appends a SHA-256 to its snapshots the same way, and
 //! `etcdctl snapshot save` refuses a download whose size minus the checksum
@@ -20,9 +20,12 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use crate::alarm::ALARM_PREFIX;
 use crate::engine::rocks::RocksEngine;
-use crate::engine::{Engine, EngineRead, Table, WriteBatch};
-use crate::raft::state_machine::{decode_records, encode_records, is_raft_bookkeeping};
+use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
+use crate::raft::state_machine::members::MEMBER_ATTRIBUTES_PREFIX;
+use crate::raft::state_machine::snapshot_file::{decode_records, encode_records};
+use crate::raft::state_machine::{KEY_APPLIED, KEY_MEMBERSHIP};
 
 /// First bytes of every backup file.
 pub const MAGIC: &[u8] = b"etcd-rs snapshot v1\n";
@@ -48,14 +51,34 @@ pub enum BackupError {
     /// The target data directory already holds data.
     #[error("data dir {0} already exists and is not empty")]
     DataDirExists(String),
-    /// Reading the engine or the file failed.
-    #[error("{0}")]
-    Io(String),
+    /// Reading or writing the engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The records inside a verified file do not decode.
+    #[error("snapshot records are malformed: {0}")]
+    Records(#[source] std::io::Error),
+    /// Creating the data directory failed.
+    #[error("cannot create {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// True for `meta` keys that describe this cluster's Raft progress rather
+/// than the data (left out when a backup is restored into a new cluster).
+pub fn is_raft_bookkeeping(key: &[u8]) -> bool {
+    key == KEY_APPLIED
+        || key == KEY_MEMBERSHIP
+        || key.starts_with(MEMBER_ATTRIBUTES_PREFIX)
+        || key.starts_with(ALARM_PREFIX)
 }
 
 /// A backup of `view` (a consistent engine snapshot).
 pub fn create(view: &dyn EngineRead) -> Result<Vec<u8>, BackupError> {
-    let records = encode_records(view).map_err(|e| BackupError::Io(e.to_string()))?;
+    let records = encode_records(view)?;
     let mut out = MAGIC.to_vec();
     out.extend_from_slice(&(records.len() as u64).to_be_bytes());
     out.extend(records);
@@ -92,11 +115,14 @@ pub fn restore(file: &[u8], data_dir: &Path) -> Result<usize, BackupError> {
     {
         return Err(BackupError::DataDirExists(data_dir.display().to_string()));
     }
-    std::fs::create_dir_all(data_dir.join("member/snap"))
-        .map_err(|e| BackupError::Io(e.to_string()))?;
-    let engine = RocksEngine::open(&db_dir).map_err(|e| BackupError::Io(e.to_string()))?;
+    let snap_dir = data_dir.join("member/snap");
+    std::fs::create_dir_all(&snap_dir).map_err(|source| BackupError::CreateDir {
+        path: snap_dir.display().to_string(),
+        source,
+    })?;
+    let engine = RocksEngine::open(&db_dir)?;
     let mut all = WriteBatch::new();
-    decode_records(records, &mut all).map_err(|e| BackupError::Io(e.to_string()))?;
+    decode_records(records, &mut all).map_err(BackupError::Records)?;
     let mut kept = WriteBatch::new();
     for op in all.ops() {
         if let crate::engine::BatchOp::Put(table, k, v) = op {
@@ -107,9 +133,7 @@ pub fn restore(file: &[u8], data_dir: &Path) -> Result<usize, BackupError> {
         }
     }
     let n = kept.len();
-    engine
-        .write(kept, true)
-        .map_err(|e| BackupError::Io(e.to_string()))?;
+    engine.write(kept, true)?;
     Ok(n)
 }
 

@@ -8,50 +8,51 @@
 //! log. These batches are not synced; the log entry itself was synced
 //! before it was committed, and the shared WAL keeps their order.
 //!
-//! Snapshots: a snapshot is every key of the state machine tables
-//! ([`Table::STATE_MACHINE`]) read from one engine snapshot, so it is a
-//! consistent point-in-time copy that includes the applied log id. The
-//! format is a sequence of records `table u8 | key_len u32 | key |
-//! value_len u32 | value` (big-endian lengths). The latest snapshot is kept
-//! in `<data-dir>/member/snap/` so it survives restarts and can be sent to
-//! lagging followers.
+//! Snapshots ([`snapshot_file`]): every key of the state machine tables,
+//! read from one engine snapshot. The latest one is kept in
+//! `<data-dir>/member/snap/` so it survives restarts and can be sent to
+//! lagging followers. Installing one replaces the tables in one batch and
+//! reloads the in-memory views (MVCC index, leases, auth).
+//!
+//! Beside it: [`members`] (published member attributes), the alarms
+//! ([`crate::alarm`]) and the compactor ([`crate::mvcc::compactor`]), which
+//! apply uses but which are not part of applying.
+
+pub mod members;
+pub mod snapshot_file;
 
 use std::io::Cursor;
-use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::{
-    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, CompactionResponse, LeaseGrantRequest,
-    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, ResponseHeader,
+    CompactionResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, ResponseHeader,
 };
-use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
+use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     Entry, EntryPayload, LogId, OptionalSend, RaftLogId, SnapshotMeta, StorageError,
     StorageIOError, StoredMembership,
 };
 use tokio::sync::mpsc;
 
-use super::codec;
-use super::types::{
-    Command, CommandResponse, MemberAttributes, MemberInfo, NodeId, Proposal, TypeConfig,
-};
-use crate::auth::{AuthInfo, AuthStore};
+use self::members::member_attributes_key;
+use self::snapshot_file::{decode_records, save_snapshot, snapshot_paths, SnapshotBuilder};
+use super::types::{Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
+use crate::alarm::{apply_alarm, nospace_raised};
+use crate::auth::{AuthCommand, AuthInfo, AuthStore};
+use crate::codec;
 use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
-use crate::mvcc::{CompactionJob, KeyRange, MvccError, MvccStore, WriteTxn};
+use crate::mvcc::{CompactionJob, KeyRange, MvccStore, WriteTxn};
 use crate::watch::WatchHub;
 
-const KEY_APPLIED: &[u8] = b"sm/applied";
-const KEY_MEMBERSHIP: &[u8] = b"sm/membership";
-const MEMBER_ATTRIBUTES_PREFIX: &[u8] = b"members/attr/";
-const ALARM_PREFIX: &[u8] = b"alarm/";
-const SNAPSHOT_DATA_FILE: &str = "current.snap";
-const SNAPSHOT_META_FILE: &str = "current.meta";
-
+/// Meta key of the last applied log id.
+pub const KEY_APPLIED: &[u8] = b"sm/applied";
+/// Meta key of the last applied membership.
+pub const KEY_MEMBERSHIP: &[u8] = b"sm/membership";
 type Membership = StoredMembership<NodeId, MemberInfo>;
 
 /// The state machine. `apply` runs on openraft's state machine task; reads
@@ -73,7 +74,7 @@ fn sm_write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
     StorageIOError::write_state_machine(&e).into()
 }
 
-fn read_meta<T: serde::de::DeserializeOwned>(
+pub(crate) fn read_meta<T: serde::de::DeserializeOwned>(
     reader: &dyn EngineRead,
     key: &[u8],
 ) -> Result<Option<T>, StorageError<NodeId>> {
@@ -85,7 +86,8 @@ fn read_meta<T: serde::de::DeserializeOwned>(
 
 impl StateMachine {
     /// A state machine over `mvcc`, keeping snapshots in `snapshot_dir`.
-    /// Compaction jobs go to `compactor` (see [`spawn_compactor`]).
+    /// Compaction jobs go to `compactor` (see
+    /// [`crate::mvcc::compactor::spawn_compactor`]).
     /// Applied events are published to `hub`.
     pub fn new(
         mvcc: Arc<MvccStore>,
@@ -145,17 +147,30 @@ impl StateMachine {
             return self.apply_auth(log_id, c, by.as_ref());
         }
         if let Some(info) = by {
-            if let Err(e) = self.auth.check_command(info, cmd, &self.lessor) {
+            if let Err(e) = self.check_sender(info, cmd) {
                 return self.refuse(log_id, e);
             }
         }
         self.apply_command(log_id, cmd)
     }
 
+    /// The sender's permission for a write, against the auth state at this
+    /// point of the log (so every member decides the same).
+    fn check_sender(&self, info: &AuthInfo, cmd: &Command) -> Result<(), EtcdError> {
+        let lessor = self.lessor.as_ref();
+        match cmd {
+            Command::Put(r) => self.auth.check_put(info, r, lessor),
+            Command::DeleteRange(r) => self.auth.check_delete_range(info, r),
+            Command::Txn(r) => self.auth.check_txn(info, r),
+            Command::LeaseRevoke(r) => self.auth.check_lease_revoke(info, r.id, lessor),
+            _ => Ok(()),
+        }
+    }
+
     fn apply_auth(
         &self,
         log_id: &LogId<NodeId>,
-        cmd: &crate::auth::AuthCommand,
+        cmd: &AuthCommand,
         by: Option<&AuthInfo>,
     ) -> Result<CommandResponse, StorageError<NodeId>> {
         let mut batch = Self::applied_batch(log_id, None);
@@ -317,10 +332,15 @@ impl StateMachine {
             batch.delete_range(t, Vec::new(), vec![0xff; 32]);
         }
         decode_records(data, &mut batch).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let Some(last_log_id) = meta.last_log_id.as_ref() else {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "an installed snapshot has no last log id",
+            );
+            return Err(StorageIOError::read_snapshot(Some(meta.signature()), &e).into());
+        };
         batch.extend(Self::applied_batch(
-            meta.last_log_id
-                .as_ref()
-                .expect("an installed snapshot has a last log id"),
+            last_log_id,
             Some(&meta.last_membership),
         ));
         self.engine().write(batch, true).map_err(sm_write_err)?;
@@ -331,18 +351,11 @@ impl StateMachine {
             Ok(None) => {}
             Err(e) => return Err(sm_read_err(e)),
         }
-        reload_lessor(&self.mvcc, &self.lessor).map_err(sm_read_err)?;
+        self.lessor
+            .reload_from_store(&self.mvcc)
+            .map_err(sm_read_err)?;
         self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
     }
-}
-
-/// True for `meta` keys that describe this cluster's Raft progress rather
-/// than the data (left out when a backup is restored into a new cluster).
-pub fn is_raft_bookkeeping(key: &[u8]) -> bool {
-    key == KEY_APPLIED
-        || key == KEY_MEMBERSHIP
-        || key.starts_with(MEMBER_ATTRIBUTES_PREFIX)
-        || key.starts_with(ALARM_PREFIX)
 }
 
 /// Commands refused while the NOSPACE alarm is raised.
@@ -351,214 +364,6 @@ fn consumes_space(cmd: &Command) -> bool {
         cmd,
         Command::Put(_) | Command::Txn(_) | Command::LeaseGrant(_)
     )
-}
-
-/// True if any member has raised the NOSPACE alarm.
-pub fn nospace_raised(engine: &dyn EngineRead) -> Result<bool, crate::engine::EngineError> {
-    Ok(alarms(engine)?
-        .iter()
-        .any(|a| a.alarm == AlarmType::Nospace as i32))
-}
-
-/// Meta key of one raised alarm: prefix, member id, alarm type.
-fn alarm_key(member_id: u64, alarm: i32) -> Vec<u8> {
-    let mut k = ALARM_PREFIX.to_vec();
-    k.extend_from_slice(&member_id.to_be_bytes());
-    k.extend_from_slice(&alarm.to_be_bytes());
-    k
-}
-
-/// Every raised alarm, in (member, type) order.
-pub fn alarms(engine: &dyn EngineRead) -> Result<Vec<AlarmMember>, crate::engine::EngineError> {
-    let mut out = Vec::new();
-    let mut end = ALARM_PREFIX.to_vec();
-    *end.last_mut().expect("non-empty prefix") += 1;
-    engine.scan(Table::Meta, ALARM_PREFIX, Some(&end), &mut |k, _| {
-        let rest = &k[ALARM_PREFIX.len()..];
-        if rest.len() == 12 {
-            let member_id = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
-            let alarm = i32::from_be_bytes(rest[8..].try_into().expect("4 bytes"));
-            out.push(AlarmMember { member_id, alarm });
-        }
-        ControlFlow::Continue(())
-    })?;
-    Ok(out)
-}
-
-/// etcd's alarm apply: ACTIVATE answers the alarm if it was newly raised,
-/// DEACTIVATE the alarm if it was raised; NONE alarms are ignored.
-fn apply_alarm(
-    engine: &dyn EngineRead,
-    r: &AlarmRequest,
-    extra: &mut WriteBatch,
-) -> Result<AlarmResponse, crate::engine::EngineError> {
-    let key = alarm_key(r.member_id, r.alarm);
-    let raised = engine.get(Table::Meta, &key)?.is_some();
-    let member = AlarmMember {
-        member_id: r.member_id,
-        alarm: r.alarm,
-    };
-    let mut resp = AlarmResponse {
-        header: None,
-        alarms: Vec::new(),
-    };
-    if r.alarm == AlarmType::None as i32 {
-        return Ok(resp);
-    }
-    match AlarmAction::try_from(r.action) {
-        Ok(AlarmAction::Activate) if !raised => {
-            extra.put(Table::Meta, key, Vec::new());
-            resp.alarms.push(member);
-        }
-        Ok(AlarmAction::Deactivate) if raised => {
-            extra.delete(Table::Meta, key);
-            resp.alarms.push(member);
-        }
-        _ => {}
-    }
-    Ok(resp)
-}
-
-/// Meta key of a member's published attributes.
-pub fn member_attributes_key(id: NodeId) -> Vec<u8> {
-    let mut k = MEMBER_ATTRIBUTES_PREFIX.to_vec();
-    k.extend_from_slice(&id.to_be_bytes());
-    k
-}
-
-/// Every member's published attributes.
-pub fn published_members(
-    engine: &dyn EngineRead,
-) -> Result<Vec<MemberAttributes>, crate::engine::EngineError> {
-    let mut out = Vec::new();
-    let mut end = MEMBER_ATTRIBUTES_PREFIX.to_vec();
-    *end.last_mut().expect("non-empty prefix") += 1;
-    engine.scan(
-        Table::Meta,
-        MEMBER_ATTRIBUTES_PREFIX,
-        Some(&end),
-        &mut |_, v| {
-            if let Ok(a) = codec::decode::<MemberAttributes>(v) {
-                out.push(a);
-            }
-            ControlFlow::Continue(())
-        },
-    )?;
-    Ok(out)
-}
-
-/// Rebuilds the lessor from the lease table and the live keys' leases.
-pub fn reload_lessor(mvcc: &MvccStore, lessor: &Lessor) -> Result<(), MvccError> {
-    let leased = mvcc.live_leased_keys()?;
-    lessor.reload(mvcc.engine().as_ref(), leased)?;
-    Ok(())
-}
-
-fn snapshot_paths(dir: &Path) -> (PathBuf, PathBuf) {
-    (dir.join(SNAPSHOT_DATA_FILE), dir.join(SNAPSHOT_META_FILE))
-}
-
-/// Writes `data` and `meta` as the current snapshot in `dir` (atomically:
-/// synced temp files, then renames, data first so meta never points at
-/// older data).
-fn save_snapshot(
-    dir: &Path,
-    meta: &SnapshotMeta<NodeId, MemberInfo>,
-    data: &[u8],
-) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let (data_path, meta_path) = snapshot_paths(dir);
-    let tmp_data = data_path.with_extension("snap.tmp");
-    let tmp_meta = meta_path.with_extension("meta.tmp");
-    std::fs::write(&tmp_data, data)?;
-    std::fs::File::open(&tmp_data)?.sync_all()?;
-    std::fs::write(&tmp_meta, codec::encode(meta))?;
-    std::fs::File::open(&tmp_meta)?.sync_all()?;
-    std::fs::rename(&tmp_data, &data_path)?;
-    std::fs::rename(&tmp_meta, &meta_path)?;
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
-}
-
-/// Appends `records` (snapshot format) to `batch` as puts.
-pub fn decode_records(mut data: &[u8], batch: &mut WriteBatch) -> std::io::Result<()> {
-    fn take<'a>(data: &mut &'a [u8], n: usize) -> std::io::Result<&'a [u8]> {
-        if data.len() < n {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "truncated snapshot",
-            ));
-        }
-        let (head, tail) = data.split_at(n);
-        *data = tail;
-        Ok(head)
-    }
-    fn take_len(data: &mut &[u8]) -> std::io::Result<usize> {
-        Ok(u32::from_be_bytes(take(data, 4)?.try_into().expect("4 bytes")) as usize)
-    }
-    while !data.is_empty() {
-        let table_byte = take(&mut data, 1)?[0];
-        let table = *Table::STATE_MACHINE
-            .get(table_byte as usize)
-            .ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, "unknown snapshot table")
-            })?;
-        let klen = take_len(&mut data)?;
-        let key = take(&mut data, klen)?.to_vec();
-        let vlen = take_len(&mut data)?;
-        let value = take(&mut data, vlen)?.to_vec();
-        batch.put(table, key, value);
-    }
-    Ok(())
-}
-
-/// Serializes every state machine table of `reader` (snapshot format).
-pub fn encode_records(reader: &dyn EngineRead) -> Result<Vec<u8>, crate::engine::EngineError> {
-    let mut out = Vec::new();
-    for (i, t) in Table::STATE_MACHINE.iter().enumerate() {
-        reader.scan(*t, &[], None, &mut |k, v| {
-            out.push(i as u8);
-            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-            out.extend_from_slice(k);
-            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-            out.extend_from_slice(v);
-            ControlFlow::Continue(())
-        })?;
-    }
-    Ok(out)
-}
-
-/// Builds a snapshot from a frozen engine view.
-pub struct SnapshotBuilder {
-    view: Arc<dyn EngineRead>,
-    snapshot_dir: PathBuf,
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let applied: Option<LogId<NodeId>> =
-            read_meta::<Option<LogId<NodeId>>>(self.view.as_ref(), KEY_APPLIED)?.flatten();
-        let membership: Membership =
-            read_meta(self.view.as_ref(), KEY_MEMBERSHIP)?.unwrap_or_default();
-        let data = encode_records(self.view.as_ref())
-            .map_err(|e| StorageIOError::read_state_machine(&e))?;
-        let snapshot_id = match &applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
-            None => format!("empty-{}", data.len()),
-        };
-        let meta = SnapshotMeta {
-            last_log_id: applied,
-            last_membership: membership,
-            snapshot_id,
-        };
-        save_snapshot(&self.snapshot_dir, &meta, &data)
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        tracing::info!(dir = %self.snapshot_dir.display(), id = %meta.snapshot_id, bytes = data.len(), "built snapshot");
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
-    }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -628,36 +433,5 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         }))
-    }
-}
-
-/// Runs compaction jobs one after another in the background.
-pub fn spawn_compactor(
-    mvcc: Arc<MvccStore>,
-    pending: Option<CompactionJob>,
-) -> mpsc::Sender<CompactionJob> {
-    /// Scheduled compactions waiting for the compactor; Compact requests are
-    /// rare (kube-apiserver: one per 5 minutes), more is a client bug.
-    const COMPACTOR_QUEUE: usize = 64;
-    let (tx, mut rx) = mpsc::channel::<CompactionJob>(COMPACTOR_QUEUE);
-    tokio::spawn(async move {
-        if let Some(job) = pending {
-            run_job(&mvcc, job).await;
-        }
-        while let Some(job) = rx.recv().await {
-            run_job(&mvcc, job).await;
-        }
-    });
-    tx
-}
-
-async fn run_job(mvcc: &MvccStore, job: CompactionJob) {
-    let rev = job.rev;
-    match mvcc.run_physical_compaction(job).await {
-        Ok(()) => tracing::info!(revision = rev, "finished physical compaction"),
-        Err(MvccError::Engine(e)) => {
-            tracing::error!(revision = rev, error = %e, "physical compaction failed")
-        }
-        Err(e) => tracing::error!(revision = rev, error = %e, "physical compaction refused"),
     }
 }

@@ -16,12 +16,11 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tonic::{Status, Streaming};
 
-use super::hub::{RevisionEvents, WatchHub};
 use crate::auth::{Access, AuthInfo};
-use crate::errors::EtcdError;
+use crate::errors::{EtcdError, WatchCancelReason};
 use crate::mvcc::{KeyRange, MvccError};
-use crate::server::caller::grpc_error_text;
 use crate::server::core::Core;
+use crate::watch::hub::{RevisionEvents, WatchHub};
 
 /// Events read from storage per catch-up step: bounds the memory and the
 /// time a session spends on one step before it looks at its other work.
@@ -33,10 +32,6 @@ pub const PROGRESS_WATCH_ID: i64 = -1;
 /// How many election timeouts a stream with `hasleader` may go without a
 /// leader before it is cancelled (etcd: 3).
 pub const NO_LEADER_ELECTION_TIMEOUTS: u32 = 3;
-
-/// etcd's cancel reasons, byte for byte.
-const ERR_DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
-const ERR_EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 
 /// Per-stream settings.
 #[derive(Debug, Clone)]
@@ -209,13 +204,13 @@ impl Session {
             let mut resp = self.response(c.watch_id, current);
             resp.created = true;
             resp.canceled = true;
-            resp.cancel_reason = grpc_error_text(e);
+            resp.cancel_reason = e.grpc_error_text();
             return self.send(resp).await;
         }
         let cancel_reason = if !c.range_end.is_empty() && c.range_end != [0] && key >= c.range_end {
-            Some(ERR_EMPTY_RANGE.to_string())
+            Some(WatchCancelReason::EmptyRange)
         } else if c.watch_id != 0 && self.watchers.contains_key(&c.watch_id) {
-            Some(ERR_DUPLICATE_ID.to_string())
+            Some(WatchCancelReason::DuplicateId)
         } else {
             None
         };
@@ -223,7 +218,7 @@ impl Session {
             let mut resp = self.response(-1, current);
             resp.created = true;
             resp.canceled = true;
-            resp.cancel_reason = reason;
+            resp.cancel_reason = reason.to_string();
             return self.send(resp).await;
         }
         let id = if c.watch_id != 0 {
@@ -295,9 +290,7 @@ impl Session {
                     Ok(r) => r,
                     Err(MvccError::Compacted) => return self.cancel_compacted(id).await,
                     Err(MvccError::FutureRev) => return Ok(()),
-                    Err(MvccError::Engine(e)) => {
-                        return Err(End::Fail(Status::internal(e.to_string())))
-                    }
+                    Err(e @ MvccError::Engine(_)) => return Err(End::Fail(e.into())),
                 };
             let w = self.watchers.get_mut(&id).expect("checked above");
             w.next_rev = last + 1;

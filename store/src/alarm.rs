@@ -1,0 +1,87 @@
+//! Alarms (etcd's `v3alarm`): which member raised which alarm, kept in the
+//! `meta` table as one key per (member, alarm type) and changed only by
+//! applying `Alarm` commands, so every member sees the same set.
+//!
+//! NOSPACE is raised when a write would pass `--quota-backend-bytes`; while
+//! it is raised, writes that grow the database are refused (before
+//! proposing, and again when applied).
+
+use std::ops::ControlFlow;
+
+use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
+use etcd_proto::etcdserverpb::{AlarmMember, AlarmRequest, AlarmResponse, AlarmType};
+
+use crate::engine::{EngineError, EngineRead, Table, WriteBatch};
+
+/// Prefix of the alarm keys in the `meta` table.
+pub const ALARM_PREFIX: &[u8] = b"alarm/";
+
+/// Length of an alarm key after the prefix: member id (8 bytes) and alarm
+/// type (4 bytes), big-endian.
+const ALARM_KEY_SUFFIX_BYTES: usize = 12;
+
+/// True if any member has raised the NOSPACE alarm.
+pub fn nospace_raised(engine: &dyn EngineRead) -> Result<bool, EngineError> {
+    Ok(alarms(engine)?
+        .iter()
+        .any(|a| a.alarm == AlarmType::Nospace as i32))
+}
+
+/// Meta key of one raised alarm: prefix, member id, alarm type.
+fn alarm_key(member_id: u64, alarm: i32) -> Vec<u8> {
+    let mut k = ALARM_PREFIX.to_vec();
+    k.extend_from_slice(&member_id.to_be_bytes());
+    k.extend_from_slice(&alarm.to_be_bytes());
+    k
+}
+
+/// Every raised alarm, in (member, type) order.
+pub fn alarms(engine: &dyn EngineRead) -> Result<Vec<AlarmMember>, EngineError> {
+    let mut out = Vec::new();
+    let mut end = ALARM_PREFIX.to_vec();
+    *end.last_mut().expect("non-empty prefix") += 1;
+    engine.scan(Table::Meta, ALARM_PREFIX, Some(&end), &mut |k, _| {
+        let rest = &k[ALARM_PREFIX.len()..];
+        if rest.len() == ALARM_KEY_SUFFIX_BYTES {
+            let member_id = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
+            let alarm = i32::from_be_bytes(rest[8..].try_into().expect("4 bytes"));
+            out.push(AlarmMember { member_id, alarm });
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(out)
+}
+
+/// etcd's alarm apply: ACTIVATE answers the alarm if it was newly raised,
+/// DEACTIVATE the alarm if it was raised; NONE alarms are ignored.
+pub fn apply_alarm(
+    engine: &dyn EngineRead,
+    r: &AlarmRequest,
+    extra: &mut WriteBatch,
+) -> Result<AlarmResponse, EngineError> {
+    let key = alarm_key(r.member_id, r.alarm);
+    let raised = engine.get(Table::Meta, &key)?.is_some();
+    let member = AlarmMember {
+        member_id: r.member_id,
+        alarm: r.alarm,
+    };
+    let mut resp = AlarmResponse {
+        header: None,
+        alarms: Vec::new(),
+    };
+    if r.alarm == AlarmType::None as i32 {
+        return Ok(resp);
+    }
+    match AlarmAction::try_from(r.action) {
+        Ok(AlarmAction::Activate) if !raised => {
+            extra.put(Table::Meta, key, Vec::new());
+            resp.alarms.push(member);
+        }
+        Ok(AlarmAction::Deactivate) if raised => {
+            extra.delete(Table::Meta, key);
+            resp.alarms.push(member);
+        }
+        _ => {}
+    }
+    Ok(resp)
+}

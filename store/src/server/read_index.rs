@@ -1,0 +1,95 @@
+//! The linearizable read barrier (ReadIndex), on every member.
+//!
+//! The leader confirms it is still leader with a quorum heartbeat round and
+//! takes its commit index as the read index (openraft's
+//! `get_read_log_id`); a follower asks the leader for that index over the
+//! peer protocol. The serving member then waits until it has applied up to
+//! the read index and reads its own state. Serializable reads skip this.
+//!
+//! Rounds are shared ([`crate::raft::read_index`]): every linearizable read
+//! queued on the leader while a round runs joins the next round, so N
+//! concurrent readers cost one quorum round, not N.
+
+use etcd_proto::storepeer::RaftMessage;
+use tokio::time::Instant;
+
+use super::core::Core;
+use super::forward::{transport_failure, ForwardError};
+use crate::codec;
+use crate::errors::EtcdError;
+use crate::raft::read_index::ReadIndexError;
+use crate::raft::NodeId;
+
+impl Core {
+    /// Passes a linearizable read barrier: afterwards this member's state
+    /// includes every write acknowledged before the call began.
+    pub async fn read_barrier(&self) -> Result<(), EtcdError> {
+        let deadline = Instant::now() + self.config.request_timeout;
+        loop {
+            let leader = self
+                .wait_leader(deadline)
+                .await
+                .ok_or(EtcdError::NoLeader)?;
+            let index = if leader == self.config.member_id {
+                self.read_index_local().await
+            } else {
+                self.read_index_remote(leader, deadline).await
+            };
+            match index {
+                Ok(index) => return self.wait_applied(index, deadline).await,
+                Err(e) => self.before_retry(e, deadline).await?,
+            }
+        }
+    }
+
+    /// ReadIndex on the leader: confirm leadership, return the read index.
+    /// Concurrent callers share one confirmation round: a caller joins the
+    /// next round to start after it arrived (never one already in flight,
+    /// which might predate a write the caller saw acknowledged).
+    pub async fn read_index_local(&self) -> Result<u64, ForwardError> {
+        self.read_rounds.read_index().await.map_err(|e| match e {
+            ReadIndexError::NotLeader(leader) => ForwardError::NotLeader(leader),
+            ReadIndexError::Timeout => ForwardError::Etcd(EtcdError::Timeout),
+            ReadIndexError::Stopped => ForwardError::Etcd(EtcdError::Stopped),
+        })
+    }
+
+    async fn read_index_remote(
+        &self,
+        leader: NodeId,
+        deadline: Instant,
+    ) -> Result<u64, ForwardError> {
+        let mut client = self.peer(leader)?;
+        let mut req = tonic::Request::new(RaftMessage {
+            payload: Vec::new(),
+        });
+        req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        match client.read_index(req).await {
+            // An answer that does not decode: whether the leader still leads
+            // is unknown, so the read times out rather than risk staleness.
+            Ok(reply) => codec::decode::<Result<u64, ForwardError>>(&reply.into_inner().payload)
+                .map_err(|_| ForwardError::Etcd(EtcdError::Timeout))?,
+            Err(status) => Err(transport_failure(&status)),
+        }
+    }
+
+    /// Waits until this member has applied `index` (or `deadline`).
+    pub async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), EtcdError> {
+        let applied = self
+            .raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index);
+        if applied >= index {
+            return Ok(());
+        }
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "linearizable read")
+            .await
+            .map(|_| ())
+            .map_err(|_| EtcdError::Timeout)
+    }
+}
