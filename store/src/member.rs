@@ -184,13 +184,19 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
     let raft = openraft::Config {
         cluster_name: config.initial_cluster_token.clone(),
         heartbeat_interval: config.heartbeat_interval,
-        // openraft 0.9 voters refuse votes while the leader's lease (equal to
-        // election_timeout_max) may still hold, so the first candidate after
-        // a leader failure is always refused and the second wins. With
-        // [election/2, election] a new leader takes 1 to 2 election timeouts,
-        // close to etcd's randomized [election, 2 x election).
-        election_timeout_min: (config.election_timeout / 2).max(3 * config.heartbeat_interval),
-        election_timeout_max: config.election_timeout.max(4 * config.heartbeat_interval),
+        // etcd's --election-timeout is how long a follower goes without a
+        // heartbeat before it campaigns (randomized in [et, 2 x et), and
+        // with pre-vote the first candidate usually wins: about 1 s at the
+        // default). openraft 0.9 instead extends a follower's lease to
+        // `now + leader_lease + election_timeout` on every heartbeat, with
+        // `leader_lease = election_timeout_max` and the timeout randomized
+        // in [min, max]: a follower campaigns after max + [min, max] of
+        // silence, when every voter's lease has expired, so the first
+        // candidate wins. With [et/4, et/2] that is [0.75, 1] x et, etcd's
+        // window (measured: leader kill -9 to the first write ~0.94 s at
+        // et = 1000 ms; [et/2, et] took ~1.9 s).
+        election_timeout_min: (config.election_timeout / 4).max(2 * config.heartbeat_interval),
+        election_timeout_max: (config.election_timeout / 2).max(3 * config.heartbeat_interval),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_count.max(1)),
         max_in_snapshot_log_to_keep: SNAPSHOT_CATCH_UP_ENTRIES.min(config.snapshot_count),
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,

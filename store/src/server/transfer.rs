@@ -74,22 +74,23 @@ use crate::raft::elections::after;
 use crate::raft::metrics::{self, matched_index, WaitError};
 use crate::raft::{MemberInfo, NodeId, Raft};
 
-/// Bound of a whole transfer, in election timeouts (`election_timeout_max`).
-/// A transfer normally takes one vote round, or at most about one election
-/// timeout when the voters' leases must expire first; 4 leaves room for a
-/// target that needs to catch up and a loaded machine, and with etcd's
-/// default 1 s election timeout it stays under etcdctl's default 5 s
+/// Bound of a whole transfer, in leader leases (openraft's
+/// `election_timeout_max`, half of `--election-timeout`). A transfer
+/// normally takes one vote round, or at most about one lease when the
+/// voters' leases must expire first; 8 leases (4 s at etcd's default 1 s
+/// election timeout) leave room for a target that needs to catch up and a
+/// loaded machine, and stay under etcdctl's default 5 s
 /// `--command-timeout`, so etcdctl reports our error rather than its own.
-pub const TRANSFER_TIMEOUT_ELECTION_TIMEOUTS: u32 = 4;
+pub const TRANSFER_TIMEOUT_ELECTION_TIMEOUTS: u32 = 8;
 
-/// Extra time, in election timeouts, that the other voters hold their
+/// Extra time, in leader leases, that the other voters hold their
 /// elections beyond the transfer's deadline (the leader lifts the hold as
 /// soon as the transfer ends; this only matters if it cannot).
-pub const HOLD_MARGIN_ELECTION_TIMEOUTS: u32 = 1;
+pub const HOLD_MARGIN_ELECTION_TIMEOUTS: u32 = 2;
 
-/// Longest hold or campaign a peer may ask of a member, in election
-/// timeouts: a bound on what a bad or buggy request can do.
-pub const MAX_PEER_REQUEST_ELECTION_TIMEOUTS: u32 = 10;
+/// Longest hold or campaign a peer may ask of a member, in leader leases:
+/// a bound on what a bad or buggy request can do.
+pub const MAX_PEER_REQUEST_ELECTION_TIMEOUTS: u32 = 20;
 
 /// A message of the leadership-transfer peer RPC
 /// (`storepeer.RaftPeer/LeaderTransfer`). Durations, not instants: members
