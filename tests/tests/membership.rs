@@ -26,14 +26,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use etcd_client::{Client, GetOptions, MemberAddOptions};
+use etcd_client::{GetOptions, MemberAddOptions};
 use integration_tests::client::{connect, describe_error};
 use integration_tests::cluster::TRANSIENT_RECONFIG_ERRORS;
+use integration_tests::differential::Side;
 use integration_tests::net::{allocate_ip, client_url, peer_url};
 use integration_tests::wait::retry_until;
 use integration_tests::writer::{write_until_stopped, Writes};
 use integration_tests::{
-    normalize, Binary, Cluster, ClusterConfig, CtlOutput, Etcdctl, MemberFlags, Process,
+    normalize, Binary, Cluster, ClusterConfig, CtlOutput, Differential, Etcdctl, MemberFlags,
+    Process,
 };
 use regex::Regex;
 
@@ -676,53 +678,33 @@ fn normalized(output: &CtlOutput) -> CtlOutput {
     }
 }
 
-/// One side of the error-case comparison.
-struct ErrorSide {
-    cluster: Cluster,
-    ctl: Etcdctl,
-    client: Client,
+/// `member list` of `side` as normalized lines in a stable order (members
+/// are listed by id, and ids differ between the two servers).
+async fn sorted_member_list(side: &Side) -> Vec<String> {
+    let output = side
+        .ctl35
+        .run(&["member", "list"])
+        .await
+        .expect("member list");
+    assert!(output.success(), "{output}");
+    let mut lines: Vec<String> = normalize(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
 }
 
-impl ErrorSide {
-    async fn start(binary: Binary) -> ErrorSide {
-        let cluster = Cluster::start(binary, ClusterConfig::new(MEMBERS))
-            .await
-            .expect("starting the cluster");
-        let endpoints = cluster.endpoints();
-        ErrorSide {
-            ctl: ctl(&endpoints),
-            client: connect(&endpoints).await.expect("client"),
-            cluster,
-        }
-    }
-
-    /// `member list` as normalized lines in a stable order (members are
-    /// listed by id, and ids differ between the two servers).
-    async fn sorted_member_list(&self) -> Vec<String> {
-        let output = self
-            .ctl
-            .run(&["member", "list"])
-            .await
-            .expect("member list");
-        assert!(output.success(), "{output}");
-        let mut lines: Vec<String> = normalize(&output.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
-        lines.sort();
-        lines
-    }
-
-    async fn member_id_of(&self, name: &str) -> u64 {
-        let mut client = self.client.clone();
-        let members = client.member_list().await.expect("member list");
-        members
-            .members()
-            .iter()
-            .find(|member| member.name() == name)
-            .unwrap_or_else(|| panic!("no member {name}: {members:?}"))
-            .id()
-    }
+/// The id of `side`'s member named `name`.
+async fn member_id_of(side: &Side, name: &str) -> u64 {
+    let mut client = side.client.clone();
+    let members = client.member_list().await.expect("member list");
+    members
+        .members()
+        .iter()
+        .find(|member| member.name() == name)
+        .unwrap_or_else(|| panic!("no member {name}: {members:?}"))
+        .id()
 }
 
 /// Runs `args` (with `{oracle}` / `{candidate}` specific arguments) on both
@@ -730,14 +712,14 @@ impl ErrorSide {
 /// oracle's.
 async fn compare_ctl(
     step: &str,
-    oracle: &ErrorSide,
+    oracle: &Side,
     oracle_args: &[&str],
-    candidate: &ErrorSide,
+    candidate: &Side,
     candidate_args: &[&str],
 ) -> CtlOutput {
     let (expected, actual) = tokio::join!(
-        reconfigure(&oracle.ctl, oracle_args, &TRANSIENT_RECONFIG_ERRORS),
-        reconfigure(&candidate.ctl, candidate_args, &TRANSIENT_RECONFIG_ERRORS)
+        reconfigure(&oracle.ctl35, oracle_args, &TRANSIENT_RECONFIG_ERRORS),
+        reconfigure(&candidate.ctl35, candidate_args, &TRANSIENT_RECONFIG_ERRORS)
     );
     let expected = normalized(&expected.expect("etcdctl on the oracle"));
     let actual = normalized(&actual.expect("etcdctl on the candidate"));
@@ -768,11 +750,15 @@ fn compare_rpc<T: std::fmt::Debug>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_errors_match_etcd() {
-    let (oracle, candidate) = tokio::join!(
-        ErrorSide::start(Binary::etcd35().expect("reference etcd 3.5")),
-        ErrorSide::start(Binary::candidate().expect("candidate server binary"))
-    );
-    let sides = [&oracle, &candidate];
+    let d = Differential::start_with(
+        Binary::etcd35().expect("reference etcd 3.5"),
+        Binary::candidate().expect("candidate server binary"),
+        ClusterConfig::new(MEMBERS),
+    )
+    .await
+    .expect("starting both clusters");
+    let (oracle, candidate) = (&d.oracle, &d.candidate);
+    let sides = [oracle, candidate];
 
     // An unstarted learner (its address is reserved but nothing listens).
     let learner_peers: Vec<String> = sides
@@ -782,7 +768,7 @@ async fn membership_errors_match_etcd() {
     let mut learner_ids = Vec::new();
     for (side, peer) in sides.iter().zip(&learner_peers) {
         let output = reconfigure(
-            &side.ctl,
+            &side.ctl35,
             &[
                 "member",
                 "add",
@@ -806,8 +792,8 @@ async fn membership_errors_match_etcd() {
     }
     let learner_added = Instant::now();
     let (expected, actual) = (
-        oracle.sorted_member_list().await,
-        candidate.sorted_member_list().await,
+        sorted_member_list(oracle).await,
+        sorted_member_list(candidate).await,
     );
     assert_eq!(
         expected, actual,
@@ -827,7 +813,7 @@ async fn membership_errors_match_etcd() {
         .collect();
     let output = compare_ctl(
         "second learner",
-        &oracle,
+        oracle,
         &[
             "member",
             "add",
@@ -835,7 +821,7 @@ async fn membership_errors_match_etcd() {
             "--learner",
             &format!("--peer-urls={}", second[0]),
         ],
-        &candidate,
+        candidate,
         &[
             "member",
             "add",
@@ -856,14 +842,14 @@ async fn membership_errors_match_etcd() {
     let m0_peers: Vec<String> = sides.iter().map(|side| side.cluster.peer_url(0)).collect();
     let output = compare_ctl(
         "existing peer URL",
-        &oracle,
+        oracle,
         &[
             "member",
             "add",
             "dup",
             &format!("--peer-urls={}", m0_peers[0]),
         ],
-        &candidate,
+        candidate,
         &[
             "member",
             "add",
@@ -881,14 +867,14 @@ async fn membership_errors_match_etcd() {
     tokio::time::sleep(ETCD_MEMBER_ID_CLOCK.saturating_sub(learner_added.elapsed())).await;
     let output = compare_ctl(
         "the learner's peer URL",
-        &oracle,
+        oracle,
         &[
             "member",
             "add",
             "dup",
             &format!("--peer-urls={}", learner_peers[0]),
         ],
-        &candidate,
+        candidate,
         &[
             "member",
             "add",
@@ -906,14 +892,14 @@ async fn membership_errors_match_etcd() {
 
     // Promote a voter, and the learner that is not in sync.
     let voters = [
-        format!("{:x}", oracle.member_id_of("m1").await),
-        format!("{:x}", candidate.member_id_of("m1").await),
+        format!("{:x}", member_id_of(oracle, "m1").await),
+        format!("{:x}", member_id_of(candidate, "m1").await),
     ];
     let output = compare_ctl(
         "promote a voter",
-        &oracle,
+        oracle,
         &["member", "promote", &voters[0]],
-        &candidate,
+        candidate,
         &["member", "promote", &voters[1]],
     )
     .await;
@@ -925,9 +911,9 @@ async fn membership_errors_match_etcd() {
     );
     let output = compare_ctl(
         "promote an unstarted learner",
-        &oracle,
+        oracle,
         &["member", "promote", &learner_ids[0]],
-        &candidate,
+        candidate,
         &["member", "promote", &learner_ids[1]],
     )
     .await;
@@ -937,9 +923,9 @@ async fn membership_errors_match_etcd() {
     let unknown = format!("{UNKNOWN_MEMBER_ID:x}");
     let output = compare_ctl(
         "remove an unknown id",
-        &oracle,
+        oracle,
         &["member", "remove", &unknown],
-        &candidate,
+        candidate,
         &["member", "remove", &unknown],
     )
     .await;
@@ -952,7 +938,7 @@ async fn membership_errors_match_etcd() {
     let mut outcomes = Vec::new();
     for side in sides {
         let mut client = side.client.clone();
-        let voter = side.member_id_of("m2").await;
+        let voter = member_id_of(side, "m2").await;
         let m0_peer = side.cluster.peer_url(0);
         let fresh = peer_url(allocate_ip().expect("address"));
         outcomes.push([
@@ -981,25 +967,25 @@ async fn membership_errors_match_etcd() {
     // Remove the learner, then remove it again.
     let output = compare_ctl(
         "remove the learner",
-        &oracle,
+        oracle,
         &["member", "remove", &learner_ids[0]],
-        &candidate,
+        candidate,
         &["member", "remove", &learner_ids[1]],
     )
     .await;
     assert!(output.success(), "{output}");
     let output = compare_ctl(
         "remove the removed learner again",
-        &oracle,
+        oracle,
         &["member", "remove", &learner_ids[0]],
-        &candidate,
+        candidate,
         &["member", "remove", &learner_ids[1]],
     )
     .await;
     assert!(!output.success(), "{output}");
     let (expected, actual) = (
-        oracle.sorted_member_list().await,
-        candidate.sorted_member_list().await,
+        sorted_member_list(oracle).await,
+        sorted_member_list(candidate).await,
     );
     assert_eq!(
         expected, actual,
