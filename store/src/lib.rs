@@ -13,6 +13,7 @@
 
 pub mod alarm;
 pub mod auth;
+pub mod batching;
 pub mod codec;
 pub mod config;
 pub mod duration;

@@ -16,6 +16,7 @@
 // type; our helpers return the same type rather than boxing and unboxing it.
 #![allow(clippy::result_large_err)]
 
+pub mod batcher;
 pub mod elections;
 pub mod log_store;
 pub mod metrics;
@@ -24,7 +25,7 @@ pub mod read_index;
 pub mod state_machine;
 pub mod types;
 
-pub use types::{Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
+pub use types::{Batch, Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
 
 /// openraft's handle for our configuration.
 pub type Raft = openraft::Raft<TypeConfig>;

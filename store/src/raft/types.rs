@@ -8,6 +8,7 @@ use etcd_proto::etcdserverpb::{
     DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
     LeaseRevokeResponse, PutRequest, PutResponse, TxnRequest, TxnResponse,
 };
+use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{AuthCommand, AuthInfo, AuthReply};
@@ -20,8 +21,8 @@ pub type NodeId = u64;
 openraft::declare_raft_types!(
     /// The store's openraft configuration.
     pub TypeConfig:
-        D = Proposal,
-        R = CommandResponse,
+        D = Batch,
+        R = Vec<CommandResponse>,
         NodeId = NodeId,
         Node = MemberInfo,
         Entry = openraft::Entry<TypeConfig>,
@@ -56,6 +57,38 @@ pub struct Proposal {
     pub by: Option<AuthInfo>,
     /// The command.
     pub cmd: Command,
+}
+
+/// What a log entry carries: the proposals the leader batched into it
+/// (see [`super::batcher`]), applied in order, each with its own revision
+/// and its own answer (the entry's response holds one per proposal).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// The proposals, at least one.
+    pub proposals: Vec<Proposal>,
+}
+
+impl Proposal {
+    /// The proposal's size in the log, roughly: its request's protobuf
+    /// size (what `--max-request-bytes` bounds) plus the sender's name.
+    pub fn size_bytes(&self) -> usize {
+        let sender = self.by.as_ref().map_or(0, |b| b.username.len());
+        let command = match &self.cmd {
+            Command::Put(r) => r.encoded_len(),
+            Command::DeleteRange(r) => r.encoded_len(),
+            Command::Txn(r) => r.encoded_len(),
+            Command::Compact(r) => r.encoded_len(),
+            Command::LeaseGrant(r) => r.encoded_len(),
+            Command::LeaseRevoke(r) => r.encoded_len(),
+            Command::Alarm(r) => r.encoded_len(),
+            Command::PublishMember(a) => {
+                a.name.len() + a.client_urls.iter().map(String::len).sum::<usize>()
+            }
+            // Rare and small: the exact encoded size.
+            Command::Auth(c) => crate::codec::encode(c).len(),
+        };
+        sender + command
+    }
 }
 
 /// A replicated state machine command: an etcd write request.

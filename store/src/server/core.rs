@@ -17,6 +17,7 @@ use std::time::Duration;
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::{AlarmRequest, AlarmType, ResponseHeader};
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use futures::future::join_all;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 use tokio::time::Instant;
@@ -26,6 +27,7 @@ use super::forward::{
     decode_reply, encode_request, transport_failure, ForwardError, LeaderReply, LeaderRequest,
     LeaseTtl, ReplyKind,
 };
+use super::forward_batch::ForwardBatcher;
 use crate::alarm::nospace_raised;
 use crate::auth::AuthStore;
 use crate::engine::Table;
@@ -33,6 +35,7 @@ use crate::errors::EtcdError;
 use crate::kv::KvError;
 use crate::lease::Lessor;
 use crate::mvcc::MvccStore;
+use crate::raft::batcher::{BatchError, Batcher};
 use crate::raft::elections::ElectionControl;
 use crate::raft::metrics::{self, matched_index};
 use crate::raft::network::{peer_client, PeerNetworkFactory};
@@ -81,6 +84,8 @@ pub struct Core {
     pub auth: Arc<AuthStore>,
     peers: PeerNetworkFactory,
     pub(super) read_rounds: ReadRounds,
+    batcher: Batcher,
+    forwards: ForwardBatcher,
     /// Election control for leadership transfer (MoveLeader), see
     /// [`super::transfer`].
     pub elections: ElectionControl,
@@ -102,7 +107,10 @@ impl Core {
             elections.gate().clone(),
             config.request_timeout,
         );
+        let batcher = Batcher::spawn(raft.clone());
         Arc::new(Self {
+            batcher,
+            forwards: ForwardBatcher::spawn(),
             config,
             raft,
             mvcc,
@@ -227,6 +235,13 @@ impl Core {
                 .propose_local(cmd, deadline)
                 .await
                 .map(LeaderReply::Applied),
+            LeaderRequest::ProposeBatch(proposals) => {
+                // All queued at once, so they share the next log entry.
+                let answers = proposals
+                    .into_iter()
+                    .map(|p| self.propose_local(p, deadline));
+                Ok(LeaderReply::AppliedBatch(join_all(answers).await))
+            }
             LeaderRequest::LeaseRenew(id) => {
                 self.require_primary()?;
                 Ok(LeaderReply::LeaseRenewed(self.lessor.renew(id)))
@@ -302,22 +317,19 @@ impl Core {
         }
     }
 
-    /// Proposes on this member, which believes it is the leader.
+    /// Proposes on this member, which believes it is the leader, through
+    /// the next batched log entry (see [`crate::raft::batcher`]).
     async fn propose_local(
         &self,
         cmd: Proposal,
         deadline: Instant,
     ) -> Result<CommandResponse, ForwardError> {
-        match tokio::time::timeout_at(deadline, self.raft.client_write(cmd)).await {
+        match tokio::time::timeout_at(deadline, self.batcher.propose(cmd)).await {
             Err(_) => Err(ForwardError::Etcd(EtcdError::Timeout)),
-            Ok(Ok(resp)) => Ok(resp.data),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(ForwardError::NotLeader(f.leader_id))
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_)))) => {
-                Err(ForwardError::Etcd(EtcdError::NotCapable))
-            }
-            Ok(Err(RaftError::Fatal(_))) => Err(ForwardError::Etcd(EtcdError::Stopped)),
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(BatchError::NotLeader(leader))) => Err(ForwardError::NotLeader(leader)),
+            Ok(Err(BatchError::NotCapable)) => Err(ForwardError::Etcd(EtcdError::NotCapable)),
+            Ok(Err(BatchError::Stopped)) => Err(ForwardError::Etcd(EtcdError::Stopped)),
         }
     }
 
@@ -328,6 +340,12 @@ impl Core {
         deadline: Instant,
     ) -> Result<LeaderReply, ForwardError> {
         let mut client = self.peer(leader)?;
+        if let LeaderRequest::Propose(proposal) = req {
+            let forwarded = self
+                .forwards
+                .forward(leader, client, proposal.clone(), deadline);
+            return forwarded.await.map(LeaderReply::Applied);
+        }
         let mut request = tonic::Request::new(encode_request(req));
         request.set_timeout(deadline.saturating_duration_since(Instant::now()));
         match client.forward(request).await {

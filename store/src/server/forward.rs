@@ -45,6 +45,9 @@ impl From<EtcdError> for ForwardError {
 pub enum LeaderRequest {
     /// Replicate a command.
     Propose(Proposal),
+    /// Replicate several commands (a follower's batch, see
+    /// [`super::forward_batch`]); each is answered on its own.
+    ProposeBatch(Vec<Proposal>),
     /// Restart a lease's clock (KeepAlive).
     LeaseRenew(i64),
     /// Read a lease's remaining time (TimeToLive).
@@ -73,6 +76,8 @@ pub struct LeaseTtl {
 pub enum LeaderReply {
     /// The state machine's answer to a proposed command.
     Applied(CommandResponse),
+    /// The answers to a [`LeaderRequest::ProposeBatch`], in its order.
+    AppliedBatch(Vec<Result<CommandResponse, ForwardError>>),
     /// The lease's TTL, or None if it does not exist.
     LeaseRenewed(Option<i64>),
     /// The lease's time to live, or None if it does not exist.

@@ -6,7 +6,8 @@
 //!
 //! - [`core`]: routing work to the leader and running it there;
 //!   [`propose`]: one typed method per command kind; [`read_index`]: the
-//!   linearizable read barrier; [`forward`]: what followers send the leader;
+//!   linearizable read barrier; [`forward`]: what followers send the leader,
+//!   [`forward_batch`]: batched on the way;
 //!   [`caller`]: who is calling (tokens, client certificates);
 //!   [`transfer`]: leadership transfer (MoveLeader).
 //! - client services, one file each: [`kv`], [`watch`], [`lease`],
@@ -21,6 +22,7 @@ pub mod caller;
 pub mod cluster;
 pub mod core;
 pub mod forward;
+pub mod forward_batch;
 pub mod http;
 pub mod kv;
 pub mod lease;

@@ -25,7 +25,7 @@ use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::raft::state_machine::members::MEMBER_ATTRIBUTES_PREFIX;
 use crate::raft::state_machine::snapshot_file::{decode_records, encode_records};
-use crate::raft::state_machine::{KEY_APPLIED, KEY_MEMBERSHIP};
+use crate::raft::state_machine::{KEY_APPLIED, KEY_APPLIED_PART, KEY_MEMBERSHIP};
 
 /// First bytes of every backup file.
 pub const MAGIC: &[u8] = b"etcd-rs snapshot v1\n";
@@ -71,6 +71,7 @@ pub enum BackupError {
 /// than the data (left out when a backup is restored into a new cluster).
 pub fn is_raft_bookkeeping(key: &[u8]) -> bool {
     key == KEY_APPLIED
+        || key == KEY_APPLIED_PART
         || key == KEY_MEMBERSHIP
         || key.starts_with(MEMBER_ATTRIBUTES_PREFIX)
         || key.starts_with(ALARM_PREFIX)

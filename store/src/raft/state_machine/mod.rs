@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 
 use self::members::member_attributes_key;
 use self::snapshot_file::{decode_records, save_snapshot, snapshot_paths, SnapshotBuilder};
-use super::types::{Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
+use super::types::{Batch, Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
 use crate::alarm::{apply_alarm, nospace_raised};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
 use crate::codec;
@@ -53,6 +53,40 @@ use crate::watch::WatchHub;
 pub const KEY_APPLIED: &[u8] = b"sm/applied";
 /// Meta key of the last applied membership.
 pub const KEY_MEMBERSHIP: &[u8] = b"sm/membership";
+/// Meta key of how far the entry after `sm/applied` is applied, while its
+/// proposals are being applied (see [`At`]).
+pub const KEY_APPLIED_PART: &[u8] = b"sm/applied_part";
+
+/// Where a proposal sits in the log. An entry carries a [`Batch`] of
+/// proposals, each applied in its own engine batch; each batch records the
+/// entry's progress with it, atomically: the last proposal's batch records
+/// the entry as applied (`sm/applied`), every earlier one records
+/// `sm/applied_part` (this entry, proposals applied so far). After a crash
+/// in the middle of an entry, Raft replays the entry and the state machine
+/// skips the proposals already applied, so each is applied exactly once.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    log_id: LogId<NodeId>,
+    /// The proposal's position in its entry.
+    position: usize,
+    /// The entry's number of proposals.
+    of: usize,
+}
+
+impl At {
+    fn last(&self) -> bool {
+        self.position + 1 == self.of
+    }
+}
+
+/// The value of `sm/applied_part`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Partial {
+    log_id: LogId<NodeId>,
+    /// Proposals of the entry applied (a prefix).
+    applied: usize,
+}
+
 type Membership = StoredMembership<NodeId, MemberInfo>;
 
 /// The state machine. `apply` runs on openraft's state machine task; reads
@@ -64,6 +98,8 @@ pub struct StateMachine {
     hub: Arc<WatchHub>,
     lessor: Arc<Lessor>,
     auth: Arc<AuthStore>,
+    /// The interrupted entry's progress, read at start-up (see [`At`]).
+    partial: Option<Partial>,
 }
 
 fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -104,6 +140,7 @@ impl StateMachine {
             hub,
             lessor,
             auth,
+            partial: None,
         }
     }
 
@@ -124,34 +161,79 @@ impl StateMachine {
         b
     }
 
-    /// Records `log_id` as applied without changing anything else, and
-    /// answers `err` (a refused command).
-    fn refuse(
-        &self,
-        log_id: &LogId<NodeId>,
-        err: EtcdError,
-    ) -> Result<CommandResponse, StorageError<NodeId>> {
+    /// What a proposal's engine batch records about the progress of its
+    /// entry (see [`At`]).
+    fn progress_batch(at: &At) -> WriteBatch {
+        if !at.last() {
+            let mut b = WriteBatch::new();
+            let part = Partial {
+                log_id: at.log_id,
+                applied: at.position + 1,
+            };
+            b.put(Table::Meta, KEY_APPLIED_PART.to_vec(), codec::encode(&part));
+            return b;
+        }
+        let mut b = Self::applied_batch(&at.log_id, None);
+        if at.of > 1 {
+            b.delete(Table::Meta, KEY_APPLIED_PART.to_vec());
+        }
+        b
+    }
+
+    /// Records the proposal at `at` as applied without changing anything
+    /// else, and answers `err` (a refused command).
+    fn refuse(&self, at: &At, err: EtcdError) -> Result<CommandResponse, StorageError<NodeId>> {
         self.engine()
-            .write(Self::applied_batch(log_id, None), false)
+            .write(Self::progress_batch(at), false)
             .map_err(sm_write_err)?;
         Ok(CommandResponse::Error(err))
     }
 
+    /// Applies the proposals of one entry in order, each in its own MVCC
+    /// transaction (its own revision) and engine batch, and answers each.
+    /// Proposals that a crash interrupted the entry after are skipped (their
+    /// answers went to clients of a leader that is gone).
+    fn apply_batch(
+        &mut self,
+        log_id: &LogId<NodeId>,
+        batch: &Batch,
+    ) -> Result<Vec<CommandResponse>, StorageError<NodeId>> {
+        let resume_at = match self.partial.take() {
+            Some(p) if p.log_id == *log_id => p.applied,
+            _ => 0,
+        };
+        let of = batch.proposals.len();
+        let mut answers = Vec::with_capacity(of);
+        for (position, proposal) in batch.proposals.iter().enumerate() {
+            if position < resume_at {
+                answers.push(CommandResponse::Empty);
+                continue;
+            }
+            let at = At {
+                log_id: *log_id,
+                position,
+                of,
+            };
+            answers.push(self.apply_proposal(&at, proposal)?);
+        }
+        Ok(answers)
+    }
+
     fn apply_proposal(
         &self,
-        log_id: &LogId<NodeId>,
+        at: &At,
         proposal: &Proposal,
     ) -> Result<CommandResponse, StorageError<NodeId>> {
         let Proposal { by, cmd } = proposal;
         if let Command::Auth(c) = cmd {
-            return self.apply_auth(log_id, c, by.as_ref());
+            return self.apply_auth(at, c, by.as_ref());
         }
         if let Some(info) = by {
             if let Err(e) = self.check_sender(info, cmd) {
-                return self.refuse(log_id, e);
+                return self.refuse(at, e);
             }
         }
-        self.apply_command(log_id, cmd)
+        self.apply_command(at, cmd)
     }
 
     /// The sender's permission for a write, against the auth state at this
@@ -169,34 +251,37 @@ impl StateMachine {
 
     fn apply_auth(
         &self,
-        log_id: &LogId<NodeId>,
+        at: &At,
         cmd: &AuthCommand,
         by: Option<&AuthInfo>,
     ) -> Result<CommandResponse, StorageError<NodeId>> {
-        let mut batch = Self::applied_batch(log_id, None);
-        match self.auth.prepare(cmd, by, log_id.index, &mut batch) {
+        let mut batch = Self::progress_batch(at);
+        // A simple token names its entry's log index (tokens of one entry
+        // differ in their random prefix).
+        match self.auth.prepare(cmd, by, at.log_id.index, &mut batch) {
             Ok((reply, pending)) => {
                 self.engine().write(batch, false).map_err(sm_write_err)?;
                 self.auth.install(pending);
                 Ok(CommandResponse::Auth(reply))
             }
-            Err(e) => self.refuse(log_id, e),
+            Err(e) => self.refuse(at, e),
         }
     }
 
     fn apply_command(
         &self,
-        log_id: &LogId<NodeId>,
+        at: &At,
         cmd: &Command,
     ) -> Result<CommandResponse, StorageError<NodeId>> {
+        let log_id = &at.log_id;
         if consumes_space(cmd) && nospace_raised(self.engine().as_ref()).map_err(sm_read_err)? {
             // etcd's capped applier: with NOSPACE raised, nothing that grows
             // the database is applied (deletes and compactions still are).
-            return self.refuse(log_id, EtcdError::NoSpace);
+            return self.refuse(at, EtcdError::NoSpace);
         }
         let mut txn = self.mvcc.write();
         let mut compaction = None;
-        let mut extra = Self::applied_batch(log_id, None);
+        let mut extra = Self::progress_batch(at);
         let leases = self.lessor.as_ref();
         let outcome = match cmd {
             Command::Put(r) => kv::txn::put(&mut txn, leases, r).map(CommandResponse::Put),
@@ -296,24 +381,24 @@ impl StateMachine {
     }
 
     fn apply_entry(
-        &self,
+        &mut self,
         entry: &Entry<TypeConfig>,
-    ) -> Result<CommandResponse, StorageError<NodeId>> {
+    ) -> Result<Vec<CommandResponse>, StorageError<NodeId>> {
         let log_id = entry.get_log_id();
         match &entry.payload {
-            EntryPayload::Normal(p) => self.apply_proposal(log_id, p),
+            EntryPayload::Normal(batch) => self.apply_batch(log_id, batch),
             EntryPayload::Blank => {
                 self.engine()
                     .write(Self::applied_batch(log_id, None), false)
                     .map_err(sm_write_err)?;
-                Ok(CommandResponse::Empty)
+                Ok(Vec::new())
             }
             EntryPayload::Membership(m) => {
                 let stored = StoredMembership::new(Some(*log_id), m.clone());
                 self.engine()
                     .write(Self::applied_batch(log_id, Some(&stored)), false)
                     .map_err(sm_write_err)?;
-                Ok(CommandResponse::Empty)
+                Ok(Vec::new())
             }
         }
     }
@@ -375,10 +460,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let engine = self.engine().clone();
         let applied = read_meta::<Option<LogId<NodeId>>>(engine.as_ref(), KEY_APPLIED)?.flatten();
         let membership = read_meta(engine.as_ref(), KEY_MEMBERSHIP)?.unwrap_or_default();
+        self.partial = read_meta(engine.as_ref(), KEY_APPLIED_PART)?;
         Ok((applied, membership))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResponse>, StorageError<NodeId>>
+    async fn apply<I>(
+        &mut self,
+        entries: I,
+    ) -> Result<Vec<Vec<CommandResponse>>, StorageError<NodeId>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -410,6 +499,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
         self.replace_state(meta, &data)?;
+        self.partial = None;
         save_snapshot(&self.snapshot_dir, meta, &data)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         tracing::info!(id = %meta.snapshot_id, bytes = data.len(), "installed snapshot");

@@ -1,0 +1,160 @@
+//! Proposal batching on the leader: concurrent proposals become one log
+//! entry.
+//!
+//! openraft 0.9 appends and flushes one `client_write` at a time, so with
+//! one log entry per client command the leader does one fsync per write,
+//! in series, and throughput is one write per fsync however many clients
+//! wait. The batcher puts every proposal that arrives while earlier entries
+//! are in flight into the next entry ([`Batch`]): N concurrent writers cost
+//! one append, one fsync and one replication round, not N. Each proposal
+//! still gets its own revision and its own answer (the state machine
+//! applies a batch's proposals in order and answers each).
+//!
+//! The algorithm ([`crate::batching::drive`]): callers queue `(proposal,
+//! answer channel)`; one task waits until fewer than
+//! [`MAX_ENTRIES_IN_FLIGHT`] entries are between `client_write` and its
+//! answer, then takes everything queued so far, up to
+//! [`MAX_PROPOSALS_PER_ENTRY`] proposals and [`MAX_ENTRY_BYTES`], and
+//! submits it as one entry. While entries are in flight, proposals keep
+//! queueing and form the next entry. A lone client therefore waits for no
+//! timer: its proposal is submitted at once.
+
+use openraft::error::{ClientWriteError, RaftError};
+use tokio::sync::{mpsc, oneshot};
+
+use super::types::{Batch, CommandResponse, NodeId, Proposal};
+use super::Raft;
+use crate::batching;
+
+/// Proposals per log entry, at most: bounds an entry's apply time and the
+/// answers held while it is in flight.
+pub const MAX_PROPOSALS_PER_ENTRY: usize = 1_024;
+
+/// Encoded proposal bytes per log entry, at most (an entry holds at least
+/// one proposal, which may alone be up to `--max-request-bytes`): keeps
+/// AppendEntries messages near etcd's 1 MiB `MaxSizePerMsg`.
+pub const MAX_ENTRY_BYTES: usize = 1024 * 1024;
+
+/// Entries submitted to openraft and not yet answered. One entry in flight
+/// lets the next batch grow while the current one is flushed and
+/// replicated; a second overlaps the next append with the current
+/// replication round.
+pub const MAX_ENTRIES_IN_FLIGHT: usize = 2;
+
+/// Proposals waiting for the batcher; beyond this, proposers wait to
+/// enqueue (backpressure, not memory).
+pub const PROPOSAL_QUEUE: usize = 16_384;
+
+/// Why a batched proposal has no answer.
+#[derive(Debug, Clone)]
+pub enum BatchError {
+    /// This member does not lead (it may know who does).
+    NotLeader(Option<NodeId>),
+    /// openraft refused the entry for another reason (a membership change
+    /// in progress).
+    NotCapable,
+    /// Raft stopped.
+    Stopped,
+}
+
+type Answer = oneshot::Sender<Result<CommandResponse, BatchError>>;
+
+/// A proposal and where its answer goes.
+struct Queued {
+    proposal: Proposal,
+    answer: Answer,
+}
+
+/// The leader's proposal queue (one per member; idle on followers).
+pub struct Batcher {
+    queue: mpsc::Sender<Queued>,
+}
+
+impl Batcher {
+    /// Starts the batching task for `raft`.
+    pub fn spawn(raft: Raft) -> Self {
+        let (queue, rx) = mpsc::channel(PROPOSAL_QUEUE);
+        tokio::spawn(run(raft, rx));
+        Self { queue }
+    }
+
+    /// Proposes through the next entry; the state machine's answer.
+    pub async fn propose(&self, proposal: Proposal) -> Result<CommandResponse, BatchError> {
+        let (answer, rx) = oneshot::channel();
+        self.queue
+            .send(Queued { proposal, answer })
+            .await
+            .map_err(|_| BatchError::Stopped)?;
+        rx.await.map_err(|_| BatchError::Stopped)?
+    }
+}
+
+async fn run(raft: Raft, rx: mpsc::Receiver<Queued>) {
+    let send = move |(batch, answers): (Batch, Vec<Answer>)| {
+        let raft = raft.clone();
+        async move {
+            let result = raft.client_write(batch).await;
+            answer_all(answers, result.map(|r| r.data));
+        }
+    };
+    batching::drive(rx, MAX_ENTRIES_IN_FLIGHT, take_batch, send).await;
+}
+
+/// `first` and whatever else is queued, within the entry's bounds; the
+/// proposal that would overflow the byte bound waits in `carry`.
+fn take_batch(
+    first: Queued,
+    rx: &mut mpsc::Receiver<Queued>,
+    carry: &mut Option<Queued>,
+) -> (Batch, Vec<Answer>) {
+    let mut bytes = first.proposal.size_bytes();
+    let mut proposals = vec![first.proposal];
+    let mut answers = vec![first.answer];
+    while proposals.len() < MAX_PROPOSALS_PER_ENTRY {
+        let Ok(next) = rx.try_recv() else { break };
+        let size = next.proposal.size_bytes();
+        if bytes + size > MAX_ENTRY_BYTES {
+            *carry = Some(next);
+            break;
+        }
+        bytes += size;
+        proposals.push(next.proposal);
+        answers.push(next.answer);
+    }
+    (Batch { proposals }, answers)
+}
+
+fn answer_all(
+    answers: Vec<Answer>,
+    result: Result<
+        Vec<CommandResponse>,
+        RaftError<NodeId, ClientWriteError<NodeId, super::MemberInfo>>,
+    >,
+) {
+    match result {
+        Ok(responses) => {
+            assert_eq!(
+                responses.len(),
+                answers.len(),
+                "the state machine answers every proposal of an entry"
+            );
+            for (answer, response) in answers.into_iter().zip(responses) {
+                let _ = answer.send(Ok(response));
+            }
+        }
+        Err(e) => {
+            let error = match e {
+                RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                    BatchError::NotLeader(f.leader_id)
+                }
+                RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => {
+                    BatchError::NotCapable
+                }
+                RaftError::Fatal(_) => BatchError::Stopped,
+            };
+            for answer in answers {
+                let _ = answer.send(Err(error.clone()));
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Batched forwarding on followers: concurrent proposals travel to the
+//! leader in one `Forward` RPC.
+//!
+//! A follower serving many writers would otherwise send one peer RPC per
+//! write, and the leader would decode, schedule and answer each one. The
+//! forward batcher queues proposals and sends everything queued so far (for
+//! the same leader, up to [`MAX_PROPOSALS_PER_FORWARD`] proposals and
+//! [`MAX_FORWARD_BYTES`]) as one [`LeaderRequest::ProposeBatch`]; the leader
+//! proposes them all at once, so they usually share one log entry (see
+//! [`crate::raft::batcher`]), and answers each. At most
+//! [`MAX_FORWARDS_IN_FLIGHT`] batches are in flight; while they are,
+//! proposals queue and form the next batch, so a lone writer waits for no
+//! timer.
+//!
+//! Failures keep the single-proposal rules: a batch that provably never
+//! reached the leader is retried by every proposer (after the leader is
+//! re-learned); any other transport failure answers each with etcd's
+//! timeout error, since the batch may have been applied.
+
+use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::forward::{
+    decode_reply, encode_request, transport_failure, ForwardError, LeaderReply, LeaderRequest,
+};
+use crate::batching;
+use crate::errors::EtcdError;
+use crate::raft::{CommandResponse, NodeId, Proposal};
+
+/// Proposals per forwarded batch, at most.
+pub const MAX_PROPOSALS_PER_FORWARD: usize = 1_024;
+
+/// Encoded proposal bytes per forwarded batch, at most (a batch holds at
+/// least one proposal): the size of a log entry's batch.
+pub const MAX_FORWARD_BYTES: usize = crate::raft::batcher::MAX_ENTRY_BYTES;
+
+/// Batches sent to the leader and not yet answered. More than the leader's
+/// entries in flight, so a follower's proposals reach the leader while its
+/// earlier ones are being committed.
+pub const MAX_FORWARDS_IN_FLIGHT: usize = 4;
+
+/// Proposals waiting to be forwarded; beyond this, proposers wait to
+/// enqueue (backpressure, not memory).
+pub const FORWARD_QUEUE: usize = 16_384;
+
+type Answer = oneshot::Sender<Result<CommandResponse, ForwardError>>;
+
+/// One queued proposal.
+struct Item {
+    leader: NodeId,
+    client: RaftPeerClient<Channel>,
+    proposal: Proposal,
+    deadline: Instant,
+    answer: Answer,
+}
+
+/// A follower's forwarding queue (one per member; idle on the leader).
+pub struct ForwardBatcher {
+    queue: mpsc::Sender<Item>,
+}
+
+impl ForwardBatcher {
+    /// Starts the forwarding task.
+    pub fn spawn() -> Self {
+        let (queue, rx) = mpsc::channel(FORWARD_QUEUE);
+        tokio::spawn(run(rx));
+        Self { queue }
+    }
+
+    /// Forwards `proposal` to `leader` (through `client`) in the next batch;
+    /// the leader's answer.
+    pub async fn forward(
+        &self,
+        leader: NodeId,
+        client: RaftPeerClient<Channel>,
+        proposal: Proposal,
+        deadline: Instant,
+    ) -> Result<CommandResponse, ForwardError> {
+        let (answer, rx) = oneshot::channel();
+        let item = Item {
+            leader,
+            client,
+            proposal,
+            deadline,
+            answer,
+        };
+        self.queue
+            .send(item)
+            .await
+            .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?;
+        rx.await
+            .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?
+    }
+}
+
+async fn run(rx: mpsc::Receiver<Item>) {
+    batching::drive(rx, MAX_FORWARDS_IN_FLIGHT, take_batch, send).await;
+}
+
+/// `first` and whatever else is queued for the same leader, within the
+/// batch bounds; the first item that does not fit waits in `carry`.
+fn take_batch(first: Item, rx: &mut mpsc::Receiver<Item>, carry: &mut Option<Item>) -> Vec<Item> {
+    let mut bytes = first.proposal.size_bytes();
+    let mut batch = vec![first];
+    while batch.len() < MAX_PROPOSALS_PER_FORWARD {
+        let Ok(next) = rx.try_recv() else { break };
+        let size = next.proposal.size_bytes();
+        if next.leader != batch[0].leader || bytes + size > MAX_FORWARD_BYTES {
+            *carry = Some(next);
+            break;
+        }
+        bytes += size;
+        batch.push(next);
+    }
+    batch
+}
+
+async fn send(batch: Vec<Item>) {
+    let deadline = batch
+        .iter()
+        .map(|item| item.deadline)
+        .min()
+        .unwrap_or_else(Instant::now);
+    let mut client = batch[0].client.clone();
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut proposals = Vec::with_capacity(batch.len());
+    for item in batch {
+        answers.push(item.answer);
+        proposals.push(item.proposal);
+    }
+    let count = proposals.len();
+    let mut request = tonic::Request::new(encode_request(&LeaderRequest::ProposeBatch(proposals)));
+    request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+    let results = match client.forward(request).await {
+        Err(status) => Err(transport_failure(&status)),
+        Ok(reply) => match decode_reply(&reply.into_inner().payload) {
+            Ok(LeaderReply::AppliedBatch(results)) if results.len() == count => Ok(results),
+            Ok(other) => {
+                tracing::error!(
+                    ?other,
+                    "the leader answered a forwarded batch with another reply"
+                );
+                Err(ForwardError::Etcd(EtcdError::Timeout))
+            }
+            Err(e) => Err(e),
+        },
+    };
+    match results {
+        Ok(results) => {
+            for (answer, result) in answers.into_iter().zip(results) {
+                let _ = answer.send(result);
+            }
+        }
+        Err(e) => {
+            for answer in answers {
+                let _ = answer.send(Err(e.clone()));
+            }
+        }
+    }
+}
