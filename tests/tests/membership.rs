@@ -707,19 +707,17 @@ async fn member_id_of(side: &Side, name: &str) -> u64 {
         .id()
 }
 
-/// Runs `args` (with `{oracle}` / `{candidate}` specific arguments) on both
-/// sides; asserts that the normalized outputs are identical and returns the
+/// Runs `args` followed by a side-specific `last` argument (oracle's,
+/// candidate's) on both sides, retrying transient reconfiguration refusals;
+/// asserts that the normalized outputs are identical and returns the
 /// oracle's.
-async fn compare_ctl(
-    step: &str,
-    oracle: &Side,
-    oracle_args: &[&str],
-    candidate: &Side,
-    candidate_args: &[&str],
-) -> CtlOutput {
+async fn compare_ctl(step: &str, sides: [&Side; 2], args: &[&str], last: [&str; 2]) -> CtlOutput {
+    let (mut oracle_args, mut candidate_args) = (args.to_vec(), args.to_vec());
+    oracle_args.push(last[0]);
+    candidate_args.push(last[1]);
     let (expected, actual) = tokio::join!(
-        reconfigure(&oracle.ctl35, oracle_args, &TRANSIENT_RECONFIG_ERRORS),
-        reconfigure(&candidate.ctl35, candidate_args, &TRANSIENT_RECONFIG_ERRORS)
+        reconfigure(&sides[0].ctl35, &oracle_args, &TRANSIENT_RECONFIG_ERRORS),
+        reconfigure(&sides[1].ctl35, &candidate_args, &TRANSIENT_RECONFIG_ERRORS)
     );
     let expected = normalized(&expected.expect("etcdctl on the oracle"));
     let actual = normalized(&actual.expect("etcdctl on the candidate"));
@@ -813,20 +811,10 @@ async fn membership_errors_match_etcd() {
         .collect();
     let output = compare_ctl(
         "second learner",
-        oracle,
-        &[
-            "member",
-            "add",
-            "lrn2",
-            "--learner",
+        sides,
+        &["member", "add", "lrn2", "--learner"],
+        [
             &format!("--peer-urls={}", second[0]),
-        ],
-        candidate,
-        &[
-            "member",
-            "add",
-            "lrn2",
-            "--learner",
             &format!("--peer-urls={}", second[1]),
         ],
     )
@@ -842,18 +830,10 @@ async fn membership_errors_match_etcd() {
     let m0_peers: Vec<String> = sides.iter().map(|side| side.cluster.peer_url(0)).collect();
     let output = compare_ctl(
         "existing peer URL",
-        oracle,
-        &[
-            "member",
-            "add",
-            "dup",
+        sides,
+        &["member", "add", "dup"],
+        [
             &format!("--peer-urls={}", m0_peers[0]),
-        ],
-        candidate,
-        &[
-            "member",
-            "add",
-            "dup",
             &format!("--peer-urls={}", m0_peers[1]),
         ],
     )
@@ -867,18 +847,10 @@ async fn membership_errors_match_etcd() {
     tokio::time::sleep(ETCD_MEMBER_ID_CLOCK.saturating_sub(learner_added.elapsed())).await;
     let output = compare_ctl(
         "the learner's peer URL",
-        oracle,
-        &[
-            "member",
-            "add",
-            "dup",
+        sides,
+        &["member", "add", "dup"],
+        [
             &format!("--peer-urls={}", learner_peers[0]),
-        ],
-        candidate,
-        &[
-            "member",
-            "add",
-            "dup",
             &format!("--peer-urls={}", learner_peers[1]),
         ],
     )
@@ -897,10 +869,9 @@ async fn membership_errors_match_etcd() {
     ];
     let output = compare_ctl(
         "promote a voter",
-        oracle,
-        &["member", "promote", &voters[0]],
-        candidate,
-        &["member", "promote", &voters[1]],
+        sides,
+        &["member", "promote"],
+        [&voters[0], &voters[1]],
     )
     .await;
     assert!(
@@ -911,10 +882,9 @@ async fn membership_errors_match_etcd() {
     );
     let output = compare_ctl(
         "promote an unstarted learner",
-        oracle,
-        &["member", "promote", &learner_ids[0]],
-        candidate,
-        &["member", "promote", &learner_ids[1]],
+        sides,
+        &["member", "promote"],
+        [&learner_ids[0], &learner_ids[1]],
     )
     .await;
     assert!(output.stderr.contains(NOT_IN_SYNC), "{output}");
@@ -923,10 +893,9 @@ async fn membership_errors_match_etcd() {
     let unknown = format!("{UNKNOWN_MEMBER_ID:x}");
     let output = compare_ctl(
         "remove an unknown id",
-        oracle,
-        &["member", "remove", &unknown],
-        candidate,
-        &["member", "remove", &unknown],
+        sides,
+        &["member", "remove"],
+        [&unknown, &unknown],
     )
     .await;
     assert!(
@@ -967,19 +936,17 @@ async fn membership_errors_match_etcd() {
     // Remove the learner, then remove it again.
     let output = compare_ctl(
         "remove the learner",
-        oracle,
-        &["member", "remove", &learner_ids[0]],
-        candidate,
-        &["member", "remove", &learner_ids[1]],
+        sides,
+        &["member", "remove"],
+        [&learner_ids[0], &learner_ids[1]],
     )
     .await;
     assert!(output.success(), "{output}");
     let output = compare_ctl(
         "remove the removed learner again",
-        oracle,
-        &["member", "remove", &learner_ids[0]],
-        candidate,
-        &["member", "remove", &learner_ids[1]],
+        sides,
+        &["member", "remove"],
+        [&learner_ids[0], &learner_ids[1]],
     )
     .await;
     assert!(!output.success(), "{output}");
