@@ -463,8 +463,20 @@ async fn serve_peer(
     let svc = RaftPeerServer::new(PeerService::new(core))
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let mut builder = tonic::transport::Server::builder().tcp_nodelay(true);
+    // tonic applies its `tcp_nodelay` only to listeners it binds itself:
+    // accepted peer connections get it here. With Nagle's algorithm on, a
+    // forwarded write's small answer waited for the follower's delayed ACK
+    // (measured: writes through a follower p50 52 ms, max 101 ms, instead
+    // of ~10 ms).
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |accepted| {
+            accepted.inspect(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            })
+        },
+    );
+    let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = match builder.tls_config(tls) {
             Ok(b) => b,
