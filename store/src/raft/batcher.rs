@@ -37,8 +37,10 @@ pub const MAX_ENTRY_BYTES: usize = 1024 * 1024;
 
 /// Entries submitted to openraft and not yet answered. One entry in flight
 /// lets the next batch grow while the current one is flushed and
-/// replicated; a second overlaps the next append with the current
-/// replication round.
+/// replicated; a second may overlap the next append with the current
+/// replication round. Measured on 2 cores (3 members, 1 to 256 clients):
+/// 1, 2 and 4 give the same throughput and latency within noise, since
+/// openraft 0.9 flushes one append at a time anyway.
 pub const MAX_ENTRIES_IN_FLIGHT: usize = 2;
 
 /// Proposals waiting for the batcher; beyond this, proposers wait to
