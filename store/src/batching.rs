@@ -2,26 +2,35 @@
 //! (`raft::batcher`) and the followers' forward batcher
 //! (`server::forward_batch`): at most `in_flight` batches are out at a
 //! time; once one returns, everything queued meanwhile forms the next
-//! batch. Nothing waits for a timer, so a lone request goes out at once,
-//! and under load batches grow with the number of waiting requests.
+//! batch, within its bounds. Nothing waits for a timer, so a lone request
+//! goes out at once, and under load batches grow with the number of
+//! waiting requests.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, Semaphore};
 
-/// Takes `first` and whatever else fits from the queue into one batch;
-/// an item that does not fit goes back through `carry`.
-pub trait TakeBatch<T, B>: FnMut(T, &mut mpsc::Receiver<T>, &mut Option<T>) -> B {}
-impl<T, B, F: FnMut(T, &mut mpsc::Receiver<T>, &mut Option<T>) -> B> TakeBatch<T, B> for F {}
+/// What one batch may hold.
+pub struct Bounds<T> {
+    /// Items per batch, at most.
+    pub items: usize,
+    /// Summed `size` of a batch's items, at most (a batch always holds its
+    /// first item, whatever its size).
+    pub bytes: usize,
+    /// An item's size in bytes.
+    pub size: fn(&T) -> usize,
+    /// Whether an item may join a batch that starts with the given one.
+    pub joins: fn(&T, &T) -> bool,
+}
 
-/// Runs until the queue closes: takes batches with `take` and hands each
-/// to `send` in a task of its own, at most `in_flight` at a time.
-pub async fn drive<T, B, Fut>(
+/// Runs until the queue closes: takes batches within `bounds` and hands
+/// each to `send` in a task of its own, at most `in_flight` at a time.
+pub async fn drive<T, Fut>(
     mut rx: mpsc::Receiver<T>,
     in_flight: usize,
-    mut take: impl TakeBatch<T, B>,
-    send: impl Fn(B) -> Fut,
+    bounds: Bounds<T>,
+    send: impl Fn(Vec<T>) -> Fut,
 ) where
     Fut: Future<Output = ()> + Send + 'static,
 {
@@ -38,10 +47,33 @@ pub async fn drive<T, B, Fut>(
                 None => return,
             },
         };
-        let sending = send(take(first, &mut rx, &mut carry));
+        let sending = send(take(first, &mut rx, &mut carry, &bounds));
         tokio::spawn(async move {
             sending.await;
             drop(permit);
         });
     }
+}
+
+/// `first` and whatever else is queued, within `bounds`; the first item
+/// that does not fit waits in `carry` for the next batch.
+fn take<T>(
+    first: T,
+    rx: &mut mpsc::Receiver<T>,
+    carry: &mut Option<T>,
+    bounds: &Bounds<T>,
+) -> Vec<T> {
+    let mut bytes = (bounds.size)(&first);
+    let mut batch = vec![first];
+    while batch.len() < bounds.items {
+        let Ok(next) = rx.try_recv() else { break };
+        let size = (bounds.size)(&next);
+        if !(bounds.joins)(&batch[0], &next) || bytes + size > bounds.bytes {
+            *carry = Some(next);
+            break;
+        }
+        bytes += size;
+        batch.push(next);
+    }
+    batch
 }

@@ -92,38 +92,21 @@ impl Batcher {
 }
 
 async fn run(raft: Raft, rx: mpsc::Receiver<Queued>) {
-    let send = move |(batch, answers): (Batch, Vec<Answer>)| {
+    let bounds = batching::Bounds {
+        items: MAX_PROPOSALS_PER_ENTRY,
+        bytes: MAX_ENTRY_BYTES,
+        size: |q: &Queued| q.proposal.size_bytes(),
+        joins: |_, _| true,
+    };
+    let send = move |queued: Vec<Queued>| {
         let raft = raft.clone();
         async move {
-            let result = raft.client_write(batch).await;
+            let (proposals, answers) = queued.into_iter().map(|q| (q.proposal, q.answer)).unzip();
+            let result = raft.client_write(Batch { proposals }).await;
             answer_all(answers, result.map(|r| r.data));
         }
     };
-    batching::drive(rx, MAX_ENTRIES_IN_FLIGHT, take_batch, send).await;
-}
-
-/// `first` and whatever else is queued, within the entry's bounds; the
-/// proposal that would overflow the byte bound waits in `carry`.
-fn take_batch(
-    first: Queued,
-    rx: &mut mpsc::Receiver<Queued>,
-    carry: &mut Option<Queued>,
-) -> (Batch, Vec<Answer>) {
-    let mut bytes = first.proposal.size_bytes();
-    let mut proposals = vec![first.proposal];
-    let mut answers = vec![first.answer];
-    while proposals.len() < MAX_PROPOSALS_PER_ENTRY {
-        let Ok(next) = rx.try_recv() else { break };
-        let size = next.proposal.size_bytes();
-        if bytes + size > MAX_ENTRY_BYTES {
-            *carry = Some(next);
-            break;
-        }
-        bytes += size;
-        proposals.push(next.proposal);
-        answers.push(next.answer);
-    }
-    (Batch { proposals }, answers)
+    batching::drive(rx, MAX_ENTRIES_IN_FLIGHT, bounds, send).await;
 }
 
 fn answer_all(

@@ -96,25 +96,13 @@ impl ForwardBatcher {
 }
 
 async fn run(rx: mpsc::Receiver<Item>) {
-    batching::drive(rx, MAX_FORWARDS_IN_FLIGHT, take_batch, send).await;
-}
-
-/// `first` and whatever else is queued for the same leader, within the
-/// batch bounds; the first item that does not fit waits in `carry`.
-fn take_batch(first: Item, rx: &mut mpsc::Receiver<Item>, carry: &mut Option<Item>) -> Vec<Item> {
-    let mut bytes = first.proposal.size_bytes();
-    let mut batch = vec![first];
-    while batch.len() < MAX_PROPOSALS_PER_FORWARD {
-        let Ok(next) = rx.try_recv() else { break };
-        let size = next.proposal.size_bytes();
-        if next.leader != batch[0].leader || bytes + size > MAX_FORWARD_BYTES {
-            *carry = Some(next);
-            break;
-        }
-        bytes += size;
-        batch.push(next);
-    }
-    batch
+    let bounds = batching::Bounds {
+        items: MAX_PROPOSALS_PER_FORWARD,
+        bytes: MAX_FORWARD_BYTES,
+        size: |item: &Item| item.proposal.size_bytes(),
+        joins: |first, next| next.leader == first.leader,
+    };
+    batching::drive(rx, MAX_FORWARDS_IN_FLIGHT, bounds, send).await;
 }
 
 async fn send(batch: Vec<Item>) {
