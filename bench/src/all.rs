@@ -1,4 +1,4 @@
-//! `all`: every comparison (compare, failover, gateway, apiserver) in one
+//! `all`: every comparison (compare, h2load, failover, gateway, apiserver) in one
 //! run, one report folder, one `report.md` with a section each.
 //!
 //! Each benchmark runs with its own defaults (or its smoke settings with
@@ -98,6 +98,12 @@ pub async fn run(args: &AllArgs, seed: u64, progress: bool) -> Result<()> {
         "compare: store vs etcd 3.5",
         &dir,
         crate::compare::run(&compare, seed, progress).await,
+    ));
+    let h2load = sub_args::<crate::h2load::H2loadArgs>(args.common(false))?;
+    parts.push(part(
+        "h2load: raw gRPC, store vs etcd 3.5",
+        &dir,
+        crate::h2load::run(&h2load).await,
     ));
     let failover = sub_args::<crate::failover::FailoverArgs>(args.common(false))?;
     parts.push(part(

@@ -7,6 +7,7 @@
 //! * `compare`: our 3-member cluster vs etcd 3.5, interleaved ([`compare`]).
 //! * `failover`: kill -9 the leader under load ([`failover`]).
 //! * `gateway`: direct vs our gateway vs HAProxy in front of nginx ([`gateway`]).
+//! * `h2load`: raw gRPC from nghttp2's h2load, both systems ([`h2load`]).
 //! * `apiserver`: a kube-apiserver-shaped workload ([`apiserver`]).
 //! * `all`: every comparison, one report ([`all`]).
 //!
@@ -21,6 +22,7 @@ mod cluster;
 mod compare;
 mod failover;
 mod gateway;
+mod h2load;
 mod https;
 mod keys;
 mod load;
@@ -75,6 +77,8 @@ enum Cmd {
     Failover(failover::FailoverArgs),
     /// Direct vs our gateway vs HAProxy in front of nginx HTTPS backends.
     Gateway(gateway::GatewayArgs),
+    /// Raw gRPC load from h2load (an outside generator) on both systems.
+    H2load(h2load::H2loadArgs),
     /// A kube-apiserver-shaped workload on both systems.
     Apiserver(apiserver::ApiserverArgs),
     /// compare + failover + gateway + apiserver into one report folder.
@@ -144,6 +148,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Compare(a) => return report::emit(&compare::run(&a, seed, progress).await?, &a.out),
         Cmd::Failover(a) => return report::emit(&failover::run(&a, seed, progress).await?, &a.out),
         Cmd::Gateway(a) => return report::emit(&gateway::run(&a, seed, progress).await?, &a.out),
+        Cmd::H2load(a) => return report::emit(&h2load::run(&a).await?, &a.out),
         Cmd::Apiserver(a) => {
             return report::emit(&apiserver::run(&a, seed, progress).await?, &a.out)
         }

@@ -266,6 +266,40 @@ fn compare_smoke() {
 }
 
 #[test]
+fn h2load_smoke() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report");
+    let bin = store_bin().display().to_string();
+    let out = run_bench(&[
+        "h2load",
+        "--smoke",
+        "--ours-bin",
+        &bin,
+        "--subnet",
+        "127.0.65",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("store req/s"));
+    let md = read_report(&report);
+    assert!(md.contains("## Raw gRPC with h2load"), "{md}");
+    let json = read_json(&report.join("results.json"));
+    let workloads = json["workloads"].as_array().unwrap();
+    assert_eq!(workloads.len(), 2);
+    for w in workloads {
+        let writes = w["spec"]["kind"] == "Put";
+        for side in ["ours", "etcd"] {
+            let run = &w[side][0];
+            let ok = run["succeeded"].as_u64().unwrap();
+            assert!(ok >= 1 && run["failed"] == 0, "{run}");
+            let revisions = run["revisions"].as_u64().unwrap();
+            assert_eq!(revisions, if writes { ok } else { 0 }, "{run}");
+        }
+    }
+}
+
+#[test]
 fn failover_smoke() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
@@ -425,13 +459,19 @@ fn all_smoke() {
     }
     run_bench(&args);
     let md = read_report(&report);
-    for section in ["## compare", "## failover", "## gateway", "## apiserver"] {
+    for section in [
+        "## compare",
+        "## h2load",
+        "## failover",
+        "## gateway",
+        "## apiserver",
+    ] {
         assert!(md.contains(section), "{section} missing");
     }
     assert!(!md.contains("**Failed:**"));
     assert!(assert_plots_exist(&report, &md) >= 3);
     let json = read_json(&report.join("results.json"));
-    for key in ["compare", "failover", "gateway", "apiserver"] {
+    for key in ["compare", "h2load", "failover", "gateway", "apiserver"] {
         assert!(
             json[key].is_object() && json[key].get("error").is_none(),
             "{key}: {}",
