@@ -547,7 +547,7 @@ async fn serve_client(
         .add_service(watch)
         .add_service(lease)
         .add_service(cluster);
-    let app = http::routes(core).merge(grpc.into_axum_router());
+    let app = http::routes(core).merge(crate::server::json_gateway::routes(grpc.clone(), max_recv)).merge(grpc.into_axum_router());
     let result = match tls {
         Some(config) => match TlsListener::new(listener, config) {
             Ok(l) => {

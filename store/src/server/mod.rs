@@ -13,6 +13,8 @@
 //! - client services, one file each: [`kv`], [`watch`], [`lease`],
 //!   [`cluster`], [`maintenance`], [`auth`]; and [`http`] (`/health`,
 //!   `/version`).
+//! - [`json_gateway`]: etcd's HTTP/JSON gateway (`POST /v3/kv/range`, ...),
+//!   a client of the gRPC services above.
 //! - [`peer`]: the member-to-member service (Raft messages, forwarded
 //!   requests, ReadIndex, leadership transfer), apart from the client ones.
 //! - [`status`]: the one conversion of internal errors to gRPC statuses.
@@ -24,6 +26,7 @@ pub mod core;
 pub mod forward;
 pub mod forward_batch;
 pub mod http;
+pub mod json_gateway;
 pub mod kv;
 pub mod lease;
 pub mod maintenance;
