@@ -5,13 +5,18 @@
 //! etcd flags that only tune etcd internals (WAL, bbolt, Go runtime, v2
 //! API...) are accepted and ignored with a warning ([`IGNORED_ETCD_FLAGS`]);
 //! a flag etcd itself does not know is an error, as in etcd.
+//!
+//! `--config-file` (or `ETCD_CONFIG_FILE`) replaces all of it: the YAML
+//! file's keys become the configuration and every other flag and `ETCD_*`
+//! variable is ignored, as in etcd ([`crate::config_file`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
+use crate::config_file::{self, ConfigFileError};
 use crate::duration::parse_go_duration;
 use crate::identity::member_id;
 use crate::limits::{
@@ -28,6 +33,10 @@ use crate::raft::types::{MemberInfo, NodeId};
     about = "A Raft-replicated key-value store that speaks the etcd v3 API"
 )]
 pub struct Config {
+    /// Path to the server configuration file (YAML, etcd's keys). Other
+    /// command line flags and environment variables are then ignored.
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
     pub name: String,
@@ -138,6 +147,27 @@ pub struct Config {
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info",
           value_parser = ["debug", "info", "warn", "error", "panic", "fatal"])]
     pub log_level: String,
+    /// Currently only supports 'zap' for structured logging.
+    #[arg(long, env = "ETCD_LOGGER", default_value = "zap")]
+    pub logger: String,
+    /// Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd, or list of comma separated output targets.
+    #[arg(long, env = "ETCD_LOG_OUTPUTS", default_value = "default")]
+    pub log_outputs: String,
+    /// Configures log format. Only supports json, console.
+    #[arg(long, env = "ETCD_LOG_FORMAT", default_value = "json", value_parser = ["json", "console"])]
+    pub log_format: String,
+    /// Force to create a new one-member cluster.
+    #[arg(long, env = "ETCD_FORCE_NEW_CLUSTER", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub force_new_cluster: bool,
+    /// Minimum duration interval that a client should wait before pinging server.
+    #[arg(long, env = "ETCD_GRPC_KEEPALIVE_MIN_TIME", default_value = "5s")]
+    pub grpc_keepalive_min_time: String,
+    /// Frequency duration of server-to-client ping to check if a connection is alive (0 to disable).
+    #[arg(long, env = "ETCD_GRPC_KEEPALIVE_INTERVAL", default_value = "2h")]
+    pub grpc_keepalive_interval: String,
+    /// Additional duration of wait before closing a non-responsive connection (0 to disable).
+    #[arg(long, env = "ETCD_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s")]
+    pub grpc_keepalive_timeout: String,
 }
 
 /// etcd 3.5 flags that tune etcd internals: accepted, ignored, warned about.
@@ -175,16 +205,10 @@ pub const IGNORED_ETCD_FLAGS: &[&str] = &[
     "experimental-txn-mode-write-with-shared-buffer",
     "experimental-wait-cluster-ready-timeout",
     "experimental-warning-apply-duration",
-    "force-new-cluster",
-    "grpc-keepalive-interval",
-    "grpc-keepalive-min-time",
-    "grpc-keepalive-timeout",
     "host-whitelist",
     "initial-election-tick-advance",
     "listen-metrics-urls",
-    "log-outputs",
     "log-rotation-config-json",
-    "logger",
     "max-concurrent-streams",
     "max-snapshots",
     "max-wals",
@@ -236,6 +260,44 @@ pub fn strip_ignored_flags(args: Vec<String>) -> (Vec<String>, Vec<String>) {
         }
     }
     (kept, ignored)
+}
+
+/// Environment variable naming the config file (etcd reads it even though
+/// every other `ETCD_*` variable is ignored when a file is given).
+pub const CONFIG_FILE_ENV: &str = "ETCD_CONFIG_FILE";
+
+/// The outcome of parsing the process arguments.
+#[derive(Debug)]
+pub struct Parsed {
+    /// The configuration.
+    pub config: Config,
+    /// etcd flags (or config-file keys) accepted and ignored.
+    pub ignored: Vec<String>,
+    /// Config-file keys etcd does not know either (etcd drops them).
+    pub unknown_keys: Vec<String>,
+}
+
+/// Why the arguments give no configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// A flag or value the parser refuses (clap prints these itself).
+    #[error(transparent)]
+    Flags(#[from] clap::Error),
+    /// The config file cannot be used.
+    #[error(transparent)]
+    File(#[from] ConfigFileError),
+}
+
+/// gRPC keepalive enforcement for client connections (etcd's
+/// `--grpc-keepalive-*`). A zero interval or timeout disables pinging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcKeepalive {
+    /// Clients pinging more often than this are sent GOAWAY.
+    pub min_time: Duration,
+    /// Idle time after which the server pings the client.
+    pub interval: Duration,
+    /// How long the server waits for the ping's answer before closing.
+    pub timeout: Duration,
 }
 
 /// Configuration problems found before start-up.
@@ -335,10 +397,68 @@ impl Config {
         Ok(d)
     }
 
+    /// The logging flags.
+    pub fn log_settings(&self) -> crate::logging::LogSettings {
+        crate::logging::LogSettings {
+            logger: self.logger.clone(),
+            outputs: self.log_outputs.clone(),
+            format: self.log_format.clone(),
+            level: self.log_level.clone(),
+        }
+    }
+
+    /// The `--grpc-keepalive-*` flags as durations.
+    pub fn grpc_keepalive(&self) -> Result<GrpcKeepalive, ConfigError> {
+        let parse = |flag: &str, v: &str| {
+            parse_go_duration(v).map_err(|e| ConfigError::Invalid(format!("--{flag}: {e}")))
+        };
+        Ok(GrpcKeepalive {
+            min_time: parse("grpc-keepalive-min-time", &self.grpc_keepalive_min_time)?,
+            interval: parse("grpc-keepalive-interval", &self.grpc_keepalive_interval)?,
+            timeout: parse("grpc-keepalive-timeout", &self.grpc_keepalive_timeout)?,
+        })
+    }
+
     /// Parses the process arguments (after dropping ignored etcd flags).
-    pub fn from_args(args: Vec<String>) -> Result<(Self, Vec<String>), clap::Error> {
-        let (kept, ignored) = strip_ignored_flags(args);
-        Ok((Config::try_parse_from(kept)?, ignored))
+    /// With `--config-file` or `ETCD_CONFIG_FILE`, the flags are still
+    /// checked but the configuration is the file's alone.
+    pub fn from_args(args: Vec<String>) -> Result<Parsed, ArgsError> {
+        let program = args.first().cloned().unwrap_or_else(|| "store".into());
+        let (kept, mut ignored) = strip_ignored_flags(args);
+        let flags_only = Self::parse_with(kept.clone(), false)?;
+        let file = flags_only
+            .config_file
+            .clone()
+            .or_else(|| std::env::var_os(CONFIG_FILE_ENV).map(PathBuf::from));
+        let Some(file) = file else {
+            let config = Self::parse_with(kept, true)?;
+            return Ok(Parsed {
+                config,
+                ignored,
+                unknown_keys: Vec::new(),
+            });
+        };
+        let from_file = config_file::load(&file)?;
+        let mut file_args = vec![program, format!("--config-file={}", file.display())];
+        file_args.extend(from_file.args);
+        let (kept, ignored_keys) = strip_ignored_flags(file_args);
+        ignored.extend(ignored_keys);
+        ignored.extend(from_file.ignored);
+        Ok(Parsed {
+            config: Self::parse_with(kept, false)?,
+            ignored,
+            unknown_keys: from_file.unknown,
+        })
+    }
+
+    /// Parses `args`, reading `ETCD_*` variables only if `with_env`.
+    fn parse_with(args: Vec<String>, with_env: bool) -> Result<Self, clap::Error> {
+        let mut command = Self::command();
+        if !with_env {
+            command = command.mut_args(|a| a.env(None));
+        }
+        let matches = command.try_get_matches_from(args)?;
+        Self::from_arg_matches(&matches)
     }
 
     /// The data directory.
@@ -437,7 +557,7 @@ mod tests {
     fn parse(args: &[&str]) -> Config {
         let mut v = vec!["store".to_string()];
         v.extend(args.iter().map(|s| s.to_string()));
-        Config::from_args(v).expect("parses").0
+        Config::from_args(v).expect("parses").config
     }
 
     #[test]
@@ -455,15 +575,15 @@ mod tests {
         let args = [
             "store",
             "--enable-v2=false",
-            "--logger",
-            "zap",
+            "--max-wals",
+            "5",
             "-name",
             "n1",
             "--experimental-initial-corrupt-check=true",
         ];
-        let (c, ignored) = Config::from_args(args.iter().map(|s| s.to_string()).collect()).unwrap();
-        assert_eq!(c.name, "n1");
-        assert_eq!(ignored.len(), 4);
+        let parsed = Config::from_args(args.iter().map(|s| s.to_string()).collect()).unwrap();
+        assert_eq!(parsed.config.name, "n1");
+        assert_eq!(parsed.ignored.len(), 4);
     }
 
     #[test]

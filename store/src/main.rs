@@ -1,22 +1,7 @@
 //! The `store` binary: an etcd-compatible member with etcd's flags.
 
+use store::config::ArgsError;
 use store::{Config, Member};
-use tracing_subscriber::EnvFilter;
-
-fn init_logging(level: &str) {
-    let level = match level {
-        "panic" | "fatal" => "error",
-        other => other,
-    };
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{level},openraft=warn")));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .init();
-}
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -30,13 +15,27 @@ async fn wait_for_signal() {
 
 #[tokio::main]
 async fn main() {
-    let (config, ignored) = match Config::from_args(std::env::args().collect()) {
-        Ok(c) => c,
-        Err(e) => e.exit(),
+    let parsed = match Config::from_args(std::env::args().collect()) {
+        Ok(p) => p,
+        Err(ArgsError::Flags(e)) => e.exit(),
+        Err(ArgsError::File(e)) => {
+            eprintln!("store: failed to verify flags: {e}");
+            std::process::exit(1);
+        }
     };
-    init_logging(&config.log_level);
-    if !ignored.is_empty() {
-        tracing::warn!(flags = ?ignored, "ignoring etcd tuning flags that do not apply to this store");
+    let config = parsed.config;
+    if let Err(e) = store::logging::init(&config.log_settings()) {
+        eprintln!("store: failed to verify flags: {e}");
+        std::process::exit(1);
+    }
+    if let Some(path) = &config.config_file {
+        tracing::info!(path = %path.display(), "loaded server configuration, other configuration command line flags and environment variables will be ignored if provided");
+    }
+    if !parsed.ignored.is_empty() {
+        tracing::warn!(flags = ?parsed.ignored, "ignoring etcd tuning flags that do not apply to this store");
+    }
+    if !parsed.unknown_keys.is_empty() {
+        tracing::warn!(keys = ?parsed.unknown_keys, "ignoring config file keys etcd does not know");
     }
     let member = match Member::start(config).await {
         Ok(m) => m,

@@ -38,7 +38,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{AuthStore, TokenProvider};
-use crate::config::{listen_addrs, split_urls, Config, ListenAddr};
+use crate::config::{listen_addrs, split_urls, Config, GrpcKeepalive, ListenAddr};
 use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, Table, WriteBatch};
 use crate::identity::cluster_id;
@@ -52,11 +52,13 @@ use crate::mvcc::compactor::spawn_compactor;
 use crate::mvcc::MvccStore;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{peer_client, PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
+use crate::raft::recovery::force_new_cluster;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::MemberAttributes;
 use crate::raft::{MemberInfo, NodeId, Raft};
 use crate::server::auth::AuthService;
 use crate::server::cluster::ClusterService;
+use crate::server::conn;
 use crate::server::core::{Core, CoreConfig};
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
 use crate::server::http;
@@ -261,7 +263,16 @@ impl Member {
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
-        let log_store = LogStore::new(engine.clone());
+        let mut log_store = LogStore::new(engine.clone());
+        if config.force_new_cluster && !identity.fresh {
+            let forced =
+                force_new_cluster(&mut log_store, engine.as_ref(), identity.member_id).await?;
+            tracing::warn!(
+                removed = ?forced.removed.iter().map(|id| format!("{id:x}")).collect::<Vec<_>>(),
+                index = forced.index,
+                "forcing restart as a one-member cluster (--force-new-cluster)"
+            );
+        }
         let hub = WatchHub::new();
         let election_timeout = Duration::from_millis(config.election_timeout);
         let lessor = Arc::new(Lessor::new(election_timeout));
@@ -358,6 +369,7 @@ impl Member {
                 max_request_bytes: config.max_request_bytes,
                 progress_interval: config.progress_notify_interval()?,
                 election_timeout,
+                keepalive: config.grpc_keepalive()?,
             };
             member.tasks.push(tokio::spawn(serve_client(
                 l,
@@ -502,6 +514,7 @@ struct ClientServices {
     max_request_bytes: usize,
     progress_interval: Duration,
     election_timeout: Duration,
+    keepalive: GrpcKeepalive,
 }
 
 async fn serve_client(
@@ -516,6 +529,7 @@ async fn serve_client(
         max_request_bytes,
         progress_interval,
         election_timeout,
+        keepalive,
     } = services;
     let max_recv = TRANSPORT_MAX_DECODE_BYTES.max(max_request_bytes + GRPC_OVERHEAD_BYTES);
     let kv = KvServer::new(KvService::new(core.clone()))
@@ -548,27 +562,17 @@ async fn serve_client(
         .add_service(lease)
         .add_service(cluster);
     let app = http::routes(core).merge(crate::server::json_gateway::routes(grpc.clone(), max_recv)).merge(grpc.into_axum_router());
-    let result = match tls {
+    match tls {
         Some(config) => match TlsListener::new(listener, config) {
-            Ok(l) => {
-                let app = app.into_make_service_with_connect_info::<crate::tls::ClientPeer>();
-                axum::serve(l, app)
-                    .with_graceful_shutdown(stopped(shutdown))
-                    .await
-            }
-            Err(e) => Err(e),
+            Ok(l) => conn::serve(l, app, keepalive, shutdown).await,
+            Err(e) => tracing::error!(error = %e, "client server failed"),
         },
         None => {
             use axum::serve::ListenerExt;
             let listener = listener.tap_io(|tcp| {
                 let _ = tcp.set_nodelay(true);
             });
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped(shutdown))
-                .await
+            conn::serve(listener, app, keepalive, shutdown).await
         }
-    };
-    if let Err(e) = result {
-        tracing::error!(error = %e, "client server failed");
     }
 }

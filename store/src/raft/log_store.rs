@@ -110,6 +110,23 @@ impl LogStore {
             }
         }
     }
+
+    /// Writes `entries` and makes them durable at once, outside openraft's
+    /// append protocol: for repairs made before Raft starts
+    /// ([`super::recovery`]).
+    pub fn append_synced(&self, entries: &[Entry<TypeConfig>]) -> Result<(), StorageError<NodeId>> {
+        let mut b = WriteBatch::new();
+        for entry in entries {
+            b.put(
+                Table::RaftLog,
+                index_key(entry.get_log_id().index).to_vec(),
+                codec::encode(entry),
+            );
+        }
+        self.engine
+            .write(b, true)
+            .map_err(|e| StorageIOError::write_logs(&e).into())
+    }
 }
 
 /// The flusher loop: batch callbacks, one sync per batch, complete in order.

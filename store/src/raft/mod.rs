@@ -22,6 +22,7 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod read_index;
+pub mod recovery;
 pub mod state_machine;
 pub mod types;
 

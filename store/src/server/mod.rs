@@ -22,6 +22,7 @@
 pub mod auth;
 pub mod caller;
 pub mod cluster;
+pub mod conn;
 pub mod core;
 pub mod forward;
 pub mod forward_batch;

@@ -1,0 +1,72 @@
+//! Serving client connections (gRPC over HTTP/2 and the HTTP endpoints on
+//! the same port) with etcd's gRPC keepalive settings.
+//!
+//! `axum::serve` offers no HTTP/2 settings, so each accepted connection is
+//! served here with hyper's automatic HTTP/1.1-or-HTTP/2 builder:
+//! `--grpc-keepalive-interval` is how long a connection may stay silent
+//! before the server sends an HTTP/2 PING, and `--grpc-keepalive-timeout`
+//! how long it then waits for the acknowledgement before closing the
+//! connection (etcd's `keepalive.ServerParameters{Time, Timeout}`); zero
+//! disables server pings, as in etcd. `--grpc-keepalive-min-time` (etcd's
+//! enforcement policy, which answers clients that ping more often with
+//! GOAWAY `too_many_pings`) has no counterpart in hyper's HTTP/2 server,
+//! which acknowledges every ping: it is validated, not enforced.
+//!
+//! Each request carries the connection's peer as `ConnectInfo<L::Addr>`,
+//! as `into_make_service_with_connect_info` does. On shutdown the listener
+//! stops accepting, open connections are asked to finish (HTTP/2 GOAWAY)
+//! and serving returns once they have.
+
+use axum::extract::ConnectInfo;
+use axum::serve::Listener;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::watch;
+
+use crate::config::GrpcKeepalive;
+
+/// The connection builder with the keepalive settings applied.
+fn builder(keepalive: GrpcKeepalive) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    let pinging = !keepalive.interval.is_zero() && !keepalive.timeout.is_zero();
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(pinging.then_some(keepalive.interval))
+        .keep_alive_timeout(keepalive.timeout);
+    builder
+}
+
+/// Serves `app` on every connection `listener` accepts until `shutdown`
+/// turns true, then drains the open connections.
+pub async fn serve<L>(
+    mut listener: L,
+    app: Router,
+    keepalive: GrpcKeepalive,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    L: Listener,
+    L::Addr: Clone + Send + Sync + 'static,
+{
+    let builder = builder(keepalive);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (io, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        };
+        let service = app.clone().layer(axum::Extension(ConnectInfo(peer)));
+        let service = TowerToHyperService::new(service);
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "client connection ended with an error");
+            }
+        });
+    }
+    graceful.shutdown().await;
+}

@@ -1,0 +1,214 @@
+//! Operator-facing configuration of the candidate: etcd's `--config-file`
+//! (file wins over flags and `ETCD_*` variables; etcd's errors for a bad
+//! file), zap-style logging to files, and `--force-new-cluster` disaster
+//! recovery of a three-member cluster from one surviving member.
+//!
+//! Run: `cargo test --release -p tests --test config_ops -- --test-threads=2`
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use integration_tests::cluster::{member_name, MemberFlags};
+use integration_tests::etcdctl::Etcdctl;
+use integration_tests::net::{allocate_ip, client_url, peer_url};
+use integration_tests::process::Process;
+use integration_tests::wait::retry_until;
+use integration_tests::{Binary, Cluster, ClusterConfig};
+
+/// Deadline for a started or restarted member to serve.
+const SERVE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Keys written before the forced restart.
+const KEYS_BEFORE: usize = 25;
+
+fn ctl(endpoints: Vec<String>) -> Result<Etcdctl> {
+    Ok(Etcdctl::new(Binary::etcdctl35()?, endpoints))
+}
+
+/// `etcdctl <args>` that must succeed; its stdout.
+async fn ok(ctl: &Etcdctl, args: &[&str]) -> Result<String> {
+    let out = ctl.run(args).await?;
+    ensure!(out.success(), "etcdctl {args:?} failed:\n{out}");
+    Ok(out.stdout)
+}
+
+/// The members `member list -w json` reports, as (name, id) pairs.
+async fn members(ctl: &Etcdctl) -> Result<Vec<(String, u64)>> {
+    let out = ctl.run(&["member", "list", "-w", "json"]).await?;
+    ensure!(out.success(), "member list failed:\n{out}");
+    let json = out.json()?;
+    let list = json["members"].as_array().context("members array")?;
+    Ok(list
+        .iter()
+        .map(|m| {
+            let name = m["name"].as_str().unwrap_or_default().to_string();
+            (name, m["ID"].as_u64().unwrap_or_default())
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn config_file_wins_over_flags_and_env_and_logs_json_to_files() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ip = allocate_ip()?;
+    let log_file = dir.path().join("member.jsonl");
+    let yaml = format!(
+        "name: from-file\n\
+         data-dir: {data}\n\
+         listen-client-urls: {client}\n\
+         advertise-client-urls: {client}\n\
+         listen-peer-urls: {peer}\n\
+         initial-advertise-peer-urls: {peer}\n\
+         initial-cluster: from-file={peer}\n\
+         initial-cluster-token: config-file-test\n\
+         heartbeat-interval: 100\n\
+         election-timeout: 1000\n\
+         enable-v2: false\n\
+         client-transport-security:\n  client-cert-auth: false\n  auto-tls: false\n\
+         log-outputs: [stderr, {log}]\n",
+        data = dir.path().join("m.etcd").display(),
+        client = client_url(ip),
+        peer = peer_url(ip),
+        log = log_file.display(),
+    );
+    let file = dir.path().join("etcd.yaml");
+    std::fs::write(&file, yaml)?;
+    let mut command = Command::new(Binary::candidate()?.path);
+    command
+        .arg(format!("--config-file={}", file.display()))
+        .arg("--name=from-flag")
+        .env("ETCD_NAME", "from-env")
+        .env("ETCD_HEARTBEAT_INTERVAL", "not-a-number");
+    let _member = Process::spawn("from-file", command, &dir.path().join("m.log"))?;
+    let ctl = ctl(vec![client_url(ip)])?;
+    let list = retry_until("the member to serve", SERVE_TIMEOUT, || members(&ctl)).await?;
+    ensure!(
+        list.len() == 1 && list[0].0 == "from-file",
+        "members: {list:?}"
+    );
+
+    let text = std::fs::read_to_string(&log_file)?;
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap_or(""))
+        .with_context(|| format!("log file is not JSON lines:\n{text}"))?;
+    for field in ["level", "ts", "caller", "msg"] {
+        ensure!(first.get(field).is_some(), "no {field:?} in {first}");
+    }
+    ensure!(
+        text.contains("loaded server configuration, other configuration command line flags and environment variables will be ignored if provided"),
+        "etcd's config-file notice missing:\n{text}"
+    );
+    Ok(())
+}
+
+/// Runs `binary --config-file <file>`; its exit code and output.
+fn run_with_file(binary: &Path, file: &Path) -> Result<(Option<i32>, String)> {
+    let out = Command::new(binary)
+        .arg(format!("--config-file={}", file.display()))
+        .output()?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Ok((out.status.code(), text))
+}
+
+#[test]
+fn bad_config_files_fail_like_etcd() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cases = [
+        ("type.yaml", "heartbeat-interval: abc\n", "error unmarshaling JSON: while decoding JSON: json: cannot unmarshal string into Go struct field configYAML.heartbeat-interval of type uint"),
+        ("syntax.yaml", "name: [\n", "error converting YAML to JSON: yaml: line "),
+    ];
+    let etcd = Binary::etcd35()?.path;
+    let store = Binary::candidate()?.path;
+    for (name, content, expected) in cases {
+        let file = dir.path().join(name);
+        std::fs::write(&file, content)?;
+        for binary in [&etcd, &store] {
+            let (code, text) = run_with_file(binary, &file)?;
+            ensure!(code == Some(1), "{binary:?} {name}: exit {code:?}\n{text}");
+            ensure!(
+                text.contains(expected),
+                "{binary:?} {name}: no {expected:?} in\n{text}"
+            );
+        }
+    }
+    let missing = dir.path().join("missing.yaml");
+    for binary in [&etcd, &store] {
+        let (code, text) = run_with_file(binary, &missing)?;
+        let expected = format!("open {}: no such file or directory", missing.display());
+        ensure!(
+            code == Some(1) && text.contains(&expected),
+            "{binary:?}: {code:?}\n{text}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn force_new_cluster_restarts_one_member_with_the_data() -> Result<()> {
+    let config = ClusterConfig::new(3);
+    let binary = Binary::candidate()?;
+    let cluster = Cluster::start(binary.clone(), config.clone()).await?;
+    let all = ctl(cluster.endpoints())?;
+    for i in 0..KEYS_BEFORE {
+        ok(&all, &["put", &format!("k{i:02}"), &format!("v{i}")]).await?;
+    }
+    let survivor_id = cluster.member_id(0).await?;
+    cluster.kill_all()?;
+
+    let flag = |f: &str| cluster.flag(0, f).with_context(|| format!("--{f} of m0"));
+    let flags = MemberFlags::new(
+        &member_name(0),
+        cluster.ip(0),
+        cluster.dir(),
+        &flag("initial-cluster")?,
+        &flag("initial-cluster-token")?,
+    );
+    let mut args = flags.args(&config);
+    args.push("--force-new-cluster".into());
+    let log = cluster.dir().join("m0-forced.log");
+    let forced = Process::start(&binary, "m0-forced", &log, &args)?;
+    let one = ctl(vec![cluster.endpoint(0)])?;
+    retry_until("the forced member to accept writes", SERVE_TIMEOUT, || {
+        ok(&one, &["put", "after", "forced"])
+    })
+    .await
+    .with_context(|| forced.log_tail())?;
+    check_alone(&one, survivor_id).await?;
+
+    // The one-member configuration is durable: a plain restart keeps it.
+    forced.kill()?;
+    args.pop();
+    let _plain = Process::start(
+        &binary,
+        "m0-plain",
+        &cluster.dir().join("m0-plain.log"),
+        &args,
+    )?;
+    retry_until("the member to serve again", SERVE_TIMEOUT, || {
+        ok(&one, &["put", "after", "restart"])
+    })
+    .await?;
+    check_alone(&one, survivor_id).await
+}
+
+/// The member serves every key written before, is the only member and
+/// leads.
+async fn check_alone(one: &Etcdctl, id: u64) -> Result<()> {
+    let keys = ok(one, &["get", "k", "--prefix", "--keys-only"]).await?;
+    let count = keys.lines().filter(|l| l.starts_with('k')).count();
+    ensure!(
+        count == KEYS_BEFORE,
+        "{count} of {KEYS_BEFORE} keys:\n{keys}"
+    );
+    let list = members(one).await?;
+    ensure!(list.len() == 1 && list[0].1 == id, "members: {list:?}");
+    let status = ok(one, &["endpoint", "status", "-w", "json"]).await?;
+    let status: serde_json::Value = serde_json::from_str(&status)?;
+    let leader = status[0]["Status"]["leader"].as_u64();
+    ensure!(
+        leader == Some(id),
+        "leader {leader:?}, member {id}: {status}"
+    );
+    Ok(())
+}
