@@ -263,7 +263,9 @@ impl Member {
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
-        let mut log_store = LogStore::new(engine.clone());
+        let mut log_store = LogStore::open(engine.clone(), identity.member_id)?;
+        let durable = log_store.durable();
+        peers.clamp_commit_to(durable.clone());
         if config.force_new_cluster && !identity.fresh {
             let forced =
                 force_new_cluster(&mut log_store, engine.as_ref(), identity.member_id).await?;
@@ -291,6 +293,7 @@ impl Member {
             lessor.clone(),
             auth.clone(),
         );
+        let sm = sm.applying_only_durable(durable.clone());
         let raft = Raft::new(
             identity.member_id,
             Arc::new(raft_config(&config)?),
@@ -299,6 +302,7 @@ impl Member {
             sm,
         )
         .await?;
+        durable.spawn_announcer(raft.clone());
 
         let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
         let peer_listeners = bind_all(&peer_addrs, &config.peer_tls(), "--peer-").await?;

@@ -12,15 +12,22 @@
 //! behind it, so under load many client writes share one fsync. A callback
 //! is only completed after the sync that covers its entries returns, so
 //! nothing is acknowledged before it is on disk.
+//!
+//! The exception is the leader's own entries: their callback completes as
+//! soon as they are written, so openraft replicates them while the fsync
+//! runs; what becomes durable is published through [`DurableLog`], and the
+//! state machine and the commit index sent to followers wait for it (the
+//! argument is in [`super::durable`]).
 
 use std::fmt::Debug;
 use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOError, Vote};
 
+use super::durable::DurableLog;
 use super::types::{NodeId, TypeConfig};
 use crate::codec;
 use crate::engine::{Engine, Table, WriteBatch};
@@ -36,11 +43,25 @@ fn index_key(index: u64) -> [u8; 8] {
 
 type Flushed = LogFlushed<TypeConfig>;
 
+/// An append waiting for the flusher's next sync: its last log id, and
+/// openraft's callback unless it was completed early (a leader's append).
+struct Pending {
+    last: LogId<NodeId>,
+    /// [`DurableLog`]'s truncation generation when it was appended.
+    generation: u64,
+    callback: Option<Flushed>,
+}
+
 /// The Raft log storage. Cheap to clone (the reader is a clone).
 #[derive(Clone)]
 pub struct LogStore {
     engine: Arc<dyn Engine>,
     flusher: Arc<Flusher>,
+    /// This member's id: entries of its own term are its own appends.
+    me: NodeId,
+    /// The vote last saved (or read at open), to recognise own-term entries.
+    vote: Arc<Mutex<Option<Vote<NodeId>>>>,
+    durable: Arc<DurableLog>,
 }
 
 /// The flusher thread's queue and handle. When the last log store clone
@@ -48,7 +69,7 @@ pub struct LogStore {
 /// the store while still holding (and possibly closing) the engine: a
 /// RocksDB closed by a detached thread during process exit aborts.
 struct Flusher {
-    queue: Option<SyncSender<Flushed>>,
+    queue: Option<SyncSender<Pending>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -62,19 +83,45 @@ impl Drop for Flusher {
 }
 
 impl LogStore {
-    /// A log store on `engine`, starting its flusher thread.
-    pub fn new(engine: Arc<dyn Engine>) -> Self {
+    /// The log store of member `me` on `engine`, starting its flusher
+    /// thread. Syncs first, so everything the log holds counts as durable.
+    pub fn open(engine: Arc<dyn Engine>, me: NodeId) -> Result<Self, StorageError<NodeId>> {
+        engine.sync().map_err(|e| StorageIOError::write_logs(&e))?;
         let (queue, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
-        let flush_engine = engine.clone();
+        let mut store = Self {
+            engine: engine.clone(),
+            flusher: Arc::new(Flusher {
+                queue: Some(queue),
+                thread: None,
+            }),
+            me,
+            vote: Arc::default(),
+            durable: DurableLog::new(None),
+        };
+        *store.vote.lock().expect("vote lock") = store.read_state(KEY_VOTE)?;
+        store.durable = DurableLog::new(store.last_entry_log_id()?);
+        let durable = store.durable.clone();
         let thread = std::thread::Builder::new()
             .name("raft-log-flusher".into())
-            .spawn(move || run_flusher(flush_engine, rx))
-            .expect("spawn flusher thread");
-        let flusher = Arc::new(Flusher {
-            queue: Some(queue),
-            thread: Some(thread),
-        });
-        Self { engine, flusher }
+            .spawn(move || run_flusher(engine, rx, durable))
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        Arc::get_mut(&mut store.flusher)
+            .expect("not shared yet")
+            .thread = Some(thread);
+        Ok(store)
+    }
+
+    /// What of this log is durable; the state machine and the peer client
+    /// wait for and clamp to it.
+    pub fn durable(&self) -> Arc<DurableLog> {
+        self.durable.clone()
+    }
+
+    /// Whether `last` (the last of entries being appended) was proposed by
+    /// this member in the term it leads: its own append as leader.
+    fn is_own_append(&self, last: &LogId<NodeId>) -> bool {
+        let vote = self.vote.lock().expect("vote lock");
+        vote.is_some_and(|v| v.leader_id.node_id == self.me && v.leader_id == last.leader_id)
     }
 
     fn read_state<T: serde::de::DeserializeOwned>(
@@ -125,12 +172,15 @@ impl LogStore {
         }
         self.engine
             .write(b, true)
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.durable.truncated_to(self.last_entry_log_id()?);
+        Ok(())
     }
 }
 
-/// The flusher loop: batch callbacks, one sync per batch, complete in order.
-fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Flushed>) {
+/// The flusher loop: batch appends, one sync per batch, publish the new
+/// durable end, then complete the callbacks in order.
+fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Pending>, durable: Arc<DurableLog>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < GROUP_COMMIT_MAX_PENDING {
@@ -140,7 +190,14 @@ fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Flushed>) {
             }
         }
         let result = engine.sync();
-        for cb in batch {
+        match &result {
+            Ok(()) => {
+                let newest = batch.last().expect("non-empty batch");
+                durable.advance(newest.last, newest.generation)
+            }
+            Err(_) => durable.fail(),
+        }
+        for cb in batch.into_iter().filter_map(|p| p.callback) {
             let r = match &result {
                 Ok(()) => Ok(()),
                 Err(e) => Err(std::io::Error::other(e.to_string())),
@@ -148,6 +205,7 @@ fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Flushed>) {
             cb.log_io_completed(r);
         }
     }
+    durable.close();
 }
 
 fn bound_start(b: Bound<&u64>) -> u64 {
@@ -220,7 +278,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         b.put(Table::RaftState, KEY_VOTE.to_vec(), codec::encode(vote));
         self.engine
             .write(b, true)
-            .map_err(|e| StorageIOError::write_vote(&e).into())
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+        *self.vote.lock().expect("vote lock") = Some(*vote);
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
@@ -259,20 +319,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut b = WriteBatch::new();
+        let mut last = None;
         for entry in entries {
+            last = Some(*entry.get_log_id());
             b.put(
                 Table::RaftLog,
                 index_key(entry.get_log_id().index).to_vec(),
                 codec::encode(&entry),
             );
         }
+        let Some(last) = last else {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        };
         self.engine
             .write(b, false)
             .map_err(|e| StorageIOError::write_logs(&e))?;
+        // A leader's own entries are acknowledged now and synced by the
+        // flusher meanwhile; anyone else's after the sync.
+        let (now, after_sync) = if self.is_own_append(&last) {
+            (Some(callback), None)
+        } else {
+            (None, Some(callback))
+        };
         let queue = self.flusher.queue.as_ref().expect("open until dropped");
-        queue.send(callback).map_err(|_| {
-            StorageIOError::write_logs(&std::io::Error::other("log flusher stopped"))
-        })?;
+        queue
+            .send(Pending {
+                last,
+                generation: self.durable.current().generation,
+                callback: after_sync,
+            })
+            .map_err(|_| {
+                StorageIOError::write_logs(&std::io::Error::other("log flusher stopped"))
+            })?;
+        if let Some(cb) = now {
+            cb.log_io_completed(Ok(()));
+        }
         Ok(())
     }
 
@@ -285,7 +367,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         self.engine
             .write(b, true)
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        // The write was synced, so all that remains is durable.
+        self.durable.truncated_to(self.last_entry_log_id()?);
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {

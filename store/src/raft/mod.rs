@@ -3,6 +3,8 @@
 //! - [`types`]: the openraft type configuration, the replicated
 //!   [`Command`]s and their [`CommandResponse`]s, and member identities.
 //! - [`log_store`]: the Raft log and vote in the engine, with group commit.
+//! - [`durable`]: the durable end of the local log: the leader replicates
+//!   while its own fsync runs; apply and followers' commit index wait for it.
 //! - [`state_machine`]: applies committed commands to the MVCC store, builds
 //!   and installs snapshots.
 //! - [`network`]: the client side of the peer protocol (the server side is
@@ -17,6 +19,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod batcher;
+pub mod durable;
 pub mod elections;
 pub mod log_store;
 pub mod metrics;

@@ -7,7 +7,7 @@
 //! while transport failures are `Unreachable` so openraft backs off.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
@@ -24,6 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use super::durable::DurableLog;
 use super::types::{MemberInfo, NodeId, TypeConfig};
 use crate::codec;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
@@ -36,6 +37,9 @@ use crate::limits::PEER_RPC_TIMEOUT_MS;
 pub struct PeerNetworkFactory {
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     tls: Option<ClientTlsConfig>,
+    /// The local log's durable end; the commit index sent to followers is
+    /// clamped to it (see [`crate::raft::durable`]).
+    durable: Arc<OnceLock<Arc<DurableLog>>>,
 }
 
 impl PeerNetworkFactory {
@@ -44,7 +48,14 @@ impl PeerNetworkFactory {
         Self {
             channels: Arc::default(),
             tls,
+            durable: Arc::default(),
         }
+    }
+
+    /// Clamps the commit index of every AppendEntries (from all clones of
+    /// this factory) to `log`'s durable end. Set once, before Raft starts.
+    pub fn clamp_commit_to(&self, log: Arc<DurableLog>) {
+        let _ = self.durable.set(log);
     }
 
     /// The cached channel to `target` at its first peer URL (a new one if
@@ -103,6 +114,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
     async fn new_client(&mut self, target: NodeId, node: &MemberInfo) -> Self::Network {
         PeerNetwork {
             target,
+            durable: self.durable.get().cloned(),
             client: self.channel(target, node).map(peer_client),
         }
     }
@@ -111,6 +123,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
 /// The connection to one member.
 pub struct PeerNetwork {
     target: NodeId,
+    durable: Option<Arc<DurableLog>>,
     client: Result<RaftPeerClient<Channel>, String>,
 }
 
@@ -167,9 +180,12 @@ enum Rpc {
 impl RaftNetwork<TypeConfig> for PeerNetwork {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        if let Some(durable) = &self.durable {
+            rpc.leader_commit = durable.clamp_commit(rpc.leader_commit);
+        }
         self.call(Rpc::Append, &rpc, option.hard_ttl()).await
     }
 

@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 
 use self::members::member_attributes_key;
 use self::snapshot_file::{decode_records, save_snapshot, snapshot_paths, SnapshotBuilder};
+use super::durable::DurableLog;
 use super::types::{Batch, Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
 use crate::alarm::{apply_alarm, nospace_raised};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
@@ -100,6 +101,9 @@ pub struct StateMachine {
     auth: Arc<AuthStore>,
     /// The interrupted entry's progress, read at start-up (see [`At`]).
     partial: Option<Partial>,
+    /// The local log's durable end: nothing is applied beyond it (see
+    /// [`crate::raft::durable`]). None only in storage-level tests.
+    durable: Option<Arc<DurableLog>>,
 }
 
 fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -141,7 +145,15 @@ impl StateMachine {
             lessor,
             auth,
             partial: None,
+            durable: None,
         }
+    }
+
+    /// Applies nothing beyond the durable end of `log` (the member's own
+    /// log store's, see [`crate::raft::durable`]).
+    pub fn applying_only_durable(mut self, log: Arc<DurableLog>) -> Self {
+        self.durable = Some(log);
+        self
     }
 
     fn engine(&self) -> &Arc<dyn Engine> {
@@ -472,9 +484,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut responses = Vec::new();
-        for entry in entries {
-            responses.push(self.apply_entry(&entry)?);
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        if let (Some(durable), Some(last)) = (&self.durable, entries.last()) {
+            durable
+                .wait(last.log_id.index)
+                .await
+                .map_err(sm_write_err)?;
+        }
+        let mut responses = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            responses.push(self.apply_entry(entry)?);
         }
         Ok(responses)
     }
