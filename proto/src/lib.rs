@@ -26,6 +26,10 @@
 //! values omitted, unknown fields ignored on input.
 #![deny(missing_docs)]
 
+/// The encoded `FileDescriptorSet` of every package (field names, kinds and
+/// enum values at run time, for checks that follow the descriptors).
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
+
 /// etcd's storage types: `KeyValue` and watch `Event` (protobuf package
 /// `mvccpb`).
 #[allow(missing_docs, clippy::all)]

@@ -26,6 +26,7 @@
 //! | `server::cluster` | `MAX_LEARNERS` |
 //! | `server::auth` | `AUTHENTICATE_ATTEMPTS` |
 //! | `server::maintenance` | `SNAPSHOT_STREAM_CHUNK_BYTES` |
+//! | `server::json_gateway` | `JSON_SLACK_BYTES` (with `max_body_bytes`), `stream::REQUEST_QUEUE` |
 //! | `server::transfer` | `TRANSFER_TIMEOUT_ELECTION_TIMEOUTS`, `HOLD_MARGIN_ELECTION_TIMEOUTS`, `MAX_PEER_REQUEST_ELECTION_TIMEOUTS` |
 
 /// Default `--max-request-bytes`: etcd's `DefaultMaxRequestBytes` (1.5 MiB).

@@ -19,8 +19,9 @@ const ALWAYS_MASKED: [&str; 3] = ["cluster_id", "member_id", "raft_term"];
 const CURL_TIMEOUT_S: &str = "10";
 /// How long a watch stream may take to show a line.
 const LINE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Where setup.sh installs etcd3gw.
-const ETCD3GW_PYTHON: &str = "/opt/etcd3gw-venv/bin/python";
+/// Where setup.sh installs etcd3gw's virtualenv (`ETCD3GW_VENV` there and
+/// here overrides it).
+const ETCD3GW_VENV: &str = "/opt/etcd3gw-venv";
 /// Separates curl's body from the status and content type it appends.
 const TRAILER: &str = "\n@@curl@@";
 
@@ -51,9 +52,13 @@ fn post<'a>(path: &'a str, body: &'a str) -> Call<'a> {
 }
 
 async fn curl(endpoint: &str, call: &Call<'_>, masks: &[&str]) -> Result<Answer> {
+    // Large bodies go through a file (one argument may not exceed 128 KiB).
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), call.body)?;
+    let data = format!("@{}", file.path().display());
     let mut cmd = Command::new("curl");
     cmd.args(["-s", "-S", "--max-time", CURL_TIMEOUT_S, "-X", call.method])
-        .args(["--data-binary", call.body])
+        .args(["--data-binary", &data])
         .args(["-w", &format!("{TRAILER}%{{http_code}} %{{content_type}}")]);
     if let Some(token) = call.token {
         cmd.args(["-H", &format!("Authorization: {token}")]);
@@ -285,6 +290,44 @@ async fn kv_methods_and_errors() -> Result<()> {
     ] {
         let answer = p.same(post("/v3/kv/range", bad), &[]).await;
         assert_eq!(status(&answer), 400, "{bad}: {answer:?}");
+    }
+    // Fields of the wrong type or form, as jsonpb words them.
+    for bad in [
+        r#"{"key":"Zm9v","value":"YmFy","lease":1.5}"#,
+        r#"{"key":"Zm9v","value":"YmFy","lease":"abc"}"#,
+        r#"{"key":"Zm9v","prev_kv":"true"}"#,
+        r#"{"key":"Zm9v","value":"YmF-"}"#,
+        r#"{"key":"Zm9v","value":"YQ"}"#,
+        r#"{"key":"Zm9v","value":"YQ="}"#,
+        r#"{"key":"Zm9v","value":"!!!"}"#,
+        r#"{"key":7}"#,
+    ] {
+        let answer = p.same(post("/v3/kv/put", bad), &[]).await;
+        assert_eq!(status(&answer), 400, "{bad}: {answer:?}");
+    }
+    let bogus = r#"{"compare":[{"key":"Zm9v","target":"BOGUS"}]}"#;
+    assert_eq!(status(&p.same(post("/v3/kv/txn", bogus), &[]).await), 400);
+    // Accepted forms: numbers for int64, enum numbers, line breaks in base64.
+    p.same(
+        post("/v3/kv/put", r#"{"key":"Zm\n9v","value":"YR==","lease":0}"#),
+        &[],
+    )
+    .await;
+    p.same(
+        post(
+            "/v3/kv/range",
+            r#"{"key":"Zm9v","sort_order":2,"limit":"5"}"#,
+        ),
+        &[],
+    )
+    .await;
+    // Over --max-request-bytes (1.5 MiB by default) and over the gRPC
+    // message limit (2 MiB).
+    for size in [1_600 * 1024, 2 * 1024 * 1024] {
+        let value = "eHh4".repeat(size / 3);
+        let body = format!(r#"{{"key":"Yg==","value":"{value}"}}"#);
+        let answer = p.same(post("/v3/kv/put", &body), &[]).await;
+        assert_ne!(status(&answer), 200, "{size}: {answer:?}");
     }
     // Only the first JSON value of a body counts.
     p.same(post("/v3/kv/put", r#"{"key":"Zm9v"} {"x""#), &[])
@@ -545,11 +588,13 @@ async fn watch_stream() -> Result<()> {
 
 async fn etcd3gw_run(endpoint: &str) -> Result<Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/etcd3gw_check.py");
-    let out = Command::new(ETCD3GW_PYTHON)
+    let venv = std::env::var("ETCD3GW_VENV").unwrap_or_else(|_| ETCD3GW_VENV.to_string());
+    let python = format!("{venv}/bin/python");
+    let out = Command::new(&python)
         .args([script, endpoint])
         .output()
         .await
-        .with_context(|| format!("running {ETCD3GW_PYTHON} (scripts/setup.sh installs it)"))?;
+        .with_context(|| format!("running {python} (scripts/setup.sh installs it)"))?;
     anyhow::ensure!(
         out.status.success(),
         "etcd3gw_check.py against {endpoint}: {}",

@@ -7,8 +7,8 @@
 //! a value that is not an object is refused. Syntax errors carry Go's
 //! wording (`invalid character 'b' looking for beginning of object key
 //! string`, `unexpected EOF`), since clients and scripts match on them;
-//! errors in well-formed JSON (a wrong type, an unknown enum name) carry
-//! the decoder's own message.
+//! well-formed JSON is then checked field by field as jsonpb does
+//! ([`super::schema`]) before the generated decoder reads it.
 //!
 //! Writing is the generated proto3 JSON of the message (see the
 //! `etcd-proto` crate docs for the naming), wrapped as `{"result": ...}`
@@ -17,6 +17,14 @@
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Serialize;
 use serde_json::error::Category;
+use serde_json::Value;
+
+use super::schema::{schema, Named};
+
+/// What the gateway's decoder requests implement.
+pub trait Request: DeserializeOwned + Default + Named {}
+
+impl<T: DeserializeOwned + Default + Named> Request for T {}
 
 /// Why a body could not be read as a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +55,7 @@ pub enum Next<T> {
 
 /// The request a whole (unary) body holds: its first JSON value, or the
 /// empty request when there is none.
-pub fn decode<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, DecodeError> {
+pub fn decode<T: Request>(body: &[u8]) -> Result<T, DecodeError> {
     match next(body)? {
         Next::Message(msg, _) => Ok(msg),
         Next::NeedMore if is_blank(body) => Ok(T::default()),
@@ -56,7 +64,7 @@ pub fn decode<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, DecodeErr
 }
 
 /// The first request in `buf`, if all of it has arrived.
-pub fn next<T: DeserializeOwned + Default>(buf: &[u8]) -> Result<Next<T>, DecodeError> {
+pub fn next<T: Request>(buf: &[u8]) -> Result<Next<T>, DecodeError> {
     let start = buf.len() - trim_start(buf).len();
     if start == buf.len() {
         return Ok(Next::NeedMore);
@@ -74,9 +82,9 @@ pub fn next<T: DeserializeOwned + Default>(buf: &[u8]) -> Result<Next<T>, Decode
 }
 
 /// A syntactically valid JSON value as a request.
-fn message<T: DeserializeOwned + Default>(value: &[u8]) -> Result<T, DecodeError> {
+fn message<T: Request>(value: &[u8]) -> Result<T, DecodeError> {
     let kind = match value[0] {
-        b'{' => return serde_json::from_slice(value).map_err(|e| without_position(&e)),
+        b'{' => return object(value),
         b'n' => return Ok(T::default()),
         b'[' => "array",
         b'"' => "string",
@@ -110,6 +118,8 @@ fn syntax_error(value: &[u8], e: &serde_json::Error) -> DecodeError {
         "in string literal"
     } else if text.starts_with("invalid escape") {
         "in string escape code"
+    } else if text.starts_with("trailing characters") {
+        "after top-level value"
     } else {
         return without_position(e);
     };
@@ -117,6 +127,25 @@ fn syntax_error(value: &[u8], e: &serde_json::Error) -> DecodeError {
         "invalid character {} {context}",
         quote_char(value[at])
     ))
+}
+
+/// A JSON object as a request: checked and canonicalized as jsonpb reads
+/// it, then decoded.
+fn object<T: Request>(value: &[u8]) -> Result<T, DecodeError> {
+    let mut v: Value = serde_json::from_slice(value).map_err(|e| without_position(&e))?;
+    schema()
+        .check(T::FULL_NAME, &mut v)
+        .map_err(DecodeError::Invalid)?;
+    serde_json::from_value(v).map_err(|e| without_position(&e))
+}
+
+/// Go's message for the syntax error `e` of `json.Unmarshal(value)` (one
+/// whole value, as jsonpb reads a field).
+pub fn value_syntax_error(value: &[u8], e: &serde_json::Error) -> String {
+    if e.classify() == Category::Eof {
+        return "unexpected end of JSON input".to_string();
+    }
+    syntax_error(value, e).to_string()
 }
 
 /// Serde's message for an error, without its position.

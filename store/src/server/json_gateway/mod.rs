@@ -26,6 +26,7 @@
 
 mod json;
 mod reply;
+mod schema;
 mod stream;
 
 use std::future::Future;
@@ -41,7 +42,6 @@ use etcd_proto::etcdserverpb::kv_client::KvClient;
 use etcd_proto::etcdserverpb::lease_client::LeaseClient;
 use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use etcd_proto::etcdserverpb::watch_client::WatchClient;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::service::Routes;
@@ -82,23 +82,18 @@ pub fn routes(grpc: Routes, max_message_bytes: usize) -> Router {
 }
 
 /// A path under the prefixes that names no method.
-async fn unknown_path(req: Request) -> Response {
-    if req.method() == axum::http::Method::OPTIONS {
-        return reply::preflight();
-    }
+async fn unknown_path() -> Response {
     reply::not_found()
 }
 
-/// `POST` runs the handler; `OPTIONS` is a CORS preflight; anything else
-/// is refused as the gateway does.
+/// `POST` runs the handler; any other method is refused as the gateway
+/// does (CORS preflights never get here: the client port answers them).
 fn endpoint<H, T>(handler: H) -> MethodRouter
 where
     H: axum::handler::Handler<T, ()>,
     T: 'static,
 {
-    post(handler)
-        .options(|| async { reply::preflight() })
-        .fallback(|| async { reply::method_not_allowed() })
+    post(handler).fallback(|| async { reply::method_not_allowed() })
 }
 
 /// A unary gateway method: `client`'s `method` over the gateway's gRPC.
@@ -262,7 +257,7 @@ impl Gateway {
     /// Decodes the whole body as one request, makes the call, answers.
     async fn unary<Req, Resp, F, Fut>(self, req: Request, call: F) -> Response
     where
-        Req: DeserializeOwned + Default,
+        Req: json::Request,
         Resp: Serialize,
         F: FnOnce(Routes, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
@@ -280,7 +275,7 @@ impl Gateway {
     /// The request head and the one request the body holds.
     async fn read_one<Req>(&self, req: Request) -> Result<(Parts, Req), Status>
     where
-        Req: DeserializeOwned + Default,
+        Req: json::Request,
     {
         let (parts, body) = req.into_parts();
         let bytes = axum::body::to_bytes(body, self.max_body_bytes)
@@ -339,7 +334,7 @@ impl Gateway {
         req: Request,
     ) -> Result<(Parts, Option<Req>, RequestReader), Response>
     where
-        Req: DeserializeOwned + Default,
+        Req: json::Request,
     {
         let (parts, body) = req.into_parts();
         let mut reader = RequestReader::new(body, self.max_body_bytes);

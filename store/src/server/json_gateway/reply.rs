@@ -8,8 +8,9 @@
 //!   (its status line is the mapped one if nothing was written before).
 //! - Paths the gateway does not know and methods it does not serve are Go's
 //!   plain-text `http.Error` answers (`Not Found`, `Method Not Allowed`).
-//! - Every answer carries the CORS headers etcd's client listener adds,
-//!   and a CORS preflight (`OPTIONS`) is an empty `200`.
+//!
+//! (etcd's CORS headers and preflight answers come from the client port's
+//! own layer, `server::http::cors`, around these routes as around all.)
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -23,19 +24,6 @@ const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
 /// The gRPC response header the gateway passes on as HTTP metadata.
 const GRPC_CONTENT_TYPE: (&str, &str) = ("grpc-metadata-content-type", "application/grpc");
-/// CORS headers on every answer (etcd wraps its client handler with them).
-const CORS: [(&str, &str); 3] = [
-    (
-        "access-control-allow-headers",
-        "accept, content-type, authorization",
-    ),
-    (
-        "access-control-allow-methods",
-        "POST, GET, OPTIONS, PUT, DELETE",
-    ),
-    ("access-control-allow-origin", "*"),
-];
-
 /// The HTTP status grpc-gateway v1 (`runtime.HTTPStatusFromCode`) gives a
 /// gRPC code.
 pub fn http_status(code: Code) -> StatusCode {
@@ -137,13 +125,6 @@ pub fn method_not_allowed() -> Response {
     go_http_error(StatusCode::METHOD_NOT_ALLOWED)
 }
 
-/// A CORS preflight.
-pub fn preflight() -> Response {
-    let mut resp = Response::new(Body::empty());
-    add_cors(&mut resp);
-    resp
-}
-
 /// Go's `http.Error`: the status text and a newline, as plain text.
 fn go_http_error(status: StatusCode) -> Response {
     let text = format!("{}\n", status.canonical_reason().unwrap_or_default());
@@ -160,7 +141,6 @@ fn with_type(status: StatusCode, content_type: &'static str, body: Body) -> Resp
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    add_cors(&mut resp);
     resp
 }
 
@@ -168,13 +148,6 @@ fn add_grpc_metadata(resp: &mut Response) {
     let (name, value) = GRPC_CONTENT_TYPE;
     resp.headers_mut()
         .insert(name, HeaderValue::from_static(value));
-}
-
-fn add_cors(resp: &mut Response) {
-    for (name, value) in CORS {
-        resp.headers_mut()
-            .insert(name, HeaderValue::from_static(value));
-    }
 }
 
 #[cfg(test)]

@@ -15,14 +15,13 @@
 use axum::body::{Body, BodyDataStream, Bytes};
 use axum::response::Response;
 use futures::stream::{self, StreamExt};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use super::json::{self, DecodeError, Next};
+use super::json::{self, DecodeError, Next, Request};
 use super::reply;
 
 /// Reads JSON requests one by one from a streaming body.
@@ -45,7 +44,7 @@ impl RequestReader {
     }
 
     /// The next request; `None` at the end of the body.
-    pub async fn next<T: DeserializeOwned + Default>(&mut self) -> Result<Option<T>, DecodeError> {
+    pub async fn next<T: Request>(&mut self) -> Result<Option<T>, DecodeError> {
         loop {
             if let Next::Message(msg, used) = json::next::<T>(&self.buf)? {
                 self.buf.drain(..used);
@@ -90,7 +89,7 @@ pub fn requests<T>(
     hold: Option<oneshot::Receiver<()>>,
 ) -> ReceiverStream<T>
 where
-    T: DeserializeOwned + Default + Send + 'static,
+    T: Request + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
     tokio::spawn(async move {
