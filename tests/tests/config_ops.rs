@@ -212,3 +212,95 @@ async fn check_alone(one: &Etcdctl, id: u64) -> Result<()> {
     );
     Ok(())
 }
+
+/// `scripts/stack.sh` with the addresses, state directory and binaries of
+/// this test; `down` runs when dropped (also during a panic).
+struct Stack {
+    dir: tempfile::TempDir,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Stack {
+    fn new() -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let ips = (0..3)
+            .map(|_| allocate_ip().map(|ip| ip.to_string()))
+            .collect::<Result<Vec<_>>>()?;
+        let release = integration_tests::binary::release_dir()?;
+        let env = vec![
+            ("STACK_MEMBER_IPS", ips.join(" ")),
+            ("STACK_GATEWAY_IP", allocate_ip()?.to_string()),
+            ("STACK_DIR", dir.path().join("stack").display().to_string()),
+            ("STORE_BIN", Binary::candidate()?.path.display().to_string()),
+            ("GATEWAY_BIN", release.join("gateway").display().to_string()),
+            ("ETCDCTL", Binary::etcdctl35()?.path.display().to_string()),
+        ];
+        Ok(Self { dir, env })
+    }
+
+    fn run(&self, action: &str) -> Result<std::process::Output> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg(action)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()?;
+        Ok(out)
+    }
+
+    fn state(&self) -> std::path::PathBuf {
+        self.dir.path().join("stack")
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = self.run("down");
+    }
+}
+
+fn text(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stack_script_serves_through_the_gateway_and_stops_its_processes() -> Result<()> {
+    let stack = Stack::new()?;
+    let up = stack.run("up")?;
+    ensure!(up.status.success(), "stack.sh up:\n{}", text(&up));
+    let gateway = format!("http://{}:2379", stack.env[1].1);
+    ensure!(
+        text(&up).contains(&gateway),
+        "endpoints not printed:\n{}",
+        text(&up)
+    );
+    let through = ctl(vec![gateway])?;
+    ok(&through, &["put", "stack-key", "stack-value"]).await?;
+    let got = ok(&through, &["get", "stack-key", "--print-value-only"]).await?;
+    ensure!(
+        got.trim() == "stack-value",
+        "get through the gateway: {got:?}"
+    );
+
+    let pids: Vec<u32> = std::fs::read_to_string(stack.state().join("pids"))?
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    ensure!(pids.len() == 4, "recorded pids: {pids:?}");
+    let status = text(&stack.run("status")?);
+    ensure!(
+        status.matches(" running ").count() == 4,
+        "status:\n{status}"
+    );
+
+    let down = stack.run("down")?;
+    ensure!(down.status.success(), "stack.sh down:\n{}", text(&down));
+    for pid in pids {
+        ensure!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "pid {pid} still runs"
+        );
+    }
+    ensure!(!stack.state().exists(), "state directory left behind");
+    Ok(())
+}
