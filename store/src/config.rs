@@ -50,6 +50,9 @@ pub struct Config {
         default_value = "http://localhost:2379"
     )]
     pub listen_client_urls: String,
+    /// List of URLs to listen on for the metrics and health endpoints.
+    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
+    pub listen_metrics_urls: String,
     /// List of this member's client URLs to advertise to the public.
     #[arg(
         long,
@@ -207,7 +210,6 @@ pub const IGNORED_ETCD_FLAGS: &[&str] = &[
     "experimental-warning-apply-duration",
     "host-whitelist",
     "initial-election-tick-advance",
-    "listen-metrics-urls",
     "log-rotation-config-json",
     "max-concurrent-streams",
     "max-snapshots",

@@ -26,6 +26,7 @@ pub mod lease;
 pub mod limits;
 pub mod logging;
 pub mod member;
+pub mod metrics;
 pub mod mvcc;
 pub mod raft;
 pub mod server;

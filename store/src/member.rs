@@ -36,6 +36,8 @@ use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::HealthService;
 
 use crate::auth::{AuthStore, TokenProvider};
 use crate::config::{listen_addrs, split_urls, Config, GrpcKeepalive, ListenAddr};
@@ -61,6 +63,7 @@ use crate::server::cluster::ClusterService;
 use crate::server::conn;
 use crate::server::core::{Core, CoreConfig};
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
+use crate::server::grpc_metrics::GrpcMetricsLayer;
 use crate::server::http;
 use crate::server::kv::KvService;
 use crate::server::lease::{spawn_lease_tasks, LeaseService};
@@ -308,6 +311,8 @@ impl Member {
         let peer_listeners = bind_all(&peer_addrs, &config.peer_tls(), "--peer-").await?;
         let client_addrs = listen_addrs("listen-client-urls", &config.listen_client_urls)?;
         let client_listeners = bind_all(&client_addrs, &config.client_tls(), "--").await?;
+        let metrics_addrs = listen_addrs("listen-metrics-urls", &config.listen_metrics_urls)?;
+        let metrics_listeners = bind_all(&metrics_addrs, &config.client_tls(), "--").await?;
         if identity.fresh && config.initial_cluster_state == "new" {
             initialize(&raft, members).await?;
         }
@@ -329,6 +334,9 @@ impl Member {
             auth,
             peers,
         );
+        let http_state =
+            http::HttpState::start(core.clone(), election_timeout, config.quota_bytes());
+        let grpc_health = grpc_health_service().await;
         let (shutdown, _) = watch::channel(false);
         let mut member = Member {
             core: core.clone(),
@@ -374,12 +382,22 @@ impl Member {
                 progress_interval: config.progress_notify_interval()?,
                 election_timeout,
                 keepalive: config.grpc_keepalive()?,
+                http: http_state.clone(),
+                grpc_health: grpc_health.clone(),
             };
             member.tasks.push(tokio::spawn(serve_client(
                 l,
                 tls,
                 services,
                 member.shutdown.subscribe(),
+            )));
+        }
+        for b in metrics_listeners {
+            member.tasks.push(tokio::spawn(http::serve_metrics(
+                b.listener,
+                b.tls,
+                http_state.clone(),
+                stopped(member.shutdown.subscribe()),
             )));
         }
         tracing::info!(
@@ -519,6 +537,21 @@ struct ClientServices {
     progress_interval: Duration,
     election_timeout: Duration,
     keepalive: GrpcKeepalive,
+    http: http::HttpState,
+    grpc_health: HealthServer<HealthService>,
+}
+
+/// The `grpc.health.v1.Health` service etcd registers: SERVING for the
+/// service `""` (all services) once the member serves. (etcd turns it
+/// NOT_SERVING only around a defragmentation when
+/// `--experimental-stop-grpc-service-on-defrag` is set, which this store
+/// does not have.)
+async fn grpc_health_service() -> HealthServer<HealthService> {
+    let reporter = tonic_health::server::HealthReporter::new();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    HealthServer::new(HealthService::from_health_reporter(reporter))
 }
 
 async fn serve_client(
@@ -534,6 +567,8 @@ async fn serve_client(
         progress_interval,
         election_timeout,
         keepalive,
+        http: http_state,
+        grpc_health,
     } = services;
     let max_recv = TRANSPORT_MAX_DECODE_BYTES.max(max_request_bytes + GRPC_OVERHEAD_BYTES);
     let kv = KvServer::new(KvService::new(core.clone()))
@@ -564,8 +599,11 @@ async fn serve_client(
         .add_service(maintenance)
         .add_service(watch)
         .add_service(lease)
-        .add_service(cluster);
-    let app = http::routes(core).merge(crate::server::json_gateway::routes(grpc.clone(), max_recv)).merge(grpc.into_axum_router());
+        .add_service(cluster)
+        .add_service(grpc_health);
+    let app = http::client_routes(http_state).merge(crate::server::json_gateway::routes(grpc.clone(), max_recv)).merge(grpc.into_axum_router().layer(GrpcMetricsLayer))
+        .fallback(http::fallback)
+        .layer(axum::middleware::from_fn(http::cors));
     match tls {
         Some(config) => match TlsListener::new(listener, config) {
             Ok(l) => conn::serve(l, app, keepalive, shutdown).await,

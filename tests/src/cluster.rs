@@ -29,7 +29,7 @@ use tempfile::TempDir;
 
 use crate::binary::Binary;
 use crate::client::{check_serving, connect};
-use crate::net::{allocate_ip, client_url, peer_url};
+use crate::net::{allocate_ip, client_url, metrics_url, peer_url};
 use crate::process::{tail, Process};
 use crate::wait::{permanent, retry_until};
 
@@ -73,6 +73,9 @@ pub struct ClusterConfig {
     pub max_request_bytes: Option<u64>,
     /// `--log-level`.
     pub log_level: String,
+    /// `--listen-metrics-urls=http://<member's address>:2381` on every
+    /// member ([`Cluster::metrics_url`]).
+    pub metrics: bool,
 }
 
 impl ClusterConfig {
@@ -86,6 +89,7 @@ impl ClusterConfig {
             quota_backend_bytes: None,
             max_request_bytes: None,
             log_level: "info".to_string(),
+            metrics: false,
         }
     }
 
@@ -143,8 +147,11 @@ impl Cluster {
             .iter()
             .enumerate()
             .map(|(i, ip)| {
-                let flags =
+                let mut flags =
                     MemberFlags::new(&member_name(i), *ip, dir.path(), &initial_cluster, &token);
+                if config.metrics {
+                    flags.metrics_url = Some(metrics_url(*ip));
+                }
                 Member::new(i, *ip, dir.path(), flags.args(config))
             })
             .collect();
@@ -190,6 +197,12 @@ impl Cluster {
     /// Peer URL of member `i`.
     pub fn peer_url(&self, i: usize) -> String {
         peer_url(self.members[i].ip)
+    }
+
+    /// Member `i`'s metrics URL (served when the cluster was started with
+    /// [`ClusterConfig::metrics`]).
+    pub fn metrics_url(&self, i: usize) -> String {
+        metrics_url(self.members[i].ip)
     }
 
     /// The value of `--<flag>=` that member `i` is started with (e.g.
@@ -515,6 +528,8 @@ pub struct MemberFlags {
     pub existing: bool,
     /// `--initial-cluster-token`.
     pub token: String,
+    /// `--listen-metrics-urls`, if any.
+    pub metrics_url: Option<String>,
 }
 
 impl MemberFlags {
@@ -529,6 +544,7 @@ impl MemberFlags {
             initial_cluster: initial_cluster.to_string(),
             existing: false,
             token: token.to_string(),
+            metrics_url: None,
         }
     }
 
@@ -554,6 +570,9 @@ impl MemberFlags {
         ];
         if let Some(count) = config.snapshot_count {
             args.push(format!("--snapshot-count={count}"));
+        }
+        if let Some(url) = &self.metrics_url {
+            args.push(format!("--listen-metrics-urls={url}"));
         }
         if let Some(bytes) = config.quota_backend_bytes {
             args.push(format!("--quota-backend-bytes={bytes}"));

@@ -24,6 +24,8 @@
 //!   and an implementation-neutral description of responses and gRPC errors.
 //! - [`etcdctl`]: runs etcdctl 3.5 or 3.4 (`ETCDCTL_API=3`) and captures stdout,
 //!   stderr and the exit code.
+//! - [`http`]: a minimal HTTP/1.1 client for `/health`, `/livez`,
+//!   `/readyz`, `/version` and `/metrics`.
 //! - [`differential`]: the oracle: runs the same step (etcdctl or
 //!   etcd-client) against reference etcd 3.5 and the candidate, and fails on
 //!   any difference after normalization (and optional masks); checks of the
@@ -47,6 +49,7 @@ pub mod client;
 pub mod cluster;
 pub mod differential;
 pub mod etcdctl;
+pub mod http;
 pub mod net;
 pub mod normalize;
 pub mod pki;

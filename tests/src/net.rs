@@ -17,6 +17,8 @@ use anyhow::{bail, Result};
 pub const CLIENT_PORT: u16 = 2379;
 /// Peer port every member listens on, on its own address.
 pub const PEER_PORT: u16 = 2380;
+/// Metrics port of members started with metrics URLs (kubeadm's 2381).
+pub const METRICS_PORT: u16 = 2381;
 
 /// Usable values of the last address byte (1..=254, skipping .0 and .255).
 const HOSTS_PER_BLOCK: u32 = 254;
@@ -68,6 +70,12 @@ pub fn client_url(ip: Ipv4Addr) -> String {
 /// `http://IP:2380`
 pub fn peer_url(ip: Ipv4Addr) -> String {
     format!("http://{ip}:{PEER_PORT}")
+}
+
+/// `http://IP:2381`: kubeadm's `--listen-metrics-urls` port, on the
+/// member's own address.
+pub fn metrics_url(ip: Ipv4Addr) -> String {
+    format!("http://{ip}:{METRICS_PORT}")
 }
 
 /// `https://IP:2379`

@@ -22,6 +22,7 @@ use crate::mvcc::{KeyRange, RangeOptions};
 /// Executes `req` against `view`. The header carries only the revision;
 /// the server fills in cluster, member and term.
 pub fn range(view: &dyn ReadView, req: &RangeRequest) -> Result<RangeResponse, KvError> {
+    crate::metrics::global().mvcc.range.inc();
     let order = SortOrder::try_from(req.sort_order).unwrap_or(SortOrder::None);
     let target = SortTarget::try_from(req.sort_target).unwrap_or(SortTarget::Key);
     let filtered = req.min_mod_revision != 0

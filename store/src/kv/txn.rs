@@ -62,7 +62,23 @@ pub fn txn(
     let mut cursor = path.iter();
     let mut resp = exec_txn(txn, req, &mut cursor)?;
     resp.header = header(current_rev(txn));
+    if operations(&resp) > 1 {
+        crate::metrics::global().mvcc.txn.inc();
+    }
     Ok(resp)
+}
+
+/// Operations a Txn executed (those of nested Txns included): etcd counts
+/// a Txn in `etcd_mvcc_txn_total` only when it ran more than one.
+fn operations(resp: &TxnResponse) -> usize {
+    resp.responses
+        .iter()
+        .map(|op| match &op.response {
+            Some(Response::ResponseTxn(nested)) => operations(nested),
+            Some(_) => 1,
+            None => 0,
+        })
+        .sum()
 }
 
 fn current_rev(txn: &WriteTxn<'_>) -> i64 {
@@ -192,6 +208,7 @@ fn exec_txn(
 }
 
 fn exec_put(txn: &mut WriteTxn<'_>, req: &PutRequest) -> Result<PutResponse, KvError> {
+    crate::metrics::global().mvcc.put.inc();
     let prev = txn.get(&req.key)?;
     let value = match (&prev, req.ignore_value) {
         (Some(p), true) => p.value.clone(),
@@ -212,6 +229,7 @@ fn exec_delete(
     txn: &mut WriteTxn<'_>,
     req: &DeleteRangeRequest,
 ) -> Result<DeleteRangeResponse, KvError> {
+    crate::metrics::global().mvcc.delete.inc();
     let deleted = txn.delete_range(&KeyRange::new(&req.key, &req.range_end))?;
     let rev = current_rev(txn);
     Ok(DeleteRangeResponse {

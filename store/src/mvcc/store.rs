@@ -679,7 +679,12 @@ impl WriteTxn<'_> {
         }
         let mut batch = std::mem::take(&mut self.batch);
         batch.extend(extra);
+        let started = std::time::Instant::now();
         self.store.engine.write(batch, false)?;
+        crate::metrics::global()
+            .disk
+            .backend_commit
+            .observe(started.elapsed().as_secs_f64());
         if self.has_changes() {
             self.state.current_rev = self.write_rev();
         }

@@ -82,12 +82,18 @@ impl Batcher {
 
     /// Proposes through the next entry; the state machine's answer.
     pub async fn propose(&self, proposal: Proposal) -> Result<CommandResponse, BatchError> {
+        let metrics = &crate::metrics::global().server;
+        let _pending = crate::metrics::GaugeGuard::new(&metrics.proposals_pending);
         let (answer, rx) = oneshot::channel();
         self.queue
             .send(Queued { proposal, answer })
             .await
             .map_err(|_| BatchError::Stopped)?;
-        rx.await.map_err(|_| BatchError::Stopped)?
+        let result = rx.await.map_err(|_| BatchError::Stopped)?;
+        if result.is_err() {
+            metrics.proposals_failed.inc();
+        }
+        result
     }
 }
 

@@ -189,7 +189,12 @@ fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Pending>, durable: Arc<Dura
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
+        let started = std::time::Instant::now();
         let result = engine.sync();
+        crate::metrics::global()
+            .disk
+            .wal_fsync
+            .observe(started.elapsed().as_secs_f64());
         match &result {
             Ok(()) => {
                 let newest = batch.last().expect("non-empty batch");

@@ -12,6 +12,8 @@
 //! - [`elections`]: a member's control over its own elections, driven by
 //!   leadership transfer.
 //! - [`metrics`]: replication progress and waiting on openraft's metrics.
+//! - [`leadership`]: who leads as etcd's health checks see it (a leader
+//!   without a quorum for an election timeout counts as none).
 //! - [`read_index`]: ReadIndex rounds on the leader, shared by readers.
 
 // openraft's storage traits fix `StorageError` (a large enum) as the error
@@ -21,6 +23,7 @@
 pub mod batcher;
 pub mod durable;
 pub mod elections;
+pub mod leadership;
 pub mod log_store;
 pub mod metrics;
 pub mod network;

@@ -116,6 +116,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             target,
             durable: self.durable.get().cloned(),
             client: self.channel(target, node).map(peer_client),
+            counters: PeerCounters::new(target),
         }
     }
 }
@@ -125,6 +126,31 @@ pub struct PeerNetwork {
     target: NodeId,
     durable: Option<Arc<DurableLog>>,
     client: Result<RaftPeerClient<Channel>, String>,
+    counters: PeerCounters,
+}
+
+/// This connection's `etcd_network_peer_sent_bytes_total` (requests),
+/// `etcd_network_peer_received_bytes_total` (their answers) and
+/// `etcd_network_peer_round_trip_time_seconds` (labels `To` / `From`: the
+/// peer's id in hex), looked up once per connection. The round trip is
+/// that of each Raft RPC (etcd measures it with a separate prober).
+struct PeerCounters {
+    sent: prometheus_client::metrics::counter::Counter,
+    received: prometheus_client::metrics::counter::Counter,
+    rtt: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl PeerCounters {
+    fn new(target: NodeId) -> Self {
+        let network = &crate::metrics::global().network;
+        let to = vec![("To", format!("{target:x}"))];
+        let from = vec![("From", format!("{target:x}"))];
+        PeerCounters {
+            sent: network.peer_sent.get_or_create_owned(&to),
+            received: network.peer_received.get_or_create_owned(&from),
+            rtt: network.peer_rtt.get_or_create_owned(&to),
+        }
+    }
 }
 
 type RpcResult<T, E> = Result<T, RPCError<NodeId, MemberInfo, RaftError<NodeId, E>>>;
@@ -149,23 +175,29 @@ impl PeerNetwork {
                 )))
             }
         };
-        let mut request = tonic::Request::new(RaftMessage {
-            payload: codec::encode(req),
-        });
+        let payload = codec::encode(req);
+        self.counters.sent.inc_by(payload.len() as u64);
+        let mut request = tonic::Request::new(RaftMessage { payload });
         request.set_timeout(timeout);
+        let started = std::time::Instant::now();
         let reply = match kind {
             Rpc::Append => client.append_entries(request).await,
             Rpc::Vote => client.vote(request).await,
             Rpc::Snapshot => client.install_snapshot(request).await,
         };
+        if reply.is_ok() {
+            self.counters.rtt.observe(started.elapsed().as_secs_f64());
+        }
         let reply = reply.map_err(|status| match status.code() {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
                 RPCError::Unreachable(Unreachable::new(&status))
             }
             _ => RPCError::Network(NetworkError::new(&status)),
         })?;
-        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&reply.into_inner().payload)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let payload = reply.into_inner().payload;
+        self.counters.received.inc_by(payload.len() as u64);
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            codec::decode(&payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

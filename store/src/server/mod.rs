@@ -26,6 +26,7 @@ pub mod conn;
 pub mod core;
 pub mod forward;
 pub mod forward_batch;
+pub mod grpc_metrics;
 pub mod http;
 pub mod json_gateway;
 pub mod kv;

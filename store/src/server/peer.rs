@@ -14,6 +14,8 @@ use super::core::Core;
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
 use super::transfer;
 use crate::codec;
+use crate::raft::{NodeId, TypeConfig};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
@@ -25,6 +27,33 @@ impl PeerService {
     pub fn new(core: Arc<Core>) -> Self {
         Self { core }
     }
+}
+
+/// Counts a Raft message's bytes in `etcd_network_peer_received_bytes_total`
+/// under the sender's id in hex (`From`; "0" when the message names none).
+fn count_received(from: Option<NodeId>, bytes: usize) {
+    let from = vec![("From", format!("{:x}", from.unwrap_or(0)))];
+    crate::metrics::global()
+        .network
+        .peer_received
+        .get_or_create(&from)
+        .inc_by(bytes as u64);
+}
+
+/// [`reply`] to a Raft message, counting the answer's bytes in
+/// `etcd_network_peer_sent_bytes_total` under the sender's id (`To`).
+fn counted_reply<T: serde::Serialize>(
+    to: Option<NodeId>,
+    value: &T,
+) -> Result<Response<RaftMessage>, Status> {
+    let answer = reply(value)?;
+    let to = vec![("To", format!("{:x}", to.unwrap_or(0)))];
+    crate::metrics::global()
+        .network
+        .peer_sent
+        .get_or_create(&to)
+        .inc_by(answer.get_ref().payload.len() as u64);
+    Ok(answer)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(req: Request<RaftMessage>) -> Result<T, Status> {
@@ -44,21 +73,30 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc = decode(req)?;
-        reply(&self.core.raft.append_entries(rpc).await)
+        let bytes = req.get_ref().payload.len();
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
+        let from = rpc.vote.leader_id().voted_for();
+        count_received(from, bytes);
+        counted_reply(from, &self.core.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc = decode(req)?;
-        reply(&self.core.raft.vote(rpc).await)
+        let bytes = req.get_ref().payload.len();
+        let rpc: VoteRequest<NodeId> = decode(req)?;
+        let from = rpc.vote.leader_id().voted_for();
+        count_received(from, bytes);
+        counted_reply(from, &self.core.raft.vote(rpc).await)
     }
 
     async fn install_snapshot(
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc = decode(req)?;
-        reply(&self.core.raft.install_snapshot(rpc).await)
+        let bytes = req.get_ref().payload.len();
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req)?;
+        let from = rpc.vote.leader_id().voted_for();
+        count_received(from, bytes);
+        counted_reply(from, &self.core.raft.install_snapshot(rpc).await)
     }
 
     async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {

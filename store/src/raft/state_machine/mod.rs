@@ -226,7 +226,11 @@ impl StateMachine {
                 position,
                 of,
             };
+            let started = std::time::Instant::now();
             answers.push(self.apply_proposal(&at, proposal)?);
+            if started.elapsed().as_millis() > crate::metrics::SLOW_APPLY_MILLIS {
+                crate::metrics::global().server.slow_apply.inc();
+            }
         }
         Ok(answers)
     }

@@ -18,6 +18,7 @@ use tonic::{Status, Streaming};
 
 use crate::auth::{Access, AuthInfo};
 use crate::errors::{EtcdError, WatchCancelReason};
+use crate::metrics::{self, GaugeGuard};
 use crate::mvcc::{KeyRange, MvccError};
 use crate::server::core::Core;
 use crate::watch::hub::{RevisionEvents, WatchHub};
@@ -59,6 +60,8 @@ struct Watcher {
     no_delete: bool,
     progress_notify: bool,
     fragment: bool,
+    /// Counts the watcher in `etcd_debugging_mvcc_watcher_total`.
+    _counted: GaugeGuard,
 }
 
 impl Watcher {
@@ -98,6 +101,7 @@ pub async fn run(
     out: Out,
     config: SessionConfig,
 ) {
+    let _stream = GaugeGuard::new(&metrics::global().mvcc.watch_streams);
     let hub_rx = hub.subscribe();
     let processed = core.mvcc.current_revision();
     let mut session = Session {
@@ -241,6 +245,7 @@ impl Session {
             no_delete: filters.contains(&(FilterType::Nodelete as i32)),
             progress_notify: c.progress_notify,
             fragment: c.fragment,
+            _counted: GaugeGuard::new(&metrics::global().mvcc.watchers),
         };
         let mut created = self.response(id, current);
         created.created = true;

@@ -1,0 +1,150 @@
+//! Who leads, as etcd's health checks and `etcd_server_has_leader` see it.
+//!
+//! etcd runs Raft with CheckQuorum: a leader that hears from no quorum for
+//! an election timeout steps down, so "has a leader" turns false on every
+//! member of a cluster that lost its quorum within about one election
+//! timeout. openraft 0.9 keeps such a leader in place, so this module
+//! applies etcd's rule on top of it: a member that leads counts as
+//! having a leader only while a quorum acknowledged it within the last
+//! election timeout. openraft reports `millis_since_quorum_ack` only when
+//! it publishes metrics (which it does not when nothing happens), so a
+//! watcher task turns every report into the instant of the last quorum
+//! acknowledgement; the staleness is measured against the clock when
+//! asked. Followers and candidates use openraft's own view (a follower
+//! forgets its leader when it campaigns, after an election timeout).
+//!
+//! The watcher also counts leader changes the way etcd does
+//! (`etcd_server_leader_changes_seen_total`: each time a leader is known
+//! and differs from the previous one, including after a leaderless spell,
+//! so a leader that lost its quorum and got it back counts once more, as
+//! etcd's leader steps down and is elected again). It looks at every
+//! metrics report and, between reports, every [`LEADER_CHECKS_PER_TIMEOUT`]th
+//! of an election timeout, since staleness sets in without any report.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{RaftMetrics, ServerState};
+use tokio::time::Instant;
+
+use super::{MemberInfo, NodeId, Raft};
+use crate::metrics;
+
+/// No quorum acknowledgement recorded yet.
+const NEVER: u64 = u64::MAX;
+
+/// How often per election timeout the watcher re-evaluates the leader
+/// when openraft reports nothing.
+const LEADER_CHECKS_PER_TIMEOUT: u32 = 4;
+
+/// This member's view of leadership (cheap to clone).
+#[derive(Clone)]
+pub struct Leadership {
+    raft: Raft,
+    state: Arc<State>,
+}
+
+struct State {
+    /// Origin of the millisecond clock below.
+    base: Instant,
+    /// Last quorum acknowledgement of this member's leadership, in
+    /// milliseconds since `base` ([`NEVER`] if none).
+    quorum_ack_ms: AtomicU64,
+    election_timeout: Duration,
+}
+
+impl Leadership {
+    /// Starts watching `raft`; the watcher ends when Raft stops.
+    pub fn spawn(raft: Raft, election_timeout: Duration) -> Self {
+        let state = Arc::new(State {
+            base: Instant::now(),
+            quorum_ack_ms: AtomicU64::new(NEVER),
+            election_timeout,
+        });
+        let leadership = Leadership { raft, state };
+        tokio::spawn(watch(leadership.clone()));
+        leadership
+    }
+
+    /// The leader, or `None` when there is none: a follower that knows no
+    /// leader, or a leader that no quorum acknowledged for an election
+    /// timeout.
+    pub fn leader(&self) -> Option<NodeId> {
+        let m = self.raft.metrics().borrow().clone();
+        match m.current_leader {
+            Some(id) if id == m.id && !self.quorum_fresh(&m) => None,
+            other => other,
+        }
+    }
+
+    /// True when a leader exists (etcd's `etcd_server_has_leader`).
+    pub fn has_leader(&self) -> bool {
+        self.leader().is_some()
+    }
+
+    /// True when this member leads with a quorum behind it.
+    pub fn is_leader(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader && self.leader() == Some(m.id)
+    }
+
+    /// True when this member is a learner (not a voter).
+    pub fn is_learner(&self) -> bool {
+        is_learner(&self.raft.metrics().borrow())
+    }
+
+    fn quorum_fresh(&self, m: &RaftMetrics<NodeId, MemberInfo>) -> bool {
+        if m.membership_config.membership().voter_ids().count() <= 1 {
+            return true;
+        }
+        let acked = self.state.quorum_ack_ms.load(Ordering::Relaxed);
+        if acked == NEVER {
+            return true;
+        }
+        let now = self.state.base.elapsed().as_millis() as u64;
+        now.saturating_sub(acked) <= self.state.election_timeout.as_millis() as u64
+    }
+}
+
+/// True when `m`'s member is in the membership as a learner only.
+pub fn is_learner(m: &RaftMetrics<NodeId, MemberInfo>) -> bool {
+    let membership = m.membership_config.membership();
+    membership.learner_ids().any(|id| id == m.id) && !membership.voter_ids().any(|id| id == m.id)
+}
+
+/// Follows openraft's metrics: records quorum acknowledgements and counts
+/// leader changes.
+async fn watch(leadership: Leadership) {
+    let mut rx = leadership.raft.metrics();
+    let pause = leadership.state.election_timeout / LEADER_CHECKS_PER_TIMEOUT;
+    let mut last_leader: Option<NodeId> = None;
+    loop {
+        record_quorum_ack(&leadership.state, &rx.borrow_and_update());
+        let leader = leadership.leader();
+        if leader.is_some() && leader != last_leader {
+            metrics::global().server.leader_changes_seen.inc();
+        }
+        last_leader = leader;
+        match tokio::time::timeout(pause, rx.changed()).await {
+            Ok(Err(_)) => return,
+            Ok(Ok(())) | Err(_) => {}
+        }
+    }
+}
+
+fn record_quorum_ack(state: &State, m: &RaftMetrics<NodeId, MemberInfo>) {
+    let now = state.base.elapsed().as_millis() as u64;
+    let acked = match (m.state, m.millis_since_quorum_ack) {
+        (ServerState::Leader, Some(ms)) => now.saturating_sub(ms),
+        // A new leader has not heard back yet: it was acknowledged by the
+        // quorum that elected it just now.
+        (ServerState::Leader, None) => now,
+        _ => NEVER,
+    };
+    let previous = state.quorum_ack_ms.load(Ordering::Relaxed);
+    let keep_newer = previous != NEVER && acked != NEVER && previous > acked;
+    if !keep_newer {
+        state.quorum_ack_ms.store(acked, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,150 @@
+//! The gRPC methods etcd serves, their stream types, and their counters.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use prometheus_client::metrics::counter::Counter;
+
+use crate::metrics::{self, Labels};
+
+/// gRPC status codes by number, named as grpc-go's `codes.Code.String()`.
+pub const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+
+/// Index of `Canceled` in [`GRPC_CODES`].
+pub const CANCELED: usize = 1;
+/// Index of `Unknown` in [`GRPC_CODES`].
+pub const UNKNOWN: usize = 2;
+
+/// The name of code `n` (`Code(n)` past the known ones, as grpc-go).
+pub fn code_name(n: usize) -> String {
+    GRPC_CODES
+        .get(n)
+        .map_or_else(|| format!("Code({n})"), |s| s.to_string())
+}
+
+/// `(service, method, grpc_type)` of every method etcd registers.
+const METHODS: &[(&str, &str, &str)] = &[
+    ("etcdserverpb.KV", "Range", "unary"),
+    ("etcdserverpb.KV", "Put", "unary"),
+    ("etcdserverpb.KV", "DeleteRange", "unary"),
+    ("etcdserverpb.KV", "Txn", "unary"),
+    ("etcdserverpb.KV", "Compact", "unary"),
+    ("etcdserverpb.Watch", "Watch", "bidi_stream"),
+    ("etcdserverpb.Lease", "LeaseGrant", "unary"),
+    ("etcdserverpb.Lease", "LeaseRevoke", "unary"),
+    ("etcdserverpb.Lease", "LeaseKeepAlive", "bidi_stream"),
+    ("etcdserverpb.Lease", "LeaseTimeToLive", "unary"),
+    ("etcdserverpb.Lease", "LeaseLeases", "unary"),
+    ("etcdserverpb.Cluster", "MemberAdd", "unary"),
+    ("etcdserverpb.Cluster", "MemberRemove", "unary"),
+    ("etcdserverpb.Cluster", "MemberUpdate", "unary"),
+    ("etcdserverpb.Cluster", "MemberList", "unary"),
+    ("etcdserverpb.Cluster", "MemberPromote", "unary"),
+    ("etcdserverpb.Maintenance", "Alarm", "unary"),
+    ("etcdserverpb.Maintenance", "Status", "unary"),
+    ("etcdserverpb.Maintenance", "Defragment", "unary"),
+    ("etcdserverpb.Maintenance", "Hash", "unary"),
+    ("etcdserverpb.Maintenance", "HashKV", "unary"),
+    ("etcdserverpb.Maintenance", "Snapshot", "server_stream"),
+    ("etcdserverpb.Maintenance", "MoveLeader", "unary"),
+    ("etcdserverpb.Maintenance", "Downgrade", "unary"),
+    ("etcdserverpb.Auth", "AuthEnable", "unary"),
+    ("etcdserverpb.Auth", "AuthDisable", "unary"),
+    ("etcdserverpb.Auth", "AuthStatus", "unary"),
+    ("etcdserverpb.Auth", "Authenticate", "unary"),
+    ("etcdserverpb.Auth", "UserAdd", "unary"),
+    ("etcdserverpb.Auth", "UserGet", "unary"),
+    ("etcdserverpb.Auth", "UserList", "unary"),
+    ("etcdserverpb.Auth", "UserDelete", "unary"),
+    ("etcdserverpb.Auth", "UserChangePassword", "unary"),
+    ("etcdserverpb.Auth", "UserGrantRole", "unary"),
+    ("etcdserverpb.Auth", "UserRevokeRole", "unary"),
+    ("etcdserverpb.Auth", "RoleAdd", "unary"),
+    ("etcdserverpb.Auth", "RoleGet", "unary"),
+    ("etcdserverpb.Auth", "RoleList", "unary"),
+    ("etcdserverpb.Auth", "RoleDelete", "unary"),
+    ("etcdserverpb.Auth", "RoleGrantPermission", "unary"),
+    ("etcdserverpb.Auth", "RoleRevokePermission", "unary"),
+    ("grpc.health.v1.Health", "Check", "unary"),
+    ("grpc.health.v1.Health", "Watch", "server_stream"),
+];
+
+/// One method's counters.
+pub struct MethodCounters {
+    /// `grpc_server_started_total` for the method.
+    pub started: Counter,
+    /// `grpc_server_handled_total` for the method, by code number.
+    pub handled: Vec<Counter>,
+}
+
+impl MethodCounters {
+    /// Counts the end of a call with code number `code`.
+    pub fn handled(&self, code: usize) {
+        match self.handled.get(code) {
+            Some(c) => {
+                c.inc();
+            }
+            None => {
+                self.handled[UNKNOWN].inc();
+            }
+        }
+    }
+}
+
+fn counters(service: &str, method: &str, kind: &str) -> MethodCounters {
+    let grpc = &metrics::global().grpc;
+    let labels: Labels = vec![
+        ("grpc_method", method.to_string()),
+        ("grpc_service", service.to_string()),
+        ("grpc_type", kind.to_string()),
+    ];
+    let started = grpc.started.get_or_create_owned(&labels);
+    let handled = GRPC_CODES
+        .iter()
+        .map(|code| {
+            let mut l = vec![("grpc_code", code.to_string())];
+            l.extend(labels.iter().cloned());
+            grpc.handled.get_or_create_owned(&l)
+        })
+        .collect();
+    MethodCounters { started, handled }
+}
+
+static TABLE: LazyLock<HashMap<String, &'static MethodCounters>> = LazyLock::new(|| {
+    METHODS
+        .iter()
+        .map(|(service, method, kind)| {
+            let c: &'static MethodCounters = Box::leak(Box::new(counters(service, method, kind)));
+            (format!("/{service}/{method}"), c)
+        })
+        .collect()
+});
+
+/// The counters of the method at `path` (`/etcdserverpb.KV/Range`).
+pub fn lookup(path: &str) -> Option<&'static MethodCounters> {
+    TABLE.get(path).copied()
+}
+
+/// Creates every method's counters now, so the families list them (at
+/// zero) before the first call.
+pub fn preregister() {
+    LazyLock::force(&TABLE);
+}

@@ -1,0 +1,74 @@
+//! `/metrics`: the process's registry in the Prometheus text format, after
+//! setting the gauges that describe state rather than count events from
+//! that state (leadership, Raft indexes, database size, live keys).
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::HttpState;
+use crate::metrics::{self, exposition};
+use crate::mvcc::{KeyRange, RangeOptions};
+use crate::raft::metrics::matched_index;
+
+/// `/metrics` (any method, as promhttp).
+pub async fn metrics(State(s): State<HttpState>) -> Response {
+    refresh(&s);
+    let body = exposition::encode(metrics::global().registry());
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(exposition::CONTENT_TYPE),
+    );
+    r
+}
+
+/// Sets the state gauges from this member.
+pub fn refresh(s: &HttpState) {
+    let m = metrics::global();
+    m.server
+        .has_leader
+        .set(i64::from(s.leadership.has_leader()));
+    m.server.is_leader.set(i64::from(s.leadership.is_leader()));
+    m.server
+        .is_learner
+        .set(i64::from(s.leadership.is_learner()));
+    let (committed, applied) = raft_indexes(s);
+    m.server.proposals_committed.set(committed as i64);
+    m.server.proposals_applied.set(applied as i64);
+    let engine = s.core.mvcc.engine();
+    m.mvcc.db_total_size.set(engine.size_bytes() as i64);
+    m.mvcc
+        .db_total_size_in_use
+        .set(engine.size_in_use_bytes() as i64);
+    let all = RangeOptions {
+        count_only: true,
+        ..Default::default()
+    };
+    if let Ok(r) = s.core.mvcc.range(&KeyRange::From(Vec::new()), all) {
+        m.mvcc.keys.set(r.count as i64);
+    }
+}
+
+/// Raft's (commit, applied) indexes as this member knows them. openraft
+/// 0.9 does not publish the commit index: on the leader it is the highest
+/// index a quorum of voters has matched; elsewhere the applied index
+/// (which trails the commit index by the entries being applied).
+fn raft_indexes(s: &HttpState) -> (u64, u64) {
+    let m = s.core.raft.metrics().borrow().clone();
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    let voters: Vec<_> = m.membership_config.membership().voter_ids().collect();
+    if m.replication.is_none() || voters.is_empty() {
+        return (applied, applied);
+    }
+    let mut matched: Vec<u64> = voters
+        .iter()
+        .map(|id| match *id == m.id {
+            true => m.last_log_index.unwrap_or(0),
+            false => matched_index(&m, *id),
+        })
+        .collect();
+    matched.sort_unstable_by(|a, b| b.cmp(a));
+    let quorum = matched[voters.len() / 2];
+    (quorum.max(applied), applied)
+}
