@@ -442,6 +442,19 @@ async fn lease_cluster_and_maintenance() -> Result<()> {
         &[],
     )
     .await;
+    // A snapshot streams as `{"result":{..."blob":...}}` lines; the bytes
+    // differ (another database format), the framing may not.
+    for endpoint in [&p.oracle, &p.candidate] {
+        let snapshot = curl(endpoint, &post("/v3/maintenance/snapshot", "{}"), &[]).await?;
+        assert_eq!(
+            (snapshot.status, snapshot.content_type.as_str()),
+            (200, "application/json")
+        );
+        for line in snapshot.body.lines() {
+            let chunk: Value = serde_json::from_str(line)?;
+            assert!(chunk["result"]["blob"].is_string(), "{endpoint}: {line}");
+        }
+    }
     Ok(())
 }
 
