@@ -54,6 +54,7 @@ pub mod net;
 pub mod normalize;
 pub mod pki;
 pub mod process;
+pub mod robustness;
 pub mod server;
 pub mod wait;
 pub mod watchlease;

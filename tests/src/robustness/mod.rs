@@ -1,0 +1,280 @@
+//! The robustness suite: concurrent clients on a real 3-member cluster
+//! under seeded process faults, and a linearizability check of everything
+//! they saw (issue 14, first slice).
+//!
+//! One run ([`run`]) of one seed against one server (the candidate, or
+//! etcd 3.5 as the control):
+//!
+//! 1. starts a 3-member cluster ([`crate::Cluster`]);
+//! 2. runs the [`workload`]'s clients, spread over the members, recording
+//!    every operation with its invoke and complete instants ([`history`]);
+//! 3. meanwhile the [`nemesis`] injects and heals its seeded faults (kill -9
+//!    of the leader, of a follower, of all members; SIGSTOP of the leader);
+//! 4. stops the clients, waits until the cluster serves, and reads every
+//!    key linearizably: those final reads join the history, so an
+//!    acknowledged write that is missing from the final state (and not
+//!    overwritten by an operation ordered after it) is an anomaly;
+//! 5. checks each key's history for linearizability ([`checker`]).
+//!
+//! The seed fixes the fault schedule and the clients' choices of keys and
+//! operations (timing still varies between runs). Every failure message
+//! names the seed and how to rerun it: `ROBUSTNESS_SEED=<seed>`.
+//! [`seeds`] is [`CI_SEEDS`] by default, `1..=n` with `ROBUSTNESS_SEEDS=n`.
+
+pub mod checker;
+pub mod history;
+pub mod nemesis;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::client::connect_with_timeout;
+use crate::cluster::{Cluster, ClusterConfig};
+use crate::server::Server;
+use crate::wait::retry_until;
+use history::{Clock, Event, Op, Outcome};
+use nemesis::{FaultKind, Injected};
+use workload::{ClientLog, CLIENTS, KEYS, OP_TIMEOUT};
+
+/// Members of the cluster.
+pub const MEMBERS: usize = 3;
+/// Seeds run when no environment variable says otherwise (CI).
+pub const CI_SEEDS: [u64; 2] = [1, 2];
+/// Environment variable: run this one seed.
+pub const SEED_ENV: &str = "ROBUSTNESS_SEED";
+/// Environment variable: run seeds `1..=n`.
+pub const SEEDS_ENV: &str = "ROBUSTNESS_SEEDS";
+/// Deadline for the final reads of every key.
+pub const FINAL_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// Completed operations a run needs, so that a run in which (nearly)
+/// nothing succeeded cannot pass.
+pub const MIN_COMPLETED_OPS: usize = 100;
+/// Client id of the final reads in the history.
+pub const FINAL_READER: usize = CLIENTS;
+
+/// The seeds to run (see the module documentation).
+pub fn seeds() -> Result<Vec<u64>> {
+    if let Ok(text) = std::env::var(SEED_ENV) {
+        let seed = text
+            .parse()
+            .with_context(|| format!("{SEED_ENV}={text:?} is not a u64"))?;
+        return Ok(vec![seed]);
+    }
+    if let Ok(text) = std::env::var(SEEDS_ENV) {
+        let count: u64 = text
+            .parse()
+            .with_context(|| format!("{SEEDS_ENV}={text:?} is not a u64"))?;
+        return Ok((1..=count).collect());
+    }
+    Ok(CI_SEEDS.to_vec())
+}
+
+/// What one run did and found.
+#[derive(Debug)]
+pub struct RunReport {
+    pub server: Server,
+    pub seed: u64,
+    pub events: Vec<Event>,
+    /// Requests refused at connect (never sent, not in the history).
+    pub not_sent: usize,
+    /// Answers of the wrong shape (each fails the run).
+    pub malformed: Vec<String>,
+    pub faults: Vec<Injected>,
+    pub check: checker::Report,
+}
+
+impl RunReport {
+    /// Operations that completed (final reads included).
+    pub fn completed(&self) -> usize {
+        self.events.iter().filter(|e| e.complete.is_some()).count()
+    }
+
+    /// Operations with an error or timeout.
+    pub fn indeterminate(&self) -> usize {
+        self.events.len() - self.completed()
+    }
+
+    /// For each fault: from the moment it was in place until the first
+    /// operation invoked after that completed: the unavailability the
+    /// clients saw (a client blocked on a stopped member only invokes again
+    /// after its [`OP_TIMEOUT`]; operations in flight at the fault do not count).
+    pub fn unavailability(&self) -> Vec<(FaultKind, Option<Duration>)> {
+        self.faults
+            .iter()
+            .map(|fault| {
+                let first = self
+                    .events
+                    .iter()
+                    .filter(|e| e.client != FINAL_READER && e.invoke >= fault.at)
+                    .filter_map(|e| e.complete)
+                    .min();
+                let gap = first.map(|at| Duration::from_nanos(at - fault.at));
+                (fault.fault.kind, gap)
+            })
+            .collect()
+    }
+
+    /// Why the run failed, if it did; always names the seed.
+    pub fn failure(&self) -> Option<String> {
+        let mut problems = String::new();
+        for anomaly in &self.check.anomalies {
+            let _ = writeln!(problems, "{anomaly}");
+        }
+        for malformed in &self.malformed {
+            let _ = writeln!(problems, "malformed answer: {malformed}");
+        }
+        for (kind, gap) in self.unavailability() {
+            if gap.is_none() {
+                let _ = writeln!(
+                    problems,
+                    "no operation invoked after the fault {kind} completed (the clients stopped or never recovered)"
+                );
+            }
+        }
+        if self.completed() < MIN_COMPLETED_OPS {
+            let _ = writeln!(
+                problems,
+                "only {} operations completed (at least {MIN_COMPLETED_OPS} required)",
+                self.completed()
+            );
+        }
+        (!problems.is_empty()).then(|| {
+            format!(
+                "{:?} seed {} failed (rerun: {SEED_ENV}={} cargo test --release -p integration-tests --test robustness):\n{problems}",
+                self.server, self.seed, self.seed
+            )
+        })
+    }
+}
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} seed {}: {} ops ({} completed, {} indeterminate, {} refused at connect), {} search states, {} anomalies; faults:",
+            self.server,
+            self.seed,
+            self.events.len(),
+            self.completed(),
+            self.indeterminate(),
+            self.not_sent,
+            self.check.states,
+            self.check.anomalies.len()
+        )?;
+        for (fault, (kind, gap)) in self.faults.iter().zip(self.unavailability()) {
+            write!(
+                f,
+                " [{kind} {:?}, down {:?}: unavailable {:?}, all members back after {:?}]",
+                fault.victims, fault.fault.downtime, gap, fault.recovery
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// One run of `seed` against `server` (see the module documentation).
+pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
+    let context = || format!("{server:?} seed {seed} ({SEED_ENV}={seed} reruns it)");
+    let cluster = Cluster::start(server.binary(), ClusterConfig::new(MEMBERS))
+        .await
+        .with_context(context)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let plan = nemesis::schedule(&mut rng);
+    let clock = Clock::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|id| {
+            let endpoint = cluster.endpoint(id % MEMBERS);
+            tokio::spawn(workload::run_client(
+                id,
+                endpoint,
+                seed,
+                clock,
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let faults = nemesis::run(&cluster, clock, &plan).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut logs = Vec::with_capacity(CLIENTS);
+    for client in clients {
+        logs.push(client.await.context("client task")?);
+    }
+    let faults = faults.with_context(context)?;
+    let mut events: Vec<Event> = logs.iter().flat_map(|log| log.events.clone()).collect();
+    events.extend(final_reads(&cluster, clock).await.with_context(context)?);
+    let check = checker::check(&events);
+    Ok(RunReport {
+        server,
+        seed,
+        not_sent: logs.iter().map(|log| log.not_sent).sum(),
+        malformed: logs.iter().flat_map(malformed_of).collect(),
+        events,
+        faults,
+        check,
+    })
+}
+
+fn malformed_of(log: &ClientLog) -> Vec<String> {
+    log.malformed.clone()
+}
+
+/// A linearizable read of every key once the cluster serves, as events.
+async fn final_reads(cluster: &Cluster, clock: Clock) -> Result<Vec<Event>> {
+    cluster.wait_healthy().await?;
+    let mut events = Vec::with_capacity(KEYS);
+    for i in 0..KEYS {
+        let key = workload::key(i);
+        let event = retry_until(
+            &format!("a final read of {key}"),
+            FINAL_READ_TIMEOUT,
+            || read(cluster, clock, key.clone()),
+        )
+        .await?;
+        events.push(event);
+    }
+    Ok(events)
+}
+
+/// One linearizable get of `key` through all members, as an event.
+async fn read(cluster: &Cluster, clock: Clock, key: String) -> Result<Event> {
+    let mut client = connect_with_timeout(&cluster.endpoints(), OP_TIMEOUT).await?;
+    let invoke = clock.now();
+    let response = client.get(key.as_str(), None).await?;
+    let complete = clock.now();
+    let observed = response.kvs().first().map(|kv| {
+        (
+            String::from_utf8_lossy(kv.value()).into_owned(),
+            kv.mod_revision(),
+        )
+    });
+    Ok(Event {
+        client: FINAL_READER,
+        key,
+        op: Op::Get,
+        invoke,
+        complete: Some(complete),
+        outcome: Outcome::Read(observed),
+    })
+}
+
+/// Unavailability per fault kind: the longest over `reports` (faults
+/// never followed by a completed operation fail their run and are left out).
+pub fn longest_unavailability(reports: &[RunReport]) -> BTreeMap<FaultKind, Duration> {
+    let mut longest = BTreeMap::new();
+    for (kind, gap) in reports.iter().flat_map(RunReport::unavailability) {
+        if let Some(gap) = gap {
+            let entry = longest.entry(kind).or_insert(Duration::ZERO);
+            *entry = (*entry).max(gap);
+        }
+    }
+    longest
+}

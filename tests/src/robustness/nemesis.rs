@@ -1,0 +1,167 @@
+//! The nemesis: process faults on a seeded schedule, each healed before the
+//! next.
+//!
+//! A run injects each of the four [`Fault`] kinds once, in an order drawn
+//! from the run's seed: SIGKILL of the leader, SIGKILL of a follower (both
+//! restarted after a drawn downtime with their original flags and data),
+//! SIGKILL of every member at once (all restarted), and SIGSTOP of the
+//! leader for a drawn [`PAUSE_MILLIS`] then SIGCONT. Before each fault the
+//! workload runs undisturbed for a drawn [`LOAD_MILLIS`]; after healing, the
+//! nemesis waits until every member serves a linearizable read again.
+//! Signals go to the member's own pid (`kill -s STOP|CONT <pid>`).
+
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use super::history::Clock;
+use crate::cluster::Cluster;
+
+/// Undisturbed load before each fault, in milliseconds (drawn uniformly).
+pub const LOAD_MILLIS: RangeInclusive<u64> = 500..=1500;
+/// Time killed members stay down, in milliseconds (drawn uniformly).
+pub const DOWNTIME_MILLIS: RangeInclusive<u64> = 200..=1500;
+/// Time the leader stays stopped, in milliseconds (drawn uniformly).
+pub const PAUSE_MILLIS: RangeInclusive<u64> = 1000..=5000;
+/// Load after the last fault has healed, before the clients stop.
+pub const FINAL_LOAD: Duration = Duration::from_secs(1);
+
+/// One kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    KillLeader,
+    KillFollower,
+    KillAll,
+    PauseLeader,
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FaultKind::KillLeader => "kill -9 leader",
+            FaultKind::KillFollower => "kill -9 follower",
+            FaultKind::KillAll => "kill -9 all members",
+            FaultKind::PauseLeader => "SIGSTOP leader",
+        })
+    }
+}
+
+/// One planned fault.
+#[derive(Clone, Copy, Debug)]
+pub struct Fault {
+    pub kind: FaultKind,
+    /// Undisturbed load before it.
+    pub load: Duration,
+    /// How long the victims stay killed or stopped.
+    pub downtime: Duration,
+}
+
+/// What happened to one fault.
+#[derive(Clone, Debug)]
+pub struct Injected {
+    pub fault: Fault,
+    /// Members hit.
+    pub victims: Vec<usize>,
+    /// Run-clock nanoseconds once the fault was in place (the last victim
+    /// killed or stopped).
+    pub at: u64,
+    /// From the injection until every member served again.
+    pub recovery: Duration,
+}
+
+/// The four fault kinds in a seeded order, with drawn loads and downtimes.
+pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
+    let mut kinds = vec![
+        FaultKind::KillLeader,
+        FaultKind::KillFollower,
+        FaultKind::KillAll,
+        FaultKind::PauseLeader,
+    ];
+    kinds.shuffle(rng);
+    kinds
+        .into_iter()
+        .map(|kind| {
+            let downtime = match kind {
+                FaultKind::PauseLeader => rng.gen_range(PAUSE_MILLIS),
+                _ => rng.gen_range(DOWNTIME_MILLIS),
+            };
+            Fault {
+                kind,
+                load: Duration::from_millis(rng.gen_range(LOAD_MILLIS)),
+                downtime: Duration::from_millis(downtime),
+            }
+        })
+        .collect()
+}
+
+/// Injects and heals every fault of `plan` in order.
+pub async fn run(cluster: &Cluster, clock: Clock, plan: &[Fault]) -> Result<Vec<Injected>> {
+    let mut injected = Vec::with_capacity(plan.len());
+    for fault in plan {
+        tokio::time::sleep(fault.load).await;
+        let done = inject(cluster, clock, *fault)
+            .await
+            .with_context(|| format!("fault {}", fault.kind))?;
+        injected.push(done);
+    }
+    tokio::time::sleep(FINAL_LOAD).await;
+    Ok(injected)
+}
+
+/// Injects one fault, heals it and waits until every member serves.
+async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injected> {
+    let victims = match fault.kind {
+        FaultKind::KillLeader | FaultKind::PauseLeader => vec![cluster.leader().await?],
+        FaultKind::KillFollower => vec![cluster.follower().await?],
+        FaultKind::KillAll => cluster.running(),
+    };
+    let at = if fault.kind == FaultKind::PauseLeader {
+        pause(cluster, clock, victims[0], fault.downtime).await?
+    } else {
+        for &member in &victims {
+            cluster.kill(member)?;
+        }
+        let at = clock.now();
+        tokio::time::sleep(fault.downtime).await;
+        for &member in &victims {
+            cluster.restart(member)?;
+        }
+        at
+    };
+    cluster.wait_healthy().await?;
+    let recovery = Duration::from_nanos(clock.now().saturating_sub(at));
+    Ok(Injected {
+        fault,
+        victims,
+        at,
+        recovery,
+    })
+}
+
+/// SIGSTOPs member `i` for `duration`, then SIGCONTs it; the run-clock
+/// instant at which it was stopped.
+async fn pause(cluster: &Cluster, clock: Clock, i: usize, duration: Duration) -> Result<u64> {
+    let pid = cluster
+        .pid(i)
+        .with_context(|| format!("member {i} has no process"))?;
+    signal(pid, "STOP")?;
+    let at = clock.now();
+    tokio::time::sleep(duration).await;
+    signal(pid, "CONT")?;
+    Ok(at)
+}
+
+/// Sends `SIG<name>` to `pid`.
+fn signal(pid: u32, name: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .args(["-s", name, &pid.to_string()])
+        .status()
+        .with_context(|| format!("running kill -s {name} {pid}"))?;
+    ensure!(status.success(), "kill -s {name} {pid} failed: {status}");
+    Ok(())
+}

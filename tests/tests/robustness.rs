@@ -1,0 +1,40 @@
+//! The robustness suite ([`integration_tests::robustness`]): concurrent
+//! clients on a 3-member cluster under seeded kill -9 / SIGSTOP faults, the
+//! history checked for linearizability, on etcd 3.5.1 (the control: a
+//! failure there is a wrong test) and on the candidate.
+//!
+//! CI runs the fixed seeds `CI_SEEDS`; `ROBUSTNESS_SEEDS=<n>` runs seeds
+//! `1..=n`, `ROBUSTNESS_SEED=<seed>` one seed. A failure prints the seed and
+//! the shortest failing prefix of each non-linearizable key's history.
+//!
+//! Run: `cargo test --release -p integration-tests --test robustness -- --test-threads=2`
+
+use integration_tests::robustness::{self, longest_unavailability, RunReport};
+use integration_tests::{against_both, Server};
+
+async fn linearizable_under_faults(server: Server) {
+    let seeds = robustness::seeds().expect("robustness seeds");
+    let mut reports: Vec<RunReport> = Vec::with_capacity(seeds.len());
+    let mut failures = Vec::new();
+    for seed in seeds {
+        let report = robustness::run(server, seed)
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"));
+        eprintln!("{report}");
+        failures.extend(report.failure());
+        reports.push(report);
+    }
+    let ops: usize = reports.iter().map(|report| report.events.len()).sum();
+    eprintln!(
+        "{server:?}: {} seeds, {ops} ops, {} failed seeds, longest unavailability per fault: {:?}",
+        reports.len(),
+        failures.len(),
+        longest_unavailability(&reports)
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+against_both!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    linearizable_under_faults
+);
