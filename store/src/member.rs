@@ -601,7 +601,8 @@ async fn serve_client(
         .add_service(lease)
         .add_service(cluster)
         .add_service(grpc_health);
-    let app = http::client_routes(http_state).merge(crate::server::json_gateway::routes(grpc.clone(), max_recv)).merge(grpc.into_axum_router().layer(GrpcMetricsLayer))
+    let grpc = grpc.into_axum_router().layer(GrpcMetricsLayer);
+    let app = http::client_routes(http_state).merge(crate::server::json_gateway::routes(grpc.clone(), max_recv)).merge(grpc)
         .fallback(http::fallback)
         .layer(axum::middleware::from_fn(http::cors));
     match tls {

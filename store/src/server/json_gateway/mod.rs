@@ -4,10 +4,10 @@
 //! Python's `etcd3gw`). Also under `/v3beta/`, which etcd 3.5 still serves.
 //!
 //! How it works, as in etcd: the gateway is a gRPC client of this member's
-//! own gRPC services. Each JSON request is decoded ([`json`]) into the
-//! request message, sent through the same [`tonic::service::Routes`] the
-//! gRPC listener serves (in process: no socket, no second implementation),
-//! and the answer or the gRPC status is written back as JSON ([`reply`]).
+//! own gRPC services. Each JSON request is decoded ([`json`], checked by
+//! [`schema`]) into the request message, sent through the same gRPC router
+//! the listener serves, its layers included (in process: no socket, no
+//! second implementation), and the answer or the gRPC status is written back as JSON ([`reply`]).
 //! So everything the gRPC services do (auth, validation, size limits,
 //! forwarding to the leader, error strings) holds for JSON clients too.
 //!
@@ -44,7 +44,6 @@ use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use etcd_proto::etcdserverpb::watch_client::WatchClient;
 use serde::Serialize;
 use tonic::metadata::{MetadataKey, MetadataValue};
-use tonic::service::Routes;
 use tonic::Status;
 
 use crate::tls::ClientPeer;
@@ -64,9 +63,11 @@ pub fn max_body_bytes(max_message_bytes: usize) -> usize {
     max_message_bytes.div_ceil(3) * 4 + JSON_SLACK_BYTES
 }
 
-/// The gateway's routes (`/v3/...`, `/v3beta/...`) over the member's gRPC
-/// services `grpc`, which decode messages of up to `max_message_bytes`.
-pub fn routes(grpc: Routes, max_message_bytes: usize) -> Router {
+/// The gateway's routes (`/v3/...`, `/v3beta/...`) over `grpc`, the router
+/// of the member's gRPC services as the client listener serves it (its
+/// layers included, so gateway calls count in the gRPC metrics as etcd's
+/// do), whose services decode messages of up to `max_message_bytes`.
+pub fn routes(grpc: Router, max_message_bytes: usize) -> Router {
     let gw = Gateway {
         grpc,
         max_body_bytes: max_body_bytes(max_message_bytes),
@@ -112,7 +113,7 @@ macro_rules! unary {
 
 #[derive(Clone)]
 struct Gateway {
-    grpc: Routes,
+    grpc: Router,
     max_body_bytes: usize,
 }
 
@@ -259,7 +260,7 @@ impl Gateway {
     where
         Req: json::Request,
         Resp: Serialize,
-        F: FnOnce(Routes, tonic::Request<Req>) -> Fut,
+        F: FnOnce(Router, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
         let (parts, msg) = match self.read_one::<Req>(req).await {
