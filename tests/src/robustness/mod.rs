@@ -122,6 +122,17 @@ impl RunReport {
             .collect()
     }
 
+    /// How often each error made an operation indeterminate.
+    pub fn errors(&self) -> BTreeMap<&str, usize> {
+        let mut errors = BTreeMap::new();
+        for event in &self.events {
+            if let Outcome::Indeterminate(error) = &event.outcome {
+                *errors.entry(error.as_str()).or_insert(0) += 1;
+            }
+        }
+        errors
+    }
+
     /// Why the run failed, if it did; always names the seed.
     pub fn failure(&self) -> Option<String> {
         let mut problems = String::new();
@@ -176,7 +187,7 @@ impl fmt::Display for RunReport {
                 fault.victims, fault.fault.downtime, gap, fault.recovery
             )?;
         }
-        Ok(())
+        write!(f, "; errors: {:?}", self.errors())
     }
 }
 
