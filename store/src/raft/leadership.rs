@@ -94,6 +94,18 @@ impl Leadership {
         is_learner(&self.raft.metrics().borrow())
     }
 
+    /// How long until this member's leadership turns stale, if it leads
+    /// with a recorded quorum acknowledgement that is still fresh.
+    fn until_stale(&self) -> Option<Duration> {
+        let acked = self.state.quorum_ack_ms.load(Ordering::Relaxed);
+        if acked == NEVER {
+            return None;
+        }
+        let stale_at = acked + self.state.election_timeout.as_millis() as u64 + 1;
+        let now = self.state.base.elapsed().as_millis() as u64;
+        (stale_at > now).then(|| Duration::from_millis(stale_at - now))
+    }
+
     fn quorum_fresh(&self, m: &RaftMetrics<NodeId, MemberInfo>) -> bool {
         if m.membership_config.membership().voter_ids().count() <= 1 {
             return true;
@@ -126,23 +138,27 @@ async fn watch(leadership: Leadership) {
             metrics::global().server.leader_changes_seen.inc();
         }
         last_leader = leader;
-        match tokio::time::timeout(pause, rx.changed()).await {
-            Ok(Err(_)) => return,
-            Ok(Ok(())) | Err(_) => {}
+        // Wake when the leadership would turn stale, so a leaderless
+        // spell is seen however short it is.
+        let wait = leadership.until_stale().map_or(pause, |d| d.min(pause));
+        if let Ok(Err(_)) = tokio::time::timeout(wait, rx.changed()).await {
+            return;
         }
     }
 }
 
 fn record_quorum_ack(state: &State, m: &RaftMetrics<NodeId, MemberInfo>) {
     let now = state.base.elapsed().as_millis() as u64;
+    let previous = state.quorum_ack_ms.load(Ordering::Relaxed);
     let acked = match (m.state, m.millis_since_quorum_ack) {
         (ServerState::Leader, Some(ms)) => now.saturating_sub(ms),
         // A new leader has not heard back yet: it was acknowledged by the
-        // quorum that elected it just now.
-        (ServerState::Leader, None) => now,
+        // quorum that elected it just now. Later reports without a time
+        // say nothing new.
+        (ServerState::Leader, None) if previous == NEVER => now,
+        (ServerState::Leader, None) => previous,
         _ => NEVER,
     };
-    let previous = state.quorum_ack_ms.load(Ordering::Relaxed);
     let keep_newer = previous != NEVER && acked != NEVER && previous > acked;
     if !keep_newer {
         state.quorum_ack_ms.store(acked, Ordering::Relaxed);
