@@ -527,3 +527,61 @@ async fn grpc_health_check_answers_as_etcd() {
         Ok(ServingStatus::Serving)
     );
 }
+
+/// Paths compared while the NOSPACE alarm is raised.
+const ALARM_PATHS: &[&str] = &[
+    "/health",
+    "/health?serializable=true",
+    "/health?exclude=NOSPACE",
+    "/health?exclude=CORRUPT",
+    "/health?exclude=NOSPACE&serializable=true",
+];
+
+async fn raise_nospace(cluster: &Cluster, action: etcd_client::AlarmAction) {
+    let member = cluster.member_id(0).await.expect("member id");
+    let mut client = cluster.client(0).await.expect("client");
+    let mut options = etcd_client::AlarmOptions::new();
+    options.with_member(member);
+    client
+        .alarm(action, etcd_client::AlarmType::Nospace, Some(options))
+        .await
+        .expect("alarm");
+}
+
+/// A raised NOSPACE alarm makes `/health` 503 `ALARM NOSPACE` unless
+/// excluded, as in etcd; `/livez` and `/readyz` ignore it (etcd 3.5.13+).
+#[tokio::test]
+async fn nospace_alarm_on_health_as_etcd() {
+    let reference = start(etcd(), 1).await;
+    let ours = start(candidate(), 1).await;
+    for cluster in [&reference, &ours] {
+        raise_nospace(cluster, etcd_client::AlarmAction::Activate).await;
+    }
+    for path in ALARM_PATHS {
+        let want = get(&format!("{}{path}", reference.endpoint(0)))
+            .await
+            .expect("etcd");
+        let got = get(&format!("{}{path}", ours.endpoint(0)))
+            .await
+            .expect("store");
+        assert_eq!(essentials(&got), essentials(&want), "{path}");
+    }
+    let health = get(&format!("{}/health", ours.endpoint(0)))
+        .await
+        .expect("health");
+    assert_eq!(
+        (health.status, health.body.as_str()),
+        (503, "{\"health\":\"false\",\"reason\":\"ALARM NOSPACE\"}\n")
+    );
+    for path in ["/livez", "/readyz"] {
+        let r = get(&format!("{}{path}", ours.metrics_url(0)))
+            .await
+            .expect("probe");
+        assert_eq!((r.status, r.body.as_str()), (200, "ok\n"), "{path}");
+    }
+    raise_nospace(&ours, etcd_client::AlarmAction::Deactivate).await;
+    let health = get(&format!("{}/health", ours.endpoint(0)))
+        .await
+        .expect("health");
+    assert_eq!(health.status, 200, "{}", health.body);
+}
