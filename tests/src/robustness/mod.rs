@@ -289,3 +289,80 @@ pub fn longest_unavailability(reports: &[RunReport]) -> BTreeMap<FaultKind, Dura
     }
     longest
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(events: Vec<Event>) -> RunReport {
+        let check = checker::check(&events);
+        RunReport {
+            server: Server::Candidate,
+            seed: 7,
+            events,
+            not_sent: 0,
+            malformed: Vec::new(),
+            faults: Vec::new(),
+            check,
+        }
+    }
+
+    fn get(client: usize, invoke: u64, observed: history::Observed) -> Event {
+        Event {
+            client,
+            key: workload::key(0),
+            op: Op::Get,
+            invoke,
+            complete: Some(invoke + 1),
+            outcome: Outcome::Read(observed),
+        }
+    }
+
+    #[test]
+    fn failures_name_the_seed_and_the_failing_history() {
+        let mut events: Vec<Event> = (0..MIN_COMPLETED_OPS as u64)
+            .map(|i| get(0, 10 * i, None))
+            .collect();
+        events.push(get(1, 5_000, Some(("never-written".to_string(), 3))));
+        let failure = report(events).failure().expect("a failing run");
+        assert!(failure.contains("seed 7"), "{failure}");
+        assert!(failure.contains("ROBUSTNESS_SEED=7"), "{failure}");
+        assert!(failure.contains("never-written"), "{failure}");
+    }
+
+    #[test]
+    fn a_run_that_did_too_little_fails() {
+        let failure = report(vec![get(0, 0, None)])
+            .failure()
+            .expect("a failing run");
+        assert!(failure.contains("operations completed"), "{failure}");
+    }
+
+    #[test]
+    fn the_schedule_is_fixed_by_the_seed_and_has_every_fault_once() {
+        let plan = |seed| nemesis::schedule(&mut StdRng::seed_from_u64(seed));
+        let kinds = |seed| {
+            let mut kinds: Vec<FaultKind> = plan(seed).iter().map(|f| f.kind).collect();
+            kinds.sort();
+            kinds
+        };
+        assert_eq!(format!("{:?}", plan(3)), format!("{:?}", plan(3)));
+        assert_eq!(
+            kinds(3),
+            [
+                FaultKind::KillLeader,
+                FaultKind::KillFollower,
+                FaultKind::KillAll,
+                FaultKind::PauseLeader
+            ]
+        );
+        for fault in plan(3) {
+            let millis = fault.downtime.as_millis() as u64;
+            let range = match fault.kind {
+                FaultKind::PauseLeader => nemesis::PAUSE_MILLIS,
+                _ => nemesis::DOWNTIME_MILLIS,
+            };
+            assert!(range.contains(&millis), "{fault:?}");
+        }
+    }
+}
