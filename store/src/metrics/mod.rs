@@ -7,8 +7,8 @@
 //! default registry, there is one registry per process ([`global`]). Domain
 //! modules update typed handles ([`Metrics::server`], [`Metrics::mvcc`],
 //! ...) with atomic operations only: a counter increment, a gauge set, a
-//! histogram observation (an atomic add per bucket). Nothing on the write
-//! path takes a lock. Values that are a function of state rather than of
+//! histogram observation ([`AtomicHistogram`]: an atomic add per bucket).
+//! Nothing on the write path takes a lock. Values that are a function of state rather than of
 //! events (who leads, database size, live keys) are set from that state
 //! when `/metrics` is scraped, by the edge (`server::http`), which also
 //! encodes the registry ([`exposition`]).
@@ -29,6 +29,7 @@
 //!   time.
 
 pub mod exposition;
+pub mod histogram;
 pub mod process;
 
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -37,8 +38,10 @@ use std::sync::LazyLock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
+
+pub use histogram::AtomicHistogram;
 
 /// The version `etcd_server_version` reports: the etcd release whose API
 /// this store implements (the same value `/version` and Status answer).
@@ -133,9 +136,9 @@ pub struct MvccMetrics {
 #[derive(Debug)]
 pub struct DiskMetrics {
     /// Raft log fsync latency.
-    pub wal_fsync: Histogram,
+    pub wal_fsync: AtomicHistogram,
     /// Engine commit latency of applied entries.
-    pub backend_commit: Histogram,
+    pub backend_commit: AtomicHistogram,
 }
 
 /// `etcd_network_*`.
@@ -146,7 +149,7 @@ pub struct NetworkMetrics {
     /// Bytes received from each peer (`From`).
     pub peer_received: Family<Labels, Counter>,
     /// Round trips to each peer (`To`).
-    pub peer_rtt: Family<Labels, Histogram>,
+    pub peer_rtt: Family<Labels, AtomicHistogram>,
     /// gRPC bytes sent to clients.
     pub client_grpc_sent: Counter,
     /// gRPC bytes received from clients.
@@ -184,16 +187,16 @@ pub fn global() -> &'static Metrics {
     &METRICS
 }
 
-fn disk_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(
+fn disk_histogram() -> AtomicHistogram {
+    AtomicHistogram::new(exponential_buckets(
         DISK_BUCKET_START_SECONDS,
         2.0,
         DISK_BUCKETS,
     ))
 }
 
-fn rtt_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(
+fn rtt_histogram() -> AtomicHistogram {
+    AtomicHistogram::new(exponential_buckets(
         RTT_BUCKET_START_SECONDS,
         2.0,
         RTT_BUCKETS,

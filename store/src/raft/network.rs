@@ -137,7 +137,7 @@ pub struct PeerNetwork {
 struct PeerCounters {
     sent: prometheus_client::metrics::counter::Counter,
     received: prometheus_client::metrics::counter::Counter,
-    rtt: prometheus_client::metrics::histogram::Histogram,
+    rtt: crate::metrics::AtomicHistogram,
 }
 
 impl PeerCounters {
