@@ -146,6 +146,14 @@ pub struct Config {
         default_value = "10m"
     )]
     pub experimental_watch_progress_notify_interval: String,
+    /// Discovery URL used to bootstrap the cluster. Not supported: a fresh
+    /// member given it refuses to start (see `Member::start`).
+    #[arg(long, env = "ETCD_DISCOVERY")]
+    pub discovery: Option<String>,
+    /// DNS SRV domain used to bootstrap the cluster. Not supported, as
+    /// `--discovery`.
+    #[arg(long, env = "ETCD_DISCOVERY_SRV")]
+    pub discovery_srv: Option<String>,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info",
           value_parser = ["debug", "info", "warn", "error", "panic", "fatal"])]
@@ -159,6 +167,26 @@ pub struct Config {
     /// Configures log format. Only supports json, console.
     #[arg(long, env = "ETCD_LOG_FORMAT", default_value = "json", value_parser = ["json", "console"])]
     pub log_format: String,
+    /// Enable to check data corruption before serving any client/peer traffic.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub experimental_initial_corrupt_check: bool,
+    /// Duration of time between cluster corruption check passes.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
+        default_value = "0s"
+    )]
+    pub experimental_corrupt_check_time: String,
+    /// Enable leader to periodically check followers compaction hashes.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub experimental_compact_hash_check_enabled: bool,
+    /// Duration of time between leader checks followers compaction hashes.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_TIME",
+        default_value = "1m"
+    )]
+    pub experimental_compact_hash_check_time: String,
     /// Force to create a new one-member cluster.
     #[arg(long, env = "ETCD_FORCE_NEW_CLUSTER", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub force_new_cluster: bool,
@@ -183,26 +211,20 @@ pub const IGNORED_ETCD_FLAGS: &[&str] = &[
     "backend-bbolt-freelist-type",
     "cipher-suites",
     "cors",
-    "discovery",
     "discovery-fallback",
     "discovery-proxy",
-    "discovery-srv",
     "discovery-srv-name",
     "enable-grpc-gateway",
     "enable-log-rotation",
     "enable-pprof",
     "enable-v2",
-    "experimental-compact-hash-check-enabled",
-    "experimental-compact-hash-check-time",
     "experimental-compaction-batch-limit",
     "experimental-compaction-sleep-interval",
-    "experimental-corrupt-check-time",
     "experimental-downgrade-check-time",
     "experimental-enable-distributed-tracing",
     "experimental-enable-lease-checkpoint",
     "experimental-enable-lease-checkpoint-persist",
     "experimental-enable-v2v3",
-    "experimental-initial-corrupt-check",
     "experimental-memory-mlock",
     "experimental-peer-skip-client-san-verification",
     "experimental-txn-mode-write-with-shared-buffer",
@@ -399,6 +421,28 @@ impl Config {
         Ok(d)
     }
 
+    /// Periods of the leader's corruption checks
+    /// (`--experimental-corrupt-check-time`, and
+    /// `--experimental-compact-hash-check-time` if enabled); zero periods
+    /// are left out.
+    pub fn corrupt_check_periods(&self) -> Result<Vec<Duration>, ConfigError> {
+        let parse = |flag: &str, v: &str| {
+            parse_go_duration(v).map_err(|e| ConfigError::Invalid(format!("--{flag}: {e}")))
+        };
+        let mut out = vec![parse(
+            "experimental-corrupt-check-time",
+            &self.experimental_corrupt_check_time,
+        )?];
+        if self.experimental_compact_hash_check_enabled {
+            out.push(parse(
+                "experimental-compact-hash-check-time",
+                &self.experimental_compact_hash_check_time,
+            )?);
+        }
+        out.retain(|d| !d.is_zero());
+        Ok(out)
+    }
+
     /// The logging flags.
     pub fn log_settings(&self) -> crate::logging::LogSettings {
         crate::logging::LogSettings {
@@ -581,7 +625,7 @@ mod tests {
             "5",
             "-name",
             "n1",
-            "--experimental-initial-corrupt-check=true",
+            "--experimental-enable-lease-checkpoint=true",
         ];
         let parsed = Config::from_args(args.iter().map(|s| s.to_string()).collect()).unwrap();
         assert_eq!(parsed.config.name, "n1");

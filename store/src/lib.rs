@@ -17,6 +17,7 @@ pub mod batching;
 pub mod codec;
 pub mod config;
 pub mod config_file;
+pub mod data_dir;
 pub mod duration;
 pub mod engine;
 pub mod errors;

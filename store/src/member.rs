@@ -21,7 +21,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +61,7 @@ use crate::server::auth::AuthService;
 use crate::server::cluster::ClusterService;
 use crate::server::conn;
 use crate::server::core::{Core, CoreConfig};
+use crate::server::corruption;
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
 use crate::server::grpc_metrics::GrpcMetricsLayer;
 use crate::server::http;
@@ -114,6 +114,12 @@ async fn load_identity(
             members,
         ));
     }
+    if let Some(flag) = discovery_flag(config) {
+        anyhow::bail!(
+            "{flag} is not supported by this store: bootstrap with --initial-cluster (etcd's \
+             static configuration), listing every member's name and peer URL"
+        );
+    }
     let member_id = config.member_id();
     let cid = if config.initial_cluster_state == "existing" {
         fetch_cluster_id(&members, member_id, peers).await?
@@ -121,18 +127,6 @@ async fn load_identity(
         let ids: Vec<NodeId> = members.keys().copied().collect();
         cluster_id(&ids)
     };
-    let mut b = WriteBatch::new();
-    b.put(
-        Table::RaftState,
-        KEY_MEMBER_ID.to_vec(),
-        member_id.to_be_bytes().to_vec(),
-    );
-    b.put(
-        Table::RaftState,
-        KEY_CLUSTER_ID.to_vec(),
-        cid.to_be_bytes().to_vec(),
-    );
-    engine.write(b, true)?;
     Ok((
         Identity {
             member_id,
@@ -141,6 +135,42 @@ async fn load_identity(
         },
         members,
     ))
+}
+
+/// The discovery flag given, if any. etcd bootstraps a fresh member
+/// through it; once a member has data, etcd ignores it, and so do we.
+fn discovery_flag(config: &Config) -> Option<&'static str> {
+    if config.discovery.as_deref().is_some_and(|d| !d.is_empty()) {
+        Some("--discovery")
+    } else if config
+        .discovery_srv
+        .as_deref()
+        .is_some_and(|d| !d.is_empty())
+    {
+        Some("--discovery-srv")
+    } else {
+        None
+    }
+}
+
+/// Records a fresh member's identity, once it serves: listeners bound and,
+/// for a new cluster, Raft initialized. A first start that fails before
+/// this leaves no identity, so the next start bootstraps again instead of
+/// coming up as an uninitialized member that never joins.
+fn save_identity(engine: &dyn Engine, identity: &Identity) -> anyhow::Result<()> {
+    let mut b = WriteBatch::new();
+    b.put(
+        Table::RaftState,
+        KEY_MEMBER_ID.to_vec(),
+        identity.member_id.to_be_bytes().to_vec(),
+    );
+    b.put(
+        Table::RaftState,
+        KEY_CLUSTER_ID.to_vec(),
+        identity.cluster_id.to_be_bytes().to_vec(),
+    );
+    engine.write(b, true)?;
+    Ok(())
 }
 
 /// How long a member joining an existing cluster keeps asking the peers of
@@ -238,24 +268,22 @@ async fn bind_all(
     Ok(out)
 }
 
-fn create_dirs(data_dir: &Path) -> anyhow::Result<()> {
-    for d in ["member/db", "member/snap"] {
-        std::fs::create_dir_all(data_dir.join(d))?;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
 impl Member {
     /// Starts a member as `config` says; returns once it is serving.
     pub async fn start(config: Config) -> anyhow::Result<Member> {
         let data_dir = config.data_dir();
-        create_dirs(&data_dir)?;
-        let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(&data_dir.join("member/db"))?);
+        crate::data_dir::prepare(&data_dir)?;
+        // Listeners first, as etcd: a port in use or a bad certificate fails
+        // the start before Raft runs or anything is written.
+        let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
+        let peer_listeners = bind_all(&peer_addrs, &config.peer_tls(), "--peer-").await?;
+        let client_addrs = listen_addrs("listen-client-urls", &config.listen_client_urls)?;
+        let client_listeners = bind_all(&client_addrs, &config.client_tls(), "--").await?;
+        let metrics_addrs = listen_addrs("listen-metrics-urls", &config.listen_metrics_urls)?;
+        let metrics_listeners = bind_all(&metrics_addrs, &config.client_tls(), "--").await?;
+        let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(
+            &data_dir.join(crate::data_dir::ENGINE_DIR),
+        )?);
         let peer_tls = if config.peer_tls().enabled() || config.peer_trusted_ca_file.is_some() {
             Some(config.peer_tls().tonic_client()?)
         } else {
@@ -290,7 +318,7 @@ impl Member {
         auth.load(engine.as_ref())?;
         let sm = StateMachine::new(
             mvcc.clone(),
-            data_dir.join("member/snap"),
+            data_dir.join(crate::data_dir::SNAPSHOT_DIR),
             compactor,
             hub.clone(),
             lessor.clone(),
@@ -307,14 +335,11 @@ impl Member {
         .await?;
         durable.spawn_announcer(raft.clone());
 
-        let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
-        let peer_listeners = bind_all(&peer_addrs, &config.peer_tls(), "--peer-").await?;
-        let client_addrs = listen_addrs("listen-client-urls", &config.listen_client_urls)?;
-        let client_listeners = bind_all(&client_addrs, &config.client_tls(), "--").await?;
-        let metrics_addrs = listen_addrs("listen-metrics-urls", &config.listen_metrics_urls)?;
-        let metrics_listeners = bind_all(&metrics_addrs, &config.client_tls(), "--").await?;
         if identity.fresh && config.initial_cluster_state == "new" {
             initialize(&raft, members).await?;
+        }
+        if identity.fresh {
+            save_identity(engine.as_ref(), &identity)?;
         }
         let core = Core::new(
             CoreConfig {
@@ -372,6 +397,15 @@ impl Member {
                 core.clone(),
                 member.shutdown.subscribe(),
             )));
+        }
+        if config.experimental_initial_corrupt_check {
+            if let Err(e) = corruption::initial_check(&core).await {
+                member.shutdown().await;
+                return Err(e.into());
+            }
+        }
+        for every in config.corrupt_check_periods()? {
+            corruption::spawn_periodic_check(core.clone(), every, member.shutdown.subscribe());
         }
         for l in client_listeners {
             let Bound { listener: l, tls } = l;
@@ -602,7 +636,9 @@ async fn serve_client(
         .add_service(cluster)
         .add_service(grpc_health);
     let grpc = grpc.into_axum_router().layer(GrpcMetricsLayer);
-    let app = http::client_routes(http_state).merge(crate::server::json_gateway::routes(grpc.clone(), max_recv)).merge(grpc)
+    let app = http::client_routes(http_state)
+        .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
+        .merge(grpc)
         .fallback(http::fallback)
         .layer(axum::middleware::from_fn(http::cors));
     match tls {

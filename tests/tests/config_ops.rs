@@ -304,3 +304,116 @@ async fn stack_script_serves_through_the_gateway_and_stops_its_processes() -> Re
     ensure!(!stack.state().exists(), "state directory left behind");
     Ok(())
 }
+
+/// Length of a revision key in the `kv` table: 8-byte main revision, `_`,
+/// 8-byte sub revision (etcd's layout).
+const REVISION_KEY_BYTES: usize = 17;
+
+/// Adds, in the stopped member's engine, a record no log entry wrote: the
+/// stored record holding `from`, with `to` in its place (same length, so
+/// it stays well-formed), under the next sub-revision of the same
+/// revision. Replaying log entries at start-up does not remove it, so the
+/// member's HashKV differs from its peers': silent corruption of one
+/// replica.
+fn corrupt_value(data_dir: &Path, from: &[u8], to: &[u8]) -> Result<()> {
+    use std::ops::ControlFlow;
+    use store::engine::rocks::RocksEngine;
+    use store::engine::{Engine, EngineRead, Table, WriteBatch};
+    let engine = RocksEngine::open(&data_dir.join("member/db"))?;
+    let mut found = Vec::new();
+    engine.scan(Table::Kv, &[], None, &mut |k, v| {
+        if let Some(at) = v.windows(from.len()).position(|w| w == from) {
+            let mut changed = v.to_vec();
+            changed[at..at + to.len()].copy_from_slice(to);
+            found.push((k.to_vec(), changed));
+        }
+        ControlFlow::Continue(())
+    })?;
+    ensure!(!found.is_empty(), "no stored value holds {from:?}");
+    let mut batch = WriteBatch::new();
+    for (mut k, v) in found {
+        ensure!(k.len() == REVISION_KEY_BYTES, "revision key {k:?}");
+        let sub = u64::from_be_bytes(k[9..].try_into()?);
+        k[9..].copy_from_slice(&(sub + 1).to_be_bytes());
+        batch.put(Table::Kv, k, v);
+    }
+    engine.write(batch, true)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn corrupted_member_is_refused_at_start_and_alarmed_by_the_leader() -> Result<()> {
+    let config = ClusterConfig::new(3);
+    let binary = Binary::candidate()?;
+    let cluster = Cluster::start(binary.clone(), config.clone()).await?;
+    let all = ctl(cluster.endpoints())?;
+    ok(&all, &["put", "victim", "pristine-value"]).await?;
+    let m2 = ctl(vec![cluster.endpoint(2)])?;
+    retry_until("m2 to apply the write", SERVE_TIMEOUT, || async {
+        let out = ok(
+            &m2,
+            &["get", "victim", "--consistency=s", "--print-value-only"],
+        )
+        .await?;
+        ensure!(out.trim() == "pristine-value", "m2 has {out:?}");
+        Ok(())
+    })
+    .await?;
+    cluster.kill_all()?;
+    let flag = |f: &str| cluster.flag(0, f).with_context(|| format!("--{f}"));
+    let args = |i: usize| -> Result<Vec<String>> {
+        let flags = MemberFlags::new(
+            &member_name(i),
+            cluster.ip(i),
+            cluster.dir(),
+            &flag("initial-cluster")?,
+            &flag("initial-cluster-token")?,
+        );
+        Ok(flags.args(&config))
+    };
+    corrupt_value(&cluster.dir().join("m2.etcd"), b"pristine", b"tampered")?;
+
+    // The healthy members run the leader's periodic check.
+    let mut running = Vec::new();
+    for i in 0..2 {
+        let mut a = args(i)?;
+        a.push("--experimental-corrupt-check-time=1s".into());
+        let log = cluster.dir().join(format!("m{i}-checked.log"));
+        running.push(Process::start(&binary, &format!("m{i}-checked"), &log, &a)?);
+    }
+    let healthy = ctl(vec![cluster.endpoint(0), cluster.endpoint(1)])?;
+    retry_until("the two healthy members to serve", SERVE_TIMEOUT, || {
+        ok(&healthy, &["put", "again", "x"])
+    })
+    .await?;
+
+    // The corrupted member refuses to start with the initial check.
+    let mut a = args(2)?;
+    a.push("--experimental-initial-corrupt-check=true".into());
+    let log = cluster.dir().join("m2-initial-check.log");
+    let refused = Process::start(&binary, "m2-initial-check", &log, &a)?;
+    let status = refused.wait_exit(SERVE_TIMEOUT).await?;
+    ensure!(!status.success(), "m2 started: {}", refused.log_tail());
+    let text = refused.log();
+    ensure!(
+        text.contains("found data inconsistency with peers"),
+        "no etcd error in m2's log:\n{text}"
+    );
+
+    // Started without it (as a follower: its log is behind the others'),
+    // the leader finds it and raises CORRUPT for it.
+    let m2_id = cluster.member_id(2).await?;
+    let plain = cluster.dir().join("m2-plain.log");
+    let _m2 = Process::start(&binary, "m2-plain", &plain, &args(2)?)?;
+    let expected = format!("memberID:{m2_id} alarm:CORRUPT");
+    retry_until("the CORRUPT alarm", SERVE_TIMEOUT, || async {
+        let out = ok(&healthy, &["alarm", "list"]).await?;
+        ensure!(
+            out.contains(&expected),
+            "alarms: {out:?}, expected {expected}"
+        );
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}

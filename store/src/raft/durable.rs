@@ -110,8 +110,8 @@ impl DurableLog {
     /// generation (cut off by a truncation since).
     pub fn advance(&self, upto: LogId<NodeId>, generation: u64) {
         self.state.send_if_modified(|d| {
-            let newer = d.generation == generation
-                && d.last.map_or(true, |last| upto.index > last.index);
+            let newer =
+                d.generation == generation && d.last.is_none_or(|last| upto.index > last.index);
             if newer {
                 d.last = Some(upto);
             }
@@ -159,7 +159,7 @@ impl DurableLog {
     /// The commit index the leader may tell followers: `commit`, or the
     /// durable end of its own log when that is behind (see the module docs).
     pub fn clamp_commit(&self, commit: Option<LogId<NodeId>>) -> Option<LogId<NodeId>> {
-        let Some(c) = commit else { return None };
+        let c = commit?;
         let durable = self.current().last;
         if durable.is_some_and(|d| d.index >= c.index) {
             return commit;
@@ -222,7 +222,11 @@ mod tests {
         log.truncated_to(Some(id(1, 3)));
         assert_eq!(log.current().last, Some(id(1, 3)));
         log.advance(id(1, 9), 0);
-        assert_eq!(log.current().last, Some(id(1, 3)), "appended before a truncation");
+        assert_eq!(
+            log.current().last,
+            Some(id(1, 3)),
+            "appended before a truncation"
+        );
         log.advance(id(3, 9), 2);
         assert_eq!(log.current().last, Some(id(3, 9)));
     }

@@ -15,6 +15,8 @@
 //! - [`leadership`]: who leads as etcd's health checks see it (a leader
 //!   without a quorum for an election timeout counts as none).
 //! - [`read_index`]: ReadIndex rounds on the leader, shared by readers.
+//! - [`recovery`]: `--force-new-cluster`, a one-member restart of the
+//!   stored log.
 
 // openraft's storage traits fix `StorageError` (a large enum) as the error
 // type; our helpers return the same type rather than boxing and unboxing it.

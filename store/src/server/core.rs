@@ -267,6 +267,9 @@ impl Core {
                 self.change_membership(changes, deadline).await
             }
             LeaderRequest::ClusterId => Ok(LeaderReply::ClusterId(self.config.cluster_id)),
+            LeaderRequest::HashKv(rev) => {
+                Ok(LeaderReply::HashKv(super::corruption::own_hash(self, rev)))
+            }
         }
     }
 

@@ -58,6 +58,22 @@ pub enum LeaderRequest {
     Promote(NodeId),
     /// The cluster id; any member answers (used by joining members).
     ClusterId,
+    /// The member's HashKV at a revision (0: its current one); any member
+    /// answers (the corruption checks of [`super::corruption`]).
+    HashKv(i64),
+}
+
+/// A member's HashKV answer, for the corruption checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerHash {
+    /// The member that hashed.
+    pub member_id: NodeId,
+    /// etcd's HashKV.
+    pub hash: u32,
+    /// The member's compaction revision.
+    pub compact_revision: i64,
+    /// The revision hashed.
+    pub revision: i64,
 }
 
 /// A lease's time to live as the leader knows it.
@@ -86,6 +102,8 @@ pub enum LeaderReply {
     MembershipChanged,
     /// The cluster id.
     ClusterId(u64),
+    /// A HashKV answer, or None if that revision cannot be hashed there.
+    HashKv(Option<PeerHash>),
 }
 
 /// A [`LeaderReply`] of the kind one [`LeaderRequest`] expects.

@@ -12,7 +12,8 @@
 //!   [`transfer`]: leadership transfer (MoveLeader).
 //! - client services, one file each: [`kv`], [`watch`], [`lease`],
 //!   [`cluster`], [`maintenance`], [`auth`]; and [`http`] (`/health`,
-//!   `/version`).
+//!   `/version`); [`conn`]: serving client connections with the gRPC
+//!   keepalive settings.
 //! - [`json_gateway`]: etcd's HTTP/JSON gateway (`POST /v3/kv/range`, ...),
 //!   a client of the gRPC services above.
 //! - [`peer`]: the member-to-member service (Raft messages, forwarded
@@ -24,6 +25,7 @@ pub mod caller;
 pub mod cluster;
 pub mod conn;
 pub mod core;
+pub mod corruption;
 pub mod forward;
 pub mod forward_batch;
 pub mod grpc_metrics;

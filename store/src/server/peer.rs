@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::core::Core;
+use super::corruption::own_hash;
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
 use super::transfer;
 use crate::codec;
@@ -103,6 +104,8 @@ impl RaftPeer for PeerService {
         let request: LeaderRequest = decode(req)?;
         let result = if matches!(request, LeaderRequest::ClusterId) {
             Ok(LeaderReply::ClusterId(self.core.config.cluster_id))
+        } else if let LeaderRequest::HashKv(rev) = request {
+            Ok(LeaderReply::HashKv(own_hash(&self.core, rev)))
         } else if self.core.leader() == Some(self.core.config.member_id) {
             let deadline = Instant::now() + self.core.config.request_timeout;
             self.core.serve_as_leader(request, deadline).await

@@ -137,12 +137,18 @@ impl Session {
         );
         let mut leader_check = tokio::time::interval(self.config.election_timeout);
         let mut no_leader_since: Option<Instant> = None;
+        // A client that half-closes its side (no more requests) still gets
+        // its events, as from etcd, until it cancels the stream.
+        let mut requests_open = true;
+        let out = self.out.clone();
         loop {
             tokio::select! {
-                msg = requests.message() => match msg {
+                msg = requests.message(), if requests_open => match msg {
                     Ok(Some(req)) => self.handle(req).await?,
-                    Ok(None) | Err(_) => return Err(End::ClientGone),
+                    Ok(None) => requests_open = false,
+                    Err(_) => return Err(End::ClientGone),
                 },
+                _ = out.closed() => return Err(End::ClientGone),
                 batch = self.hub_rx.recv() => match batch {
                     Ok(b) => self.deliver(&b).await?,
                     Err(RecvError::Lagged(_)) => self.resync().await?,
