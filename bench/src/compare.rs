@@ -28,7 +28,7 @@ use crate::pace::Stop;
 use crate::plot::{line_chart, Chart, Series};
 use crate::report::{fmt_ratio, image, median, ratio, table, text_table, OutArgs, Outcome};
 use crate::stats::RunResult;
-use crate::systems::{start_both, SystemArgs, ETCD, OURS};
+use crate::systems::{abba, start_both, workload_texts, SystemArgs, ETCD, OURS};
 
 /// Default subnet of `compare`.
 pub const DEFAULT_SUBNET: &str = "127.0.50";
@@ -196,11 +196,12 @@ pub struct CompareOutcome {
 
 /// Runs the comparison.
 pub async fn run(args: &CompareArgs, seed: u64, progress: bool) -> Result<CompareOutcome> {
-    let texts: Vec<String> = match (&args.workloads, args.smoke) {
-        (w, _) if !w.is_empty() => w.clone(),
-        (_, true) => SMOKE_WORKLOADS.iter().map(|s| s.to_string()).collect(),
-        (_, false) => DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect(),
-    };
+    let texts = workload_texts(
+        &args.workloads,
+        args.smoke,
+        SMOKE_WORKLOADS,
+        DEFAULT_WORKLOADS,
+    );
     let specs: Vec<Spec> = texts.iter().map(|t| parse_spec(t)).collect::<Result<_>>()?;
     let rounds = if args.smoke { 1 } else { args.rounds.max(1) };
     let stop = match (args.smoke, args.total) {
@@ -217,10 +218,7 @@ pub async fn run(args: &CompareArgs, seed: u64, progress: bool) -> Result<Compar
         vec![(Vec::new(), Vec::new()); specs.len()];
     for round in 0..rounds {
         for (i, spec) in specs.iter().enumerate() {
-            let ours_first = (round + i) % 2 == 0;
-            for turn in 0..2 {
-                let is_ours = (turn == 0) == ours_first;
-                let cluster = if is_ours { &ours } else { &etcd };
+            for (is_ours, cluster) in abba(round, i, &ours, &etcd) {
                 let run = Run {
                     args,
                     spec,
@@ -238,12 +236,8 @@ pub async fn run(args: &CompareArgs, seed: u64, progress: bool) -> Result<Compar
                     result.main().throughput_ops_s,
                     result.main().latency.p99_ms
                 );
-                let slot = &mut results[i];
-                if is_ours {
-                    slot.0.push(result)
-                } else {
-                    slot.1.push(result)
-                }
+                let (o, e) = &mut results[i];
+                if is_ours { o } else { e }.push(result);
             }
         }
     }

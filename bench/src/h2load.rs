@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::cluster::{control_client, Cluster};
 use crate::report::{fmt_ratio, median, ratio, table, text_table, OutArgs, Outcome};
-use crate::systems::{start_both, SystemArgs, ETCD, OURS};
+use crate::systems::{abba, start_both, workload_texts, SystemArgs, ETCD, OURS};
 
 /// Default subnet of `h2load` (its own, so it can run beside `compare`).
 pub const DEFAULT_SUBNET: &str = "127.0.53";
@@ -340,31 +340,33 @@ pub async fn run(args: &H2loadArgs) -> Result<H2loadOutcome> {
         "h2load",
         "install Debian's nghttp2-client (scripts/setup.sh does)",
     )?;
-    let texts: Vec<String> = match (&args.workloads, args.smoke) {
-        (w, _) if !w.is_empty() => w.clone(),
-        (_, true) => SMOKE_WORKLOADS.iter().map(|s| s.to_string()).collect(),
-        (_, false) => DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect(),
-    };
+    let texts = workload_texts(
+        &args.workloads,
+        args.smoke,
+        SMOKE_WORKLOADS,
+        DEFAULT_WORKLOADS,
+    );
     let specs: Vec<Spec> = texts.iter().map(|t| parse_spec(t)).collect::<Result<_>>()?;
     let rounds = if args.smoke { 1 } else { args.rounds.max(1) };
-    let bodies = tempfile::tempdir()?;
+    let body_dir = tempfile::tempdir()?;
     let (ours_spec, etcd_spec) = args.systems.specs(DEFAULT_SUBNET)?;
     let (ours, etcd) = start_both(&ours_spec, &etcd_spec).await?;
     for cluster in [&ours, &etcd] {
         prepare(cluster).await?;
     }
+    let bodies: Vec<PathBuf> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| write_body(body_dir.path(), i, spec.kind))
+        .collect::<Result<_>>()?;
     let mut results = vec![(Vec::new(), Vec::new()); specs.len()];
     for round in 0..rounds {
         for (i, spec) in specs.iter().enumerate() {
-            let body = write_body(bodies.path(), i, spec.kind)?;
-            let ours_first = (round + i) % 2 == 0;
-            for turn in 0..2 {
-                let is_ours = (turn == 0) == ours_first;
-                let cluster = if is_ours { &ours } else { &etcd };
+            for (is_ours, cluster) in abba(round, i, &ours, &etcd) {
                 let one = RunOne {
                     args,
                     spec,
-                    body: &body,
+                    body: &bodies[i],
                 };
                 let result = one.exec(cluster).await?;
                 eprintln!(
@@ -375,12 +377,8 @@ pub async fn run(args: &H2loadArgs) -> Result<H2loadOutcome> {
                     result.requests_s,
                     result.mean_ms
                 );
-                let slot = &mut results[i];
-                if is_ours {
-                    slot.0.push(result)
-                } else {
-                    slot.1.push(result)
-                }
+                let (o, e) = &mut results[i];
+                if is_ours { o } else { e }.push(result);
             }
         }
     }

@@ -72,6 +72,32 @@ pub fn check_loopback_subnet(subnet: &str) -> Result<()> {
     Ok(())
 }
 
+/// The workload specs a comparison runs: those `given`, else its `smoke`
+/// or `full` defaults.
+pub fn workload_texts(
+    given: &[String],
+    smoke: bool,
+    smoke_set: &[&str],
+    full: &[&str],
+) -> Vec<String> {
+    match (given, smoke) {
+        (w, _) if !w.is_empty() => w.to_vec(),
+        (_, true) => smoke_set.iter().map(|s| s.to_string()).collect(),
+        (_, false) => full.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Both systems in the order round `round` runs workload `workload`, each
+/// with whether it is ours: the first system alternates with the round and
+/// the workload (ABBA), so slow drifts of the machine hit both equally.
+pub fn abba<'a, T>(round: usize, workload: usize, ours: &'a T, etcd: &'a T) -> [(bool, &'a T); 2] {
+    if (round + workload).is_multiple_of(2) {
+        [(true, ours), (false, etcd)]
+    } else {
+        [(false, etcd), (true, ours)]
+    }
+}
+
 /// Starts both clusters, ours first.
 pub async fn start_both(ours: &ClusterSpec, etcd: &ClusterSpec) -> Result<(Cluster, Cluster)> {
     eprintln!(
