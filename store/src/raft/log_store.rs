@@ -19,6 +19,7 @@
 //! state machine and the commit index sent to followers wait for it (the
 //! argument is in [`super::durable`]).
 
+use std::borrow::Borrow;
 use std::fmt::Debug;
 use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
@@ -87,28 +88,24 @@ impl LogStore {
     /// thread. Syncs first, so everything the log holds counts as durable.
     pub fn open(engine: Arc<dyn Engine>, me: NodeId) -> Result<Self, StorageError<NodeId>> {
         engine.sync().map_err(|e| StorageIOError::write_logs(&e))?;
+        let vote = read_state(engine.as_ref(), KEY_VOTE)?;
+        let durable = DurableLog::new(last_entry_log_id(engine.as_ref())?);
         let (queue, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
-        let mut store = Self {
-            engine: engine.clone(),
-            flusher: Arc::new(Flusher {
-                queue: Some(queue),
-                thread: None,
-            }),
-            me,
-            vote: Arc::default(),
-            durable: DurableLog::new(None),
-        };
-        *store.vote.lock().expect("vote lock") = store.read_state(KEY_VOTE)?;
-        store.durable = DurableLog::new(store.last_entry_log_id()?);
-        let durable = store.durable.clone();
+        let (flush_engine, flush_durable) = (engine.clone(), durable.clone());
         let thread = std::thread::Builder::new()
             .name("raft-log-flusher".into())
-            .spawn(move || run_flusher(engine, rx, durable))
+            .spawn(move || run_flusher(flush_engine, rx, flush_durable))
             .map_err(|e| StorageIOError::write_logs(&e))?;
-        Arc::get_mut(&mut store.flusher)
-            .expect("not shared yet")
-            .thread = Some(thread);
-        Ok(store)
+        Ok(Self {
+            engine,
+            flusher: Arc::new(Flusher {
+                queue: Some(queue),
+                thread: Some(thread),
+            }),
+            me,
+            vote: Arc::new(Mutex::new(vote)),
+            durable,
+        })
     }
 
     /// What of this log is durable; the state machine and the peer client
@@ -124,58 +121,69 @@ impl LogStore {
         vote.is_some_and(|v| v.leader_id.node_id == self.me && v.leader_id == last.leader_id)
     }
 
-    fn read_state<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &[u8],
-    ) -> Result<Option<T>, StorageError<NodeId>> {
-        let Some(bytes) = self
-            .engine
-            .get(Table::RaftState, key)
-            .map_err(|e| StorageIOError::read(&e))?
-        else {
-            return Ok(None);
-        };
-        codec::decode(&bytes)
-            .map(Some)
-            .map_err(|e| StorageIOError::read(&e).into())
-    }
-
-    fn last_entry_log_id(&self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        let mut last = None;
-        self.engine
-            .scan_reverse(Table::RaftLog, &[], None, &mut |_, v| {
-                last = Some(v.to_vec());
-                ControlFlow::Break(())
-            })
-            .map_err(|e| StorageIOError::read_logs(&e))?;
-        match last {
-            None => Ok(None),
-            Some(bytes) => {
-                let entry: Entry<TypeConfig> =
-                    codec::decode(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
-                Ok(Some(*entry.get_log_id()))
-            }
-        }
-    }
-
     /// Writes `entries` and makes them durable at once, outside openraft's
     /// append protocol: for repairs made before Raft starts
     /// ([`super::recovery`]).
     pub fn append_synced(&self, entries: &[Entry<TypeConfig>]) -> Result<(), StorageError<NodeId>> {
-        let mut b = WriteBatch::new();
-        for entry in entries {
-            b.put(
-                Table::RaftLog,
-                index_key(entry.get_log_id().index).to_vec(),
-                codec::encode(entry),
-            );
-        }
+        let (b, _) = entries_batch(entries);
         self.engine
             .write(b, true)
             .map_err(|e| StorageIOError::write_logs(&e))?;
-        self.durable.truncated_to(self.last_entry_log_id()?);
+        self.durable
+            .truncated_to(last_entry_log_id(self.engine.as_ref())?);
         Ok(())
     }
+}
+
+fn read_state<T: serde::de::DeserializeOwned>(
+    engine: &dyn Engine,
+    key: &[u8],
+) -> Result<Option<T>, StorageError<NodeId>> {
+    let Some(bytes) = engine
+        .get(Table::RaftState, key)
+        .map_err(|e| StorageIOError::read(&e))?
+    else {
+        return Ok(None);
+    };
+    codec::decode(&bytes)
+        .map(Some)
+        .map_err(|e| StorageIOError::read(&e).into())
+}
+
+fn last_entry_log_id(engine: &dyn Engine) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+    let mut last = None;
+    engine
+        .scan_reverse(Table::RaftLog, &[], None, &mut |_, v| {
+            last = Some(v.to_vec());
+            ControlFlow::Break(())
+        })
+        .map_err(|e| StorageIOError::read_logs(&e))?;
+    match last {
+        None => Ok(None),
+        Some(bytes) => {
+            let entry: Entry<TypeConfig> =
+                codec::decode(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
+            Ok(Some(*entry.get_log_id()))
+        }
+    }
+}
+
+/// One engine batch writing `entries` to the log, and the last one's id.
+fn entries_batch<E: Borrow<Entry<TypeConfig>>>(
+    entries: impl IntoIterator<Item = E>,
+) -> (WriteBatch, Option<LogId<NodeId>>) {
+    let mut b = WriteBatch::new();
+    let mut last = None;
+    for entry in entries {
+        let entry = entry.borrow();
+        last = Some(*entry.get_log_id());
+        b.put(
+            Table::RaftLog,
+            index_key(entry.get_log_id().index).to_vec(),
+            codec::encode(entry),
+        );
+    }
+    (b, last)
 }
 
 /// The flusher loop: batch appends, one sync per batch, publish the new
@@ -266,8 +274,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
-        let last_purged_log_id: Option<LogId<NodeId>> = self.read_state(KEY_LAST_PURGED)?;
-        let last_log_id = self.last_entry_log_id()?.or(last_purged_log_id);
+        let engine = self.engine.as_ref();
+        let last_purged_log_id: Option<LogId<NodeId>> = read_state(engine, KEY_LAST_PURGED)?;
+        let last_log_id = last_entry_log_id(engine)?.or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -289,7 +298,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        self.read_state(KEY_VOTE)
+        read_state(self.engine.as_ref(), KEY_VOTE)
     }
 
     async fn save_committed(
@@ -309,9 +318,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        Ok(self
-            .read_state::<Option<LogId<NodeId>>>(KEY_COMMITTED)?
-            .flatten())
+        Ok(read_state::<Option<LogId<NodeId>>>(self.engine.as_ref(), KEY_COMMITTED)?.flatten())
     }
 
     async fn append<I>(
@@ -323,16 +330,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut b = WriteBatch::new();
-        let mut last = None;
-        for entry in entries {
-            last = Some(*entry.get_log_id());
-            b.put(
-                Table::RaftLog,
-                index_key(entry.get_log_id().index).to_vec(),
-                codec::encode(&entry),
-            );
-        }
+        let (b, last) = entries_batch(entries);
         let Some(last) = last else {
             callback.log_io_completed(Ok(()));
             return Ok(());
@@ -374,7 +372,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .write(b, true)
             .map_err(|e| StorageIOError::write_logs(&e))?;
         // The write was synced, so all that remains is durable.
-        self.durable.truncated_to(self.last_entry_log_id()?);
+        self.durable
+            .truncated_to(last_entry_log_id(self.engine.as_ref())?);
         Ok(())
     }
 
