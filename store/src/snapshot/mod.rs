@@ -108,7 +108,7 @@ pub fn verify(file: &[u8]) -> Result<&[u8], BackupError> {
 /// hold data yet). Returns the number of records written.
 pub fn restore(file: &[u8], data_dir: &Path) -> Result<usize, BackupError> {
     let records = verify(file)?;
-    let db_dir = data_dir.join("member/db");
+    let db_dir = data_dir.join(crate::data_dir::ENGINE_DIR);
     if db_dir.exists()
         && std::fs::read_dir(&db_dir)
             .map(|mut d| d.next().is_some())
@@ -116,7 +116,7 @@ pub fn restore(file: &[u8], data_dir: &Path) -> Result<usize, BackupError> {
     {
         return Err(BackupError::DataDirExists(data_dir.display().to_string()));
     }
-    let snap_dir = data_dir.join("member/snap");
+    let snap_dir = data_dir.join(crate::data_dir::SNAPSHOT_DIR);
     std::fs::create_dir_all(&snap_dir).map_err(|source| BackupError::CreateDir {
         path: snap_dir.display().to_string(),
         source,
