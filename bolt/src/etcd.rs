@@ -1,0 +1,1 @@
+//! etcd schema (filled below).
