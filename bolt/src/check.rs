@@ -24,6 +24,8 @@ pub struct CheckReport {
     pub free_pages: u64,
     /// Whether the freelist is stored on disk.
     pub freelist_synced: bool,
+    /// Levels of the deepest bucket tree (1: a single leaf page).
+    pub max_tree_depth: usize,
 }
 
 /// One bit per page.
@@ -160,6 +162,7 @@ impl<'a> Checker<'a> {
             return self.branch(bucket, page, depth, lo, hi);
         }
         let expected = *self.leaf_depth.get_or_insert(depth);
+        self.report.max_tree_depth = self.report.max_tree_depth.max(depth);
         if expected != depth {
             return Err(Error::at(
                 page.at,
