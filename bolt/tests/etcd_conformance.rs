@@ -327,6 +327,9 @@ fn lease_value(id: i64, ttl: i64) -> Vec<u8> {
     out
 }
 
+/// A bucket's key/value pairs.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Keys in the generated backend.
 const GENERATED_KEYS: u32 = 3000;
 /// Size of the big value (overflow pages), bytes.
@@ -337,7 +340,7 @@ const LEASE_ID: i64 = 0x0102_0304_0506_0708;
 /// The `key` bucket of the generated backend: keys k0000.. at revisions
 /// 2.., a 1 MiB value, a leased key, a key put then deleted. Returns the
 /// pairs and the last revision.
-fn generated_key_bucket() -> (Vec<(Vec<u8>, Vec<u8>)>, i64) {
+fn generated_key_bucket() -> (Pairs, i64) {
     let mut pairs = Vec::new();
     let mut rev = 1;
     let mut put = |pairs: &mut Vec<_>, key: &[u8], value: &[u8], lease: i64| {
