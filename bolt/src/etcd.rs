@@ -74,7 +74,11 @@ pub const BUCKET_CLUSTER: &[u8] = b"cluster";
 /// Value: JSON of `membership.Member` (server/etcdserver/api/membership/member.go):
 /// `{"id":<decimal u64>,"peerURLs":[...],"isLearner":true?,"name":"...","clientURLs":[...]}`
 /// where `isLearner`, `name` and `clientURLs` are omitted when empty/false, e.g.
-/// `{"id":17655344527955096411,"peerURLs":["http://127.0.66.2:2380"],"name":"probe"}`.
+/// `{"id":17655344527955096411,"peerURLs":["http://127.0.66.2:2380"],"name":"probe"}`
+/// (from a 3.5.1 snapshot). In 3.5.1 the entry keeps the member as it was
+/// added: `UpdateAttributes` (membership/cluster.go) calls
+/// `unsafeSaveMemberToBackend`, which refuses to overwrite an existing key,
+/// so published `clientURLs` reach only the v2 store.
 /// `etcdutl snapshot restore` deletes all entries of `members` and
 /// `members_removed` and writes the new cluster's members.
 pub const BUCKET_MEMBERS: &[u8] = b"members";

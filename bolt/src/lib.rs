@@ -66,7 +66,7 @@
 //! page 1  meta   same with txid 1 (the one readers pick)
 //! page 2  free   header {id 2, flags 0x10, count 0}
 //! page 3  leaf   header {id 3, flags 0x02, count 1}
-//!                element {flags 1, pos 16, ksize 4, vsize 44}   (bytes 16..32)
+//!                element {flags 1, pos 16, ksize 4, vsize 60}   (bytes 16..32)
 //!                "meta" (bytes 32..36)
 //!                value: bucket header {root 0, seq 0}            (inline bucket)
 //!                       + page {id 0, flags 0x02, count 1, overflow 0}
@@ -80,7 +80,14 @@
 //! w.write_sorted(b"meta", [(b"term".as_slice(), 2u64.to_be_bytes().as_slice())])?;
 //! let (file, summary) = w.finish()?;
 //! let file = file.into_inner();
-//! assert_eq!((summary.pages, summary.root_page), (4, 3));
+//! assert_eq!((summary.pages, summary.root_page, file.len()), (4, 3, 4 * 4096));
+//! // Page 3 as drawn above: header, one element, the key, the 60-byte value.
+//! let p3 = &file[3 * 4096..];
+//! assert_eq!(&p3[..16], &[3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0]);
+//! assert_eq!(&p3[16..32], &[1, 0, 0, 0, 16, 0, 0, 0, 4, 0, 0, 0, 60, 0, 0, 0]);
+//! assert_eq!(&p3[32..36], b"meta");
+//! assert_eq!(&p3[36 + 16..36 + 32], &[0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0]);
+//! assert_eq!(&p3[36 + 48..36 + 60], b"term\0\0\0\0\0\0\0\x02");
 //! let db = Db::open(&file)?;
 //! let meta = db.bucket(b"meta")?.expect("bucket");
 //! assert!(meta.is_inline());
