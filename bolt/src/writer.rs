@@ -15,6 +15,18 @@
 //! `NoFreelistSync` or not), small buckets (at most a quarter page) are
 //! stored inline as bbolt does, values larger than a page get overflow pages.
 //!
+//! Why an empty on-disk freelist rather than bbolt's "no freelist"
+//! marker ([`crate::layout::PGID_NO_FREELIST`]): bbolt 1.3.6 (etcd 3.5.1)
+//! opens a file whose meta names a freelist page by reading that page,
+//! whatever its `NoFreelistSync` option; with the marker it rebuilds the
+//! list by walking every bucket instead. etcd opens its backend with
+//! `NoFreelistSync: true` on Linux (server/mvcc/backend/config_linux.go),
+//! so its first commit writes the marker and frees page 2; read-only
+//! openers (`etcdutl snapshot status`) load the freelist only for
+//! `Tx.Check`, which requires every page below the high-water mark to be
+//! reachable or free, true here with no free page at all. The empty list is
+//! also what older bolt/bbolt versions without the marker can read.
+//!
 //! # Memory bounds
 //!
 //! While a bucket is written the writer holds one pending page per tree

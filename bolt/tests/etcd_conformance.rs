@@ -11,8 +11,8 @@
 //!     status`, and written back through [`bolt::Writer`] gives the same
 //!     status hash.
 //!
-//! Without the binaries the tests print why and return (they are not
-//! silently green: the reason is on stdout with `--nocapture`).
+//! Without the binaries the tests print why to stderr (not captured by the
+//! harness) and return.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,7 +36,10 @@ fn bin_dir() -> Option<PathBuf> {
     if missing.is_empty() {
         Some(dir)
     } else {
-        println!(
+        // Straight to stderr, past the test harness's capture: a skip is never silent.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIPPED: {missing:?} not found in {} (set ETCD_BIN_DIR)",
             dir.display()
         );
