@@ -24,6 +24,7 @@ use crate::limits::{
     DEFAULT_MAX_TXN_OPS, DEFAULT_QUOTA_BACKEND_BYTES, DEFAULT_SNAPSHOT_COUNT,
 };
 use crate::raft::types::{MemberInfo, NodeId};
+use crate::server::auto_compaction::AutoCompaction;
 
 /// A member's configuration (etcd's flags).
 #[derive(Debug, Clone, Parser)]
@@ -187,6 +188,12 @@ pub struct Config {
         default_value = "1m"
     )]
     pub experimental_compact_hash_check_time: String,
+    /// Interpret 'auto-compaction-retention' one of: periodic|revision. 'periodic' for duration based retention, defaulting to hours if no time unit is provided (e.g. '5m'). 'revision' for revision number based retention.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
+    pub auto_compaction_mode: String,
+    /// Auto compaction retention for mvcc key value store. 0 means disable auto compaction.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    pub auto_compaction_retention: String,
     /// Force to create a new one-member cluster.
     #[arg(long, env = "ETCD_FORCE_NEW_CLUSTER", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub force_new_cluster: bool,
@@ -204,8 +211,6 @@ pub struct Config {
 /// etcd 3.5 flags that tune etcd internals: accepted, ignored, warned about.
 /// Each may be given as `--flag value` or `--flag=value` (booleans alone).
 pub const IGNORED_ETCD_FLAGS: &[&str] = &[
-    "auto-compaction-mode",
-    "auto-compaction-retention",
     "backend-batch-interval",
     "backend-batch-limit",
     "backend-bbolt-freelist-type",
@@ -419,6 +424,39 @@ impl Config {
             ));
         }
         Ok(d)
+    }
+
+    /// `--auto-compaction-mode` and `--auto-compaction-retention`, parsed
+    /// as etcd parses them: a bare integer is hours (periodic) or
+    /// revisions (revision), anything else a Go duration (in revision mode
+    /// its nanoseconds count as revisions, as in etcd). None: disabled.
+    pub fn auto_compaction(&self) -> Result<Option<AutoCompaction>, ConfigError> {
+        let retention = self.auto_compaction_retention.trim();
+        let periodic = match self.auto_compaction_mode.as_str() {
+            "periodic" => true,
+            "revision" => false,
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "unsupported compaction mode {other}"
+                )))
+            }
+        };
+        let amount = match retention.parse::<u64>() {
+            Ok(n) if periodic => Duration::from_secs(n.saturating_mul(3600)),
+            Ok(n) => Duration::from_nanos(n),
+            Err(_) => parse_go_duration(retention).map_err(|e| {
+                ConfigError::Invalid(format!("error parsing CompactionRetention: {e}"))
+            })?,
+        };
+        if amount.is_zero() {
+            return Ok(None);
+        }
+        Ok(Some(if periodic {
+            AutoCompaction::Periodic(amount)
+        } else {
+            let revisions = i64::try_from(amount.as_nanos()).unwrap_or(i64::MAX);
+            AutoCompaction::Revision(revisions)
+        }))
     }
 
     /// Periods of the leader's corruption checks

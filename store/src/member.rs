@@ -61,7 +61,6 @@ use crate::server::auth::AuthService;
 use crate::server::cluster::ClusterService;
 use crate::server::conn;
 use crate::server::core::{Core, CoreConfig};
-use crate::server::corruption;
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
 use crate::server::grpc_metrics::GrpcMetricsLayer;
 use crate::server::http;
@@ -70,6 +69,7 @@ use crate::server::lease::{spawn_lease_tasks, LeaseService};
 use crate::server::maintenance::MaintenanceService;
 use crate::server::peer::PeerService;
 use crate::server::watch::WatchService;
+use crate::server::{auto_compaction, corruption};
 use crate::tls::{TlsFiles, TlsListener};
 use crate::watch::WatchHub;
 
@@ -272,6 +272,12 @@ impl Member {
     /// Starts a member as `config` says; returns once it is serving.
     pub async fn start(config: Config) -> anyhow::Result<Member> {
         let data_dir = config.data_dir();
+        // Flags whose values only tasks started later read, checked before
+        // anything is bound or written.
+        let auto_compaction = config.auto_compaction()?;
+        let corrupt_check_periods = config.corrupt_check_periods()?;
+        let keepalive = config.grpc_keepalive()?;
+        let progress_interval = config.progress_notify_interval()?;
         crate::data_dir::prepare(&data_dir)?;
         // Listeners first, as etcd: a port in use or a bad certificate fails
         // the start before Raft runs or anything is written.
@@ -404,7 +410,10 @@ impl Member {
                 return Err(e.into());
             }
         }
-        for every in config.corrupt_check_periods()? {
+        if let Some(policy) = auto_compaction {
+            auto_compaction::spawn(core.clone(), policy, member.shutdown.subscribe());
+        }
+        for every in corrupt_check_periods {
             corruption::spawn_periodic_check(core.clone(), every, member.shutdown.subscribe());
         }
         for l in client_listeners {
@@ -413,9 +422,9 @@ impl Member {
                 core: core.clone(),
                 hub: hub.clone(),
                 max_request_bytes: config.max_request_bytes,
-                progress_interval: config.progress_notify_interval()?,
+                progress_interval,
                 election_timeout,
-                keepalive: config.grpc_keepalive()?,
+                keepalive,
                 http: http_state.clone(),
                 grpc_health: grpc_health.clone(),
             };

@@ -76,6 +76,8 @@ pub struct ClusterConfig {
     /// `--listen-metrics-urls=http://<member's address>:2381` on every
     /// member ([`Cluster::metrics_url`]).
     pub metrics: bool,
+    /// More flags, given to every member after the ones above.
+    pub extra_args: Vec<String>,
 }
 
 impl ClusterConfig {
@@ -90,6 +92,7 @@ impl ClusterConfig {
             max_request_bytes: None,
             log_level: "info".to_string(),
             metrics: false,
+            extra_args: Vec::new(),
         }
     }
 
@@ -580,6 +583,7 @@ impl MemberFlags {
         if let Some(bytes) = config.max_request_bytes {
             args.push(format!("--max-request-bytes={bytes}"));
         }
+        args.extend(config.extra_args.iter().cloned());
         args
     }
 }

@@ -21,6 +21,7 @@
 //! - [`status`]: the one conversion of internal errors to gRPC statuses.
 
 pub mod auth;
+pub mod auto_compaction;
 pub mod caller;
 pub mod cluster;
 pub mod conn;

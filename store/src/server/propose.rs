@@ -46,6 +46,11 @@ impl Core {
         self.propose_as(by, Command::Compact(r)).await
     }
 
+    /// A compaction this member decided on (auto-compaction).
+    pub async fn compact_own(&self, r: CompactionRequest) -> Result<CompactionResponse, EtcdError> {
+        self.propose_own(Command::Compact(r)).await
+    }
+
     /// Lease.LeaseGrant (id and TTL already chosen) on behalf of `by`.
     pub async fn lease_grant(
         &self,
