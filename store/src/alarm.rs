@@ -4,7 +4,10 @@
 //!
 //! NOSPACE is raised when a write would pass `--quota-backend-bytes`; while
 //! it is raised, writes that grow the database are refused (before
-//! proposing, and again when applied).
+//! proposing, and again when applied). CORRUPT is raised by the leader's
+//! corruption check; while it is raised, every write, compaction and lease
+//! grant or revoke is refused when applied, as etcd's corrupt applier does
+//! (reads still answer, so operators can inspect the data).
 
 use std::ops::ControlFlow;
 
@@ -22,9 +25,26 @@ const ALARM_KEY_SUFFIX_BYTES: usize = 12;
 
 /// True if any member has raised the NOSPACE alarm.
 pub fn nospace_raised(engine: &dyn EngineRead) -> Result<bool, EngineError> {
-    Ok(alarms(engine)?
-        .iter()
-        .any(|a| a.alarm == AlarmType::Nospace as i32))
+    Ok(raised(engine)?.nospace)
+}
+
+/// Which alarm types are raised, by any member.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Raised {
+    /// NOSPACE: writes that grow the database are refused.
+    pub nospace: bool,
+    /// CORRUPT: every write is refused (`etcdserver: corrupt cluster`).
+    pub corrupt: bool,
+}
+
+/// The alarm types raised now.
+pub fn raised(engine: &dyn EngineRead) -> Result<Raised, EngineError> {
+    let mut out = Raised::default();
+    for a in alarms(engine)? {
+        out.nospace |= a.alarm == AlarmType::Nospace as i32;
+        out.corrupt |= a.alarm == AlarmType::Corrupt as i32;
+    }
+    Ok(out)
 }
 
 /// Meta key of one raised alarm: prefix, member id, alarm type.

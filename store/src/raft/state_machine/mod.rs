@@ -40,7 +40,7 @@ use self::members::member_attributes_key;
 use self::snapshot_file::{decode_records, save_snapshot, snapshot_paths, SnapshotBuilder};
 use super::durable::DurableLog;
 use super::types::{Batch, Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
-use crate::alarm::{apply_alarm, nospace_raised};
+use crate::alarm::{self, apply_alarm};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
 use crate::codec;
 use crate::engine::{Engine, EngineRead, Table, WriteBatch};
@@ -284,16 +284,32 @@ impl StateMachine {
         }
     }
 
+    /// The alarm that refuses `cmd`, if one is raised: CORRUPT refuses
+    /// every data change (etcd's corrupt applier), NOSPACE the ones that
+    /// grow the database (its capped applier; deletes and compactions still
+    /// apply).
+    fn alarm_refusal(&self, cmd: &Command) -> Result<Option<EtcdError>, StorageError<NodeId>> {
+        if !refused_when_corrupt(cmd) {
+            return Ok(None);
+        }
+        let raised = alarm::raised(self.engine().as_ref()).map_err(sm_read_err)?;
+        Ok(if raised.corrupt {
+            Some(EtcdError::Corrupt)
+        } else if raised.nospace && consumes_space(cmd) {
+            Some(EtcdError::NoSpace)
+        } else {
+            None
+        })
+    }
+
     fn apply_command(
         &self,
         at: &At,
         cmd: &Command,
     ) -> Result<CommandResponse, StorageError<NodeId>> {
         let log_id = &at.log_id;
-        if consumes_space(cmd) && nospace_raised(self.engine().as_ref()).map_err(sm_read_err)? {
-            // etcd's capped applier: with NOSPACE raised, nothing that grows
-            // the database is applied (deletes and compactions still are).
-            return self.refuse(at, EtcdError::NoSpace);
+        if let Some(refusal) = self.alarm_refusal(cmd)? {
+            return self.refuse(at, refusal);
         }
         let mut txn = self.mvcc.write();
         let mut compaction = None;
@@ -464,6 +480,19 @@ fn consumes_space(cmd: &Command) -> bool {
     matches!(
         cmd,
         Command::Put(_) | Command::Txn(_) | Command::LeaseGrant(_)
+    )
+}
+
+/// Commands etcd's corrupt applier refuses while CORRUPT is raised.
+fn refused_when_corrupt(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Put(_)
+            | Command::DeleteRange(_)
+            | Command::Txn(_)
+            | Command::Compact(_)
+            | Command::LeaseGrant(_)
+            | Command::LeaseRevoke(_)
     )
 }
 
