@@ -42,6 +42,7 @@ struct Pki {
     server: CertFiles,
     peer: CertFiles,
     apiserver_client: CertFiles,
+    healthcheck_client: CertFiles,
 }
 
 fn kubeadm_pki(dir: &std::path::Path, local: Ipv4Addr, node: Ipv4Addr) -> Result<Pki> {
@@ -57,7 +58,7 @@ fn kubeadm_pki(dir: &std::path::Path, local: Ipv4Addr, node: Ipv4Addr) -> Result
     ];
     let server = ca.write(&etcd_dir, "server", NODE, &sans, PEER)?;
     let peer = ca.write(&etcd_dir, "peer", NODE, &sans, PEER)?;
-    ca.write(
+    let healthcheck_client = ca.write(
         &etcd_dir,
         "healthcheck-client",
         "kube-etcd-healthcheck-client",
@@ -76,6 +77,7 @@ fn kubeadm_pki(dir: &std::path::Path, local: Ipv4Addr, node: Ipv4Addr) -> Result
         server,
         peer,
         apiserver_client,
+        healthcheck_client,
     })
 }
 
@@ -176,4 +178,92 @@ async fn member_started_from_kubeadms_manifest_passes_kubelets_probes_and_serves
         metrics.body
     );
     process.kill().expect("stop");
+}
+
+/// `curl` of `url` trusting the etcd CA, with `identity`'s certificate if
+/// given: (HTTP status, body), or curl's exit code when it fails.
+fn curl(pki: &Pki, url: &str, identity: Option<&CertFiles>) -> Result<(u16, String), i32> {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "-w",
+        "\n%{http_code}",
+        "--cacert",
+    ])
+    .arg(&pki.ca);
+    if let Some(id) = identity {
+        cmd.arg("--cert").arg(&id.cert).arg("--key").arg(&id.key);
+    }
+    let out = cmd
+        .arg(url)
+        .output()
+        .expect("curl runs (setup.sh installs it)");
+    if !out.status.success() {
+        return Err(out.status.code().unwrap_or(-1));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("status line");
+    Ok((code.parse().expect("status code"), body.to_string()))
+}
+
+/// `--listen-metrics-urls` with an https URL serves the probes and
+/// `/metrics` over TLS with the client port's certificate and, with
+/// `--client-cert-auth`, only to clients with a certificate of the CA
+/// (kubeadm's `healthcheck-client`); compared with etcd 3.5.
+#[tokio::test]
+async fn https_metrics_url_serves_with_client_certificates_as_etcd() {
+    for binary in [
+        Binary::etcd35().expect("etcd"),
+        Binary::candidate().expect("candidate"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (local, node) = (allocate_ip().expect("ip"), allocate_ip().expect("ip"));
+        let pki = kubeadm_pki(dir.path(), local, node).expect("pki");
+        let mut args = manifest_args(&pki, &dir.path().join("etcd"), local, node);
+        for a in args
+            .iter_mut()
+            .filter(|a| a.starts_with("--listen-metrics-urls="))
+        {
+            *a = format!("--listen-metrics-urls=http://{local}:2381,https://{node}:2381");
+        }
+        let process =
+            Process::start(&binary, "etcd", &dir.path().join("etcd.log"), &args).expect("start");
+        let url = |path: &str| format!("https://{node}:2381{path}");
+        let hc = Some(&pki.healthcheck_client);
+        let health = retry_until("/health over https", STARTUP, || async {
+            process.ensure_running()?;
+            match curl(&pki, &url("/health"), hc) {
+                Ok((200, body)) => Ok(body),
+                other => anyhow::bail!("{other:?}"),
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e:#}\n{}", binary.role, process.log_tail()));
+        assert_eq!(
+            health, r#"{"health":"true","reason":""}"#,
+            "{}",
+            binary.role
+        );
+        let (status, metrics) = curl(&pki, &url("/metrics"), hc).expect("metrics");
+        assert_eq!(status, 200, "{}", binary.role);
+        assert!(
+            metrics.contains("etcd_server_has_leader 1\n"),
+            "{}",
+            binary.role
+        );
+        assert!(
+            curl(&pki, &url("/health"), None).is_err(),
+            "{}: served a client without a certificate",
+            binary.role
+        );
+        if binary == Binary::candidate().expect("candidate") {
+            assert_eq!(
+                curl(&pki, &url("/readyz"), hc),
+                Ok((200, "ok\n".to_string()))
+            );
+        }
+        process.kill().expect("stop");
+    }
 }
