@@ -263,9 +263,18 @@ fn text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn stack_script_serves_through_the_gateway_and_stops_its_processes() -> Result<()> {
-    let stack = Stack::new()?;
+/// `stack.sh up`, use, `status`, `down`; with `apiservers`, through
+/// KUBE_APISERVER (the stand-in, `tests/fixtures/stand-in-kube-apiserver`)
+/// as well.
+async fn stack_round_trip(apiservers: bool) -> Result<()> {
+    let mut stack = Stack::new()?;
+    if apiservers {
+        let stand_in =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/stand-in-kube-apiserver");
+        stack
+            .env
+            .push(("KUBE_APISERVER", stand_in.display().to_string()));
+    }
     let up = stack.run("up")?;
     ensure!(up.status.success(), "stack.sh up:\n{}", text(&up));
     let gateway = format!("http://{}:2379", stack.env[1].1);
@@ -281,15 +290,46 @@ async fn stack_script_serves_through_the_gateway_and_stops_its_processes() -> Re
         got.trim() == "stack-value",
         "get through the gateway: {got:?}"
     );
+    let processes = if apiservers { 8 } else { 4 };
+    if apiservers {
+        let endpoint = format!("https://{}:6443", stack.env[1].1);
+        ensure!(
+            text(&up).contains(&endpoint),
+            "control-plane endpoint not printed:\n{}",
+            text(&up)
+        );
+        let ready = Command::new("curl")
+            .args(["-sk", "--max-time", "5"])
+            .arg(format!("{endpoint}/readyz"))
+            .output()?;
+        ensure!(
+            text(&ready) == "ok",
+            "/readyz through the gateway: {ready:?}"
+        );
+        let stored = ok(
+            &through,
+            &[
+                "get",
+                "/registry/stand-in-apiserver/",
+                "--prefix",
+                "--keys-only",
+            ],
+        )
+        .await?;
+        ensure!(
+            stored.lines().filter(|l| !l.is_empty()).count() == 3,
+            "each apiserver wrote through its member:\n{stored}"
+        );
+    }
 
     let pids: Vec<u32> = std::fs::read_to_string(stack.state().join("pids"))?
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
         .collect();
-    ensure!(pids.len() == 4, "recorded pids: {pids:?}");
+    ensure!(pids.len() == processes, "recorded pids: {pids:?}");
     let status = text(&stack.run("status")?);
     ensure!(
-        status.matches(" running ").count() == 4,
+        status.matches(" running ").count() == processes,
         "status:\n{status}"
     );
 
@@ -303,6 +343,18 @@ async fn stack_script_serves_through_the_gateway_and_stops_its_processes() -> Re
     }
     ensure!(!stack.state().exists(), "state directory left behind");
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stack_script_serves_through_the_gateway_and_stops_its_processes() -> Result<()> {
+    stack_round_trip(false).await
+}
+
+/// The stacked topology with apiservers: one per member, and the gateway in
+/// apiserver mode as the control-plane endpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn stack_script_runs_apiservers_behind_a_gateway_in_apiserver_mode() -> Result<()> {
+    stack_round_trip(true).await
 }
 
 /// Length of a revision key in the `kv` table: 8-byte main revision, `_`,
@@ -415,5 +467,123 @@ async fn corrupted_member_is_refused_at_start_and_alarmed_by_the_leader() -> Res
         Ok(())
     })
     .await?;
+    Ok(())
+}
+
+/// Retention of the auto-compaction test (etcd's periodic mode samples the
+/// revision every tenth of it and compacts to the sample one retention old).
+const AUTO_COMPACTION_RETENTION: Duration = Duration::from_secs(2);
+/// How long a member may take to compact for the first and second time.
+const AUTO_COMPACTION_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Writes to `cluster` until it has compacted twice; returns each
+/// compaction seen as (compact revision, revision we had observed one
+/// retention before we saw it).
+async fn watch_auto_compaction(cluster: &Cluster) -> Result<Vec<(i64, i64)>> {
+    let mut client = cluster.client(0).await?;
+    let started = std::time::Instant::now();
+    // (when, revision) of every write, oldest first.
+    let mut seen: Vec<(std::time::Instant, i64)> = Vec::new();
+    let mut compactions = Vec::new();
+    // etcd answers -1 before its first compaction, the store 0.
+    let mut last = client.hash_kv(0).await?.compact_version();
+    while compactions.len() < 2 {
+        ensure!(
+            started.elapsed() < AUTO_COMPACTION_DEADLINE,
+            "{} compacted {} times in {AUTO_COMPACTION_DEADLINE:?}; writes {:?}",
+            cluster.binary().role,
+            compactions.len(),
+            seen.last()
+        );
+        let put = client.put("auto", "v", None).await?;
+        seen.push((
+            std::time::Instant::now(),
+            put.header().context("header")?.revision(),
+        ));
+        let compacted = client.hash_kv(0).await?.compact_version();
+        if compacted != last {
+            // The compactor sampled this revision at least one retention
+            // before now, so it cannot exceed the first revision we saw
+            // at or after that moment.
+            let bound_time = std::time::Instant::now() - AUTO_COMPACTION_RETENTION;
+            let bound = seen
+                .iter()
+                .find(|(t, _)| *t >= bound_time)
+                .map_or(i64::MAX, |(_, r)| *r);
+            compactions.push((compacted, bound));
+            last = compacted;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(compactions)
+}
+
+/// `--auto-compaction-mode=periodic --auto-compaction-retention=2s`: etcd
+/// and the store both compact on their own, repeatedly, never into the
+/// last retention's history.
+#[tokio::test(flavor = "multi_thread")]
+async fn periodic_auto_compaction_keeps_the_retention_as_etcd() -> Result<()> {
+    let mut config = ClusterConfig::new(1);
+    config.extra_args = vec![
+        "--auto-compaction-mode=periodic".into(),
+        format!(
+            "--auto-compaction-retention={}s",
+            AUTO_COMPACTION_RETENTION.as_secs()
+        ),
+    ];
+    for binary in [Binary::etcd35()?, Binary::candidate()?] {
+        let cluster = Cluster::start(binary, config.clone()).await?;
+        let compactions = watch_auto_compaction(&cluster).await?;
+        for (compacted, bound) in &compactions {
+            ensure!(
+                0 < *compacted && compacted <= bound,
+                "{}: compacted {compacted}, newer than one retention ago ({bound}): {compactions:?}",
+                cluster.binary().role
+            );
+        }
+        ensure!(compactions[0].0 < compactions[1].0, "{compactions:?}");
+    }
+    Ok(())
+}
+
+/// An unknown mode or a malformed retention stops the member at start, as
+/// in etcd, naming the problem.
+#[test]
+fn bad_auto_compaction_flags_are_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    for (flags, want) in [
+        (
+            [
+                "--auto-compaction-mode=hourly",
+                "--auto-compaction-retention=1",
+            ],
+            "unsupported compaction mode hourly",
+        ),
+        (
+            [
+                "--auto-compaction-mode=periodic",
+                "--auto-compaction-retention=soon",
+            ],
+            "error parsing CompactionRetention",
+        ),
+    ] {
+        let out = Command::new(Binary::candidate()?.path)
+            .args(flags)
+            .arg(format!(
+                "--data-dir={}",
+                dir.path().join("m.etcd").display()
+            ))
+            .arg("--listen-client-urls=http://127.0.0.1:0")
+            .arg("--advertise-client-urls=http://127.0.0.1:2379")
+            .arg("--listen-peer-urls=http://127.0.0.1:0")
+            .output()?;
+        let text = text(&out);
+        ensure!(!out.status.success(), "{flags:?} accepted:\n{text}");
+        ensure!(text.contains(want), "{flags:?}: no {want:?} in\n{text}");
+        ensure!(
+            !dir.path().join("m.etcd").exists(),
+            "{flags:?} wrote a data dir"
+        );
+    }
     Ok(())
 }
