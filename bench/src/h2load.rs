@@ -427,9 +427,11 @@ struct RunOne<'a> {
 impl RunOne<'_> {
     async fn exec(&self, cluster: &Cluster) -> Result<H2Run> {
         let endpoint = self.target(cluster).await?;
-        let before = revision(&endpoint).await?;
+        // Settled on both sides: requests h2load abandoned when its run
+        // ended may still apply, and belong to that run.
+        let before = settled_revision(&endpoint).await?;
         let output = self.h2load(&endpoint).await?;
-        let after = revision(&endpoint).await?;
+        let after = settled_revision(&endpoint).await?;
         let mut run = parse_output(&output)
             .with_context(|| format!("{} on {}", self.spec.text, cluster.label))?;
         run.revisions = after.saturating_sub(before);
@@ -495,6 +497,30 @@ impl RunOne<'_> {
             String::from_utf8_lossy(&output.stderr)
         );
         Ok(text)
+    }
+}
+
+/// Pause between two revision reads while waiting for writes to settle.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
+/// Longest wait for the revision to stop moving.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The revision `endpoint` reports once two reads [`SETTLE_POLL`] apart
+/// agree (writes of a finished run still being applied have landed).
+async fn settled_revision(endpoint: &str) -> Result<u64> {
+    let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+    let mut last = revision(endpoint).await?;
+    loop {
+        tokio::time::sleep(SETTLE_POLL).await;
+        let now = revision(endpoint).await?;
+        if now == last {
+            return Ok(now);
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the revision of {endpoint} still moves after {SETTLE_TIMEOUT:?} ({last} -> {now})"
+        );
+        last = now;
     }
 }
 
