@@ -134,3 +134,156 @@ async fn an_interrupted_batch_resumes_after_the_applied_proposals() {
         "the progress marker is gone once the entry is applied"
     );
 }
+
+fn cmd(cmd: Command) -> Proposal {
+    Proposal { by: None, cmd }
+}
+
+/// The key-value proposals of one entry share one MVCC transaction: each
+/// sees what the earlier ones wrote (a put under a lease granted just
+/// before, a txn comparing that put's version, a revoke deleting the
+/// key), each gets its own revision, and the watch hub gets one event
+/// batch per revision.
+#[tokio::test]
+async fn proposals_of_one_entry_see_each_other_and_keep_their_revisions() {
+    use etcd_proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+    use etcd_proto::etcdserverpb::request_op::Request;
+    use etcd_proto::etcdserverpb::{
+        Compare, LeaseGrantRequest, LeaseRevokeRequest, RequestOp, TxnRequest,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let mvcc = Arc::new(MvccStore::open(engine).expect("open mvcc"));
+    let lessor = Arc::new(store::lease::Lessor::new(std::time::Duration::from_secs(1)));
+    let hub = store::watch::WatchHub::new();
+    let mut events = hub.subscribe();
+    let auth = Arc::new(store::auth::AuthStore::new(
+        store::auth::TokenProvider::Simple(store::auth::token::SimpleTokens::new(
+            store::auth::token::DEFAULT_SIMPLE_TOKEN_TTL,
+        )),
+        store::auth::DEFAULT_BCRYPT_COST,
+    ));
+    let mut sm = StateMachine::new(
+        mvcc.clone(),
+        dir.path().join("snap"),
+        spawn_compactor(mvcc.clone(), None),
+        hub.clone(),
+        lessor,
+        auth,
+    );
+    sm.applied_state().await.expect("applied state");
+    let put_k = Command::Put(PutRequest {
+        key: b"k".to_vec(),
+        value: b"v".to_vec(),
+        lease: 5,
+        ..Default::default()
+    });
+    let txn = Command::Txn(TxnRequest {
+        compare: vec![Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Version as i32,
+            key: b"k".to_vec(),
+            target_union: Some(TargetUnion::Version(1)),
+            ..Default::default()
+        }],
+        success: vec![RequestOp {
+            request: Some(Request::RequestPut(PutRequest {
+                key: b"k2".to_vec(),
+                value: b"seen".to_vec(),
+                ..Default::default()
+            })),
+        }],
+        failure: vec![],
+    });
+    let answers = sm
+        .apply([entry(
+            1,
+            vec![
+                cmd(Command::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 5 })),
+                cmd(put_k),
+                cmd(txn),
+                cmd(Command::LeaseRevoke(LeaseRevokeRequest { id: 5 })),
+            ],
+        )])
+        .await
+        .expect("apply");
+    let answers = &answers[0];
+    assert!(
+        matches!(&answers[0], CommandResponse::LeaseGrant(_)),
+        "{answers:?}"
+    );
+    assert_eq!(revisions(answers)[1], Some(2), "{answers:?}");
+    match &answers[2] {
+        CommandResponse::Txn(r) => {
+            assert!(r.succeeded, "the txn saw the put before it: {r:?}");
+            assert_eq!(r.header.as_ref().map(|h| h.revision), Some(3));
+        }
+        other => panic!("txn answered {other:?}"),
+    }
+    match &answers[3] {
+        CommandResponse::LeaseRevoke(r) => {
+            assert_eq!(
+                r.header.as_ref().map(|h| h.revision),
+                Some(4),
+                "the revoke deleted k"
+            )
+        }
+        other => panic!("revoke answered {other:?}"),
+    }
+    assert_eq!(mvcc.current_revision(), 4);
+    let live: Vec<Vec<u8>> = mvcc
+        .range(&store::mvcc::KeyRange::From(Vec::new()), Default::default())
+        .expect("range")
+        .kvs
+        .into_iter()
+        .map(|kv| kv.key)
+        .collect();
+    assert_eq!(live, vec![b"k2".to_vec()]);
+    let published: Vec<i64> = (0..3)
+        .map(|_| {
+            events
+                .try_recv()
+                .expect("one event batch per revision")
+                .revision
+        })
+        .collect();
+    assert_eq!(published, vec![2, 3, 4]);
+}
+
+/// An alarm proposal is applied alone and splits the entry: the put
+/// after a NOSPACE alarm raised in the same entry is refused, the one
+/// before it applied.
+#[tokio::test]
+async fn an_alarm_in_the_middle_of_an_entry_takes_effect_in_order() {
+    use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
+    use etcd_proto::etcdserverpb::{AlarmRequest, AlarmType};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let (mvcc, mut sm) = state_machine(engine.clone(), dir.path());
+    sm.applied_state().await.expect("applied state");
+    let raise = Command::Alarm(AlarmRequest {
+        action: AlarmAction::Activate as i32,
+        member_id: 1,
+        alarm: AlarmType::Nospace as i32,
+    });
+    let answers = sm
+        .apply([entry(1, vec![put("a"), cmd(raise), put("b")])])
+        .await
+        .expect("apply");
+    assert_eq!(revisions(&answers[0])[0], Some(2));
+    assert!(
+        matches!(
+            &answers[0][2],
+            CommandResponse::Error(store::errors::EtcdError::NoSpace)
+        ),
+        "{:?}",
+        answers[0]
+    );
+    assert_eq!(mvcc.current_revision(), 2);
+    let (applied, _) = sm.applied_state().await.expect("applied state");
+    assert_eq!(applied, Some(log_id(1)));
+    assert_eq!(
+        engine.get(Table::Meta, KEY_APPLIED_PART).expect("read"),
+        None
+    );
+}

@@ -520,7 +520,14 @@ fn range_in(
     })
 }
 
-/// One write transaction: at most one new main revision.
+/// One write transaction: one new main revision, or several when the
+/// caller [seals](WriteTxn::seal) each before starting the next (one engine
+/// batch for many revisions, as etcd's batch transaction).
+///
+/// Worked example, store at revision 7: `put(a)` writes `8_0`; `seal()`
+/// answers `(8, [PUT a])`; `put(b)` then writes `9_0` and reads inside the
+/// transaction see both; `commit` writes `8_0`, `9_0` and the current
+/// revision 9 in one engine batch and answers `(9, [])`.
 pub struct WriteTxn<'a> {
     store: &'a MvccStore,
     state: RwLockWriteGuard<'a, State>,
@@ -664,13 +671,24 @@ impl WriteTxn<'_> {
         })
     }
 
+    /// Ends the current revision: later writes of this transaction make
+    /// the next one. Returns the revision now current inside the
+    /// transaction and the events of the revision just ended (none if it
+    /// changed nothing, and then no revision is used up).
+    pub fn seal(&mut self) -> (i64, Vec<Event>) {
+        if self.has_changes() {
+            self.begin_rev += 1;
+        }
+        (self.begin_rev, std::mem::take(&mut self.events))
+    }
+
     /// Writes the transaction's changes plus `extra` in one engine batch
     /// (not synced: the Raft log is the durable record) and publishes the
     /// new revision. Returns the store revision after the transaction and
-    /// its events.
+    /// the events of its last (unsealed) revision.
     pub fn commit(mut self, extra: WriteBatch) -> Result<(i64, Vec<Event>), MvccError> {
-        if self.has_changes() {
-            let rev = self.write_rev();
+        let (rev, events) = self.seal();
+        if rev > self.state.current_rev {
             self.batch.put(
                 Table::Meta,
                 META_CURRENT_REV.to_vec(),
@@ -685,10 +703,8 @@ impl WriteTxn<'_> {
             .disk
             .backend_commit
             .observe(started.elapsed().as_secs_f64());
-        if self.has_changes() {
-            self.state.current_rev = self.write_rev();
-        }
-        Ok((self.state.current_rev, std::mem::take(&mut self.events)))
+        self.state.current_rev = rev;
+        Ok((rev, events))
     }
 }
 
@@ -698,7 +714,7 @@ impl Drop for WriteTxn<'_> {
         // the index ahead of the engine: that is a bug, not a condition.
         if !std::thread::panicking() {
             assert!(
-                self.events.is_empty(),
+                self.events.is_empty() && self.begin_rev == self.state.current_rev,
                 "write transaction dropped without commit"
             );
         }

@@ -1,12 +1,19 @@
 //! The replicated state machine: committed commands applied to MVCC.
 //!
-//! Apply: each entry is applied in its own MVCC write transaction whose
-//! engine batch also records the entry's log id as `applied` (and, for
-//! membership entries, the membership). Data and applied id therefore
-//! change atomically: after a crash the member resumes exactly after the
-//! last entry whose effects are on disk, and Raft replays the rest from the
-//! log. These batches are not synced; the log entry itself was synced
-//! before it was committed, and the shared WAL keeps their order.
+//! Apply: an entry carries a batch of proposals. Consecutive key-value
+//! proposals (put, delete, txn, lease grant/revoke, compaction) are applied
+//! in one MVCC write transaction, each sealed as its own revision with its
+//! own answer, and written in one engine batch that also records the
+//! entry's progress (`applied`, or `applied_part` when an auth, alarm or
+//! member proposal splits the entry; see [`At`]). With N concurrent
+//! writers batched into one entry this is one engine write instead of N, as
+//! etcd's backend commits many revisions in one batch transaction. Data
+//! and progress therefore change atomically: after a crash the member
+//! resumes exactly after the last proposals whose effects are on disk, and
+//! Raft replays the rest from the log. These batches are not synced; the
+//! log entry itself was synced before it was committed, and the shared WAL
+//! keeps their order. Watch events are published after the write, one
+//! revision at a time.
 //!
 //! Snapshots ([`snapshot_file`]): every key of the state machine tables,
 //! read from one engine snapshot. The latest one is kept in
@@ -59,10 +66,11 @@ pub const KEY_MEMBERSHIP: &[u8] = b"sm/membership";
 pub const KEY_APPLIED_PART: &[u8] = b"sm/applied_part";
 
 /// Where a proposal sits in the log. An entry carries a [`Batch`] of
-/// proposals, each applied in its own engine batch; each batch records the
-/// entry's progress with it, atomically: the last proposal's batch records
-/// the entry as applied (`sm/applied`), every earlier one records
-/// `sm/applied_part` (this entry, proposals applied so far). After a crash
+/// proposals, applied in groups (module docs), each group in one engine
+/// batch that records the entry's progress with it, atomically: the last
+/// group's batch records the entry as applied (`sm/applied`), every
+/// earlier one records `sm/applied_part` (this entry, proposals applied so
+/// far). After a crash
 /// in the middle of an entry, Raft replays the entry and the state machine
 /// skips the proposals already applied, so each is applied exactly once.
 #[derive(Debug, Clone, Copy)]
@@ -201,10 +209,12 @@ impl StateMachine {
         Ok(CommandResponse::Error(err))
     }
 
-    /// Applies the proposals of one entry in order, each in its own MVCC
-    /// transaction (its own revision) and engine batch, and answers each.
-    /// Proposals that a crash interrupted the entry after are skipped (their
-    /// answers went to clients of a leader that is gone).
+    /// Applies the proposals of one entry in order, each with its own
+    /// revision and answer. Consecutive key-value proposals form a group
+    /// applied in one MVCC transaction and one engine batch (see
+    /// [`groups_with_kv`]); auth, alarm and member proposals are applied
+    /// alone. Proposals that a crash interrupted the entry after are
+    /// skipped (their answers went to clients of a leader that is gone).
     fn apply_batch(
         &mut self,
         log_id: &LogId<NodeId>,
@@ -214,42 +224,76 @@ impl StateMachine {
             Some(p) if p.log_id == *log_id => p.applied,
             _ => 0,
         };
-        let of = batch.proposals.len();
+        let proposals = &batch.proposals;
+        let of = proposals.len();
         let mut answers = Vec::with_capacity(of);
-        for (position, proposal) in batch.proposals.iter().enumerate() {
-            if position < resume_at {
-                answers.push(CommandResponse::Empty);
-                continue;
-            }
-            let at = At {
+        answers.resize_with(resume_at.min(of), || CommandResponse::Empty);
+        let mut position = answers.len();
+        while position < of {
+            let end = if groups_with_kv(&proposals[position].cmd) {
+                (position..of)
+                    .find(|&i| !groups_with_kv(&proposals[i].cmd))
+                    .unwrap_or(of)
+            } else {
+                position + 1
+            };
+            let last = At {
                 log_id: *log_id,
-                position,
+                position: end - 1,
                 of,
             };
-            let started = std::time::Instant::now();
-            answers.push(self.apply_proposal(&at, proposal)?);
-            if started.elapsed().as_millis() > crate::metrics::SLOW_APPLY_MILLIS {
-                crate::metrics::global().server.slow_apply.inc();
+            if let Command::Auth(c) = &proposals[position].cmd {
+                answers.push(self.apply_auth(&last, c, proposals[position].by.as_ref())?);
+            } else {
+                self.apply_group(&last, &proposals[position..end], &mut answers)?;
             }
+            position = end;
         }
         Ok(answers)
     }
 
-    fn apply_proposal(
+    /// Applies `group` (ending at `last`) in one MVCC transaction, each
+    /// proposal sealed as its own revision, then writes it with the
+    /// entry's progress in one engine batch and publishes the events.
+    fn apply_group(
         &self,
-        at: &At,
-        proposal: &Proposal,
-    ) -> Result<CommandResponse, StorageError<NodeId>> {
-        let Proposal { by, cmd } = proposal;
-        if let Command::Auth(c) = cmd {
-            return self.apply_auth(at, c, by.as_ref());
-        }
-        if let Some(info) = by {
-            if let Err(e) = self.check_sender(info, cmd) {
-                return self.refuse(at, e);
+        last: &At,
+        group: &[Proposal],
+        answers: &mut Vec<CommandResponse>,
+    ) -> Result<(), StorageError<NodeId>> {
+        // Alarms change only by Alarm proposals, which are applied alone.
+        let raised = alarm::raised(self.engine().as_ref()).map_err(sm_read_err)?;
+        let mut txn = self.mvcc.write();
+        let mut extra = Self::progress_batch(last);
+        let mut published = Vec::new();
+        let mut compactions = Vec::new();
+        for proposal in group {
+            let started = std::time::Instant::now();
+            let answer = self
+                .apply_grouped(&mut txn, &mut extra, raised, proposal, &mut compactions)
+                .map_err(|e| StorageIOError::apply(last.log_id, &e))?;
+            answers.push(answer);
+            let (revision, events) = txn.seal();
+            if !events.is_empty() {
+                // Later proposals of the group see the leases' new keys.
+                self.lessor.apply_events(&events);
+                published.push((revision, events));
+            }
+            if started.elapsed().as_millis() > crate::metrics::SLOW_APPLY_MILLIS {
+                crate::metrics::global().server.slow_apply.inc();
             }
         }
-        self.apply_command(at, cmd)
+        txn.commit(extra)
+            .map_err(|e| StorageIOError::apply(last.log_id, &e))?;
+        for (revision, events) in published {
+            self.hub.publish(revision, events);
+        }
+        for job in compactions {
+            // The job is also recorded on disk; if the channel is gone the
+            // member is shutting down and the restart finishes the job.
+            let _ = self.compactor.try_send(job);
+        }
+        Ok(())
     }
 
     /// The sender's permission for a write, against the auth state at this
@@ -284,46 +328,36 @@ impl StateMachine {
         }
     }
 
-    /// The alarm that refuses `cmd`, if one is raised: CORRUPT refuses
-    /// every data change (etcd's corrupt applier), NOSPACE the ones that
-    /// grow the database (its capped applier; deletes and compactions still
-    /// apply).
-    fn alarm_refusal(&self, cmd: &Command) -> Result<Option<EtcdError>, StorageError<NodeId>> {
-        if !refused_when_corrupt(cmd) {
-            return Ok(None);
-        }
-        let raised = alarm::raised(self.engine().as_ref()).map_err(sm_read_err)?;
-        Ok(if raised.corrupt {
-            Some(EtcdError::Corrupt)
-        } else if raised.nospace && consumes_space(cmd) {
-            Some(EtcdError::NoSpace)
-        } else {
-            None
-        })
-    }
-
-    fn apply_command(
+    /// Applies one proposal of a group into `txn` (the caller seals it):
+    /// its answer, an etcd error if it is refused, or the engine error
+    /// that stops applying.
+    fn apply_grouped<'t>(
         &self,
-        at: &At,
-        cmd: &Command,
-    ) -> Result<CommandResponse, StorageError<NodeId>> {
-        let log_id = &at.log_id;
-        if let Some(refusal) = self.alarm_refusal(cmd)? {
-            return self.refuse(at, refusal);
+        txn: &mut WriteTxn<'t>,
+        extra: &mut WriteBatch,
+        raised: alarm::Raised,
+        proposal: &Proposal,
+        compactions: &mut Vec<CompactionJob>,
+    ) -> Result<CommandResponse, crate::engine::EngineError> {
+        let Proposal { by, cmd } = proposal;
+        if let Some(info) = by {
+            if let Err(e) = self.check_sender(info, cmd) {
+                return Ok(CommandResponse::Error(e));
+            }
         }
-        let mut txn = self.mvcc.write();
-        let mut compaction = None;
-        let mut extra = Self::progress_batch(at);
+        if let Some(refusal) = alarm_refusal(raised, cmd) {
+            return Ok(CommandResponse::Error(refusal));
+        }
         let leases = self.lessor.as_ref();
         let outcome = match cmd {
-            Command::Put(r) => kv::txn::put(&mut txn, leases, r).map(CommandResponse::Put),
+            Command::Put(r) => kv::txn::put(txn, leases, r).map(CommandResponse::Put),
             Command::DeleteRange(r) => {
-                kv::txn::delete_range(&mut txn, r).map(CommandResponse::DeleteRange)
+                kv::txn::delete_range(txn, r).map(CommandResponse::DeleteRange)
             }
-            Command::Txn(r) => kv::txn::txn(&mut txn, leases, r).map(CommandResponse::Txn),
-            Command::LeaseGrant(r) => Ok(self.apply_lease_grant(&txn, r, &mut extra)),
-            Command::LeaseRevoke(r) => self.apply_lease_revoke(&mut txn, r, &mut extra),
-            Command::Alarm(r) => apply_alarm(self.engine().as_ref(), r, &mut extra)
+            Command::Txn(r) => kv::txn::txn(txn, leases, r).map(CommandResponse::Txn),
+            Command::LeaseGrant(r) => Ok(self.apply_lease_grant(txn, r, extra)),
+            Command::LeaseRevoke(r) => self.apply_lease_revoke(txn, r, extra),
+            Command::Alarm(r) => apply_alarm(self.engine().as_ref(), r, extra)
                 .map(CommandResponse::Alarm)
                 .map_err(KvError::Storage),
             Command::Auth(_) => unreachable!("auth commands are applied by apply_auth"),
@@ -335,34 +369,20 @@ impl StateMachine {
                 );
                 Ok(CommandResponse::Empty)
             }
-            Command::Compact(r) => match txn.compact(r.revision) {
-                Ok(job) => {
-                    compaction = Some(job);
-                    let header = Some(ResponseHeader {
-                        revision: txn.write_rev() - 1,
-                        ..Default::default()
-                    });
-                    Ok(CommandResponse::Compact(CompactionResponse { header }))
-                }
-                Err(e) => Err(KvError::from(e)),
-            },
+            Command::Compact(r) => txn.compact(r.revision).map_err(KvError::from).map(|job| {
+                compactions.push(job);
+                let header = Some(ResponseHeader {
+                    revision: txn.write_rev() - 1,
+                    ..Default::default()
+                });
+                CommandResponse::Compact(CompactionResponse { header })
+            }),
         };
-        let response = match outcome {
-            Ok(r) => r,
-            Err(KvError::Etcd(e)) => CommandResponse::Error(e),
-            Err(KvError::Storage(e)) => return Err(StorageIOError::apply(*log_id, &e).into()),
-        };
-        let (revision, events) = txn
-            .commit(extra)
-            .map_err(|e| StorageIOError::apply(*log_id, &e))?;
-        self.lessor.apply_events(&events);
-        self.hub.publish(revision, events);
-        if let Some(job) = compaction {
-            // The job is also recorded on disk; if the channel is gone the
-            // member is shutting down and the restart finishes the job.
-            let _ = self.compactor.try_send(job);
+        match outcome {
+            Ok(r) => Ok(r),
+            Err(KvError::Etcd(e)) => Ok(CommandResponse::Error(e)),
+            Err(KvError::Storage(e)) => Err(e),
         }
-        Ok(response)
     }
 
     fn apply_lease_grant(
@@ -481,6 +501,38 @@ fn consumes_space(cmd: &Command) -> bool {
         cmd,
         Command::Put(_) | Command::Txn(_) | Command::LeaseGrant(_)
     )
+}
+
+/// Commands applied together in one MVCC transaction when they follow
+/// each other in an entry: they read and write only the key space, leases
+/// and the compaction state, which the transaction sees as it changes.
+/// Alarm and member proposals read the engine directly and auth proposals
+/// have their own store, so each of those is applied alone.
+fn groups_with_kv(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Put(_)
+            | Command::DeleteRange(_)
+            | Command::Txn(_)
+            | Command::LeaseGrant(_)
+            | Command::LeaseRevoke(_)
+            | Command::Compact(_)
+    )
+}
+
+/// The alarm that refuses `cmd`, if one is raised: CORRUPT refuses every
+/// data change (etcd's corrupt applier), NOSPACE the ones that grow the
+/// database (its capped applier; deletes and compactions still apply).
+fn alarm_refusal(raised: alarm::Raised, cmd: &Command) -> Option<EtcdError> {
+    if !refused_when_corrupt(cmd) {
+        None
+    } else if raised.corrupt {
+        Some(EtcdError::Corrupt)
+    } else if raised.nospace && consumes_space(cmd) {
+        Some(EtcdError::NoSpace)
+    } else {
+        None
+    }
 }
 
 /// Commands etcd's corrupt applier refuses while CORRUPT is raised.
