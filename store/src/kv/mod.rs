@@ -6,6 +6,7 @@
 //! Reads run against any [`ReadView`]: the store itself (the read path) or
 //! an open write transaction (reads inside a Txn see its earlier writes).
 
+pub mod intervals;
 pub mod range;
 pub mod txn;
 pub mod validate;
