@@ -59,10 +59,37 @@ pub fn simple_token_index(token: &str) -> Option<u64> {
 }
 
 /// Registered simple tokens: token -> (user, expiry).
+///
+/// Expired tokens are dropped when used, and swept when the registry
+/// reaches a size: at least [`SIMPLE_TOKEN_SWEEP_AT`], and twice the live
+/// tokens left by the last sweep. With many live tokens (etcd sets no
+/// limit: they live `ttl` after their last use) a sweep therefore follows
+/// as many inserts as it visits, so an insert costs `O(1)` amortized, not a
+/// scan of every token.
 #[derive(Debug)]
 pub struct SimpleTokens {
     ttl: Duration,
-    tokens: Mutex<HashMap<String, (String, Instant)>>,
+    tokens: Mutex<Registry>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    map: HashMap<String, (String, Instant)>,
+    /// Size at which the next insert sweeps expired tokens.
+    sweep_at: usize,
+    /// Sweeps so far (for tests).
+    sweeps: u64,
+}
+
+impl Registry {
+    fn sweep_if_due(&mut self, now: Instant) {
+        if self.map.len() < self.sweep_at.max(SIMPLE_TOKEN_SWEEP_AT) {
+            return;
+        }
+        self.map.retain(|_, (_, expiry)| *expiry > now);
+        self.sweep_at = 2 * self.map.len();
+        self.sweeps += 1;
+    }
 }
 
 impl SimpleTokens {
@@ -70,7 +97,7 @@ impl SimpleTokens {
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
-            tokens: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(Registry::default()),
         }
     }
 
@@ -78,23 +105,21 @@ impl SimpleTokens {
     pub fn insert(&self, token: String, user: String) {
         let now = Instant::now();
         let mut tokens = self.tokens.lock().expect("token lock");
-        if tokens.len() >= SIMPLE_TOKEN_SWEEP_AT {
-            tokens.retain(|_, (_, expiry)| *expiry > now);
-        }
-        tokens.insert(token, (user, now + self.ttl));
+        tokens.sweep_if_due(now);
+        tokens.map.insert(token, (user, now + self.ttl));
     }
 
     /// The user of a live token, extending its life.
     pub fn user(&self, token: &str) -> Option<String> {
         let now = Instant::now();
         let mut tokens = self.tokens.lock().expect("token lock");
-        match tokens.get_mut(token) {
+        match tokens.map.get_mut(token) {
             Some((user, expiry)) if *expiry > now => {
                 *expiry = now + self.ttl;
                 Some(user.clone())
             }
             Some(_) => {
-                tokens.remove(token);
+                tokens.map.remove(token);
                 None
             }
             None => None,
@@ -106,12 +131,13 @@ impl SimpleTokens {
         self.tokens
             .lock()
             .expect("token lock")
+            .map
             .retain(|_, (u, _)| u != user);
     }
 
     /// Drops every token.
     pub fn clear(&self) {
-        self.tokens.lock().expect("token lock").clear();
+        self.tokens.lock().expect("token lock").map.clear();
     }
 }
 
@@ -342,6 +368,28 @@ mod tests {
         assert!(t.user("tok.1").is_some());
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(t.user("tok.1").is_none());
+    }
+
+    /// 100,000 live tokens: sweeps happen at doubling sizes (a handful),
+    /// not on every insert past the first threshold; expired ones go.
+    #[test]
+    fn many_live_tokens_are_swept_rarely() {
+        const LIVE: usize = 100_000;
+        let tokens = SimpleTokens::new(Duration::from_secs(3600));
+        for i in 0..LIVE {
+            tokens.insert(format!("{i}"), "u".into());
+        }
+        let registry = tokens.tokens.lock().expect("lock");
+        assert_eq!(registry.map.len(), LIVE);
+        // 4,096, 8,192, ... 65,536: five sweeps.
+        assert!(registry.sweeps <= 5, "{} sweeps", registry.sweeps);
+        drop(registry);
+        let short = SimpleTokens::new(Duration::ZERO);
+        for i in 0..2 * SIMPLE_TOKEN_SWEEP_AT {
+            short.insert(format!("{i}"), "u".into());
+        }
+        let registry = short.tokens.lock().expect("lock");
+        assert!(registry.map.len() <= SIMPLE_TOKEN_SWEEP_AT, "expired tokens swept");
     }
 
     #[test]
