@@ -37,9 +37,10 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 * 1024;
 /// request slightly over the limit gets etcd's own error instead of grpc's.
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
-/// Largest message our gRPC transport decodes. Above etcd's receive limit
-/// on purpose: the services check etcd's limit themselves and answer with
-/// grpc-go's exact error text, which clients may match on.
+/// Largest message tonic decodes: a backstop only. etcd's receive limit
+/// (`--max-request-bytes` + [`GRPC_OVERHEAD_BYTES`]) is enforced on each
+/// message's length prefix before it is buffered, with grpc-go's exact
+/// error text (`server::frame_limit`).
 pub const TRANSPORT_MAX_DECODE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Largest message we send to a client: grpc-go's default `math.MaxInt32`

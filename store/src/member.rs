@@ -644,7 +644,15 @@ async fn serve_client(
         .add_service(lease)
         .add_service(cluster)
         .add_service(grpc_health);
-    let grpc = grpc.into_axum_router().layer(GrpcMetricsLayer);
+    // grpc-go's receive limit as etcd sets it, checked on each message's
+    // header before the message is buffered (server::frame_limit).
+    let frame_limit = max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let grpc =
+        grpc.into_axum_router()
+            .layer(GrpcMetricsLayer)
+            .layer(tower::util::MapRequestLayer::new(move |r| {
+                crate::server::frame_limit::limit_grpc_request(r, frame_limit)
+            }));
     let app = http::client_routes(http_state)
         .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
         .merge(grpc)

@@ -1063,3 +1063,74 @@ async fn etcdctl34_subset() {
     );
     assert_ok(&d.ctl34(&["get", "--from-key", "", "-w", "json"]).await);
 }
+
+/// A value over etcd's gRPC receive limit (`--max-request-bytes` 1.5 MiB +
+/// 512 KiB): refused by the transport, as grpc-go refuses it.
+const OVER_TRANSPORT_LIMIT_BYTES: usize = 3 * 1024 * 1024;
+/// Messages far over the limit sent at once to the candidate.
+const HUGE_VALUE_BYTES: usize = 48 * 1024 * 1024;
+const HUGE_CONCURRENT_PUTS: usize = 16;
+/// How much the candidate's peak memory may grow while refusing them (they
+/// add up to 768 MiB; refused on their headers, none is buffered).
+const HUGE_PUTS_MAX_GROWTH_BYTES: u64 = 256 * 1024 * 1024;
+
+/// `VmHWM` (peak resident memory) of a process, in bytes.
+fn peak_rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib * 1024
+}
+
+/// Messages over the transport limit get grpc-go's `ResourceExhausted`
+/// text from both; the candidate refuses them on their length prefix, so
+/// many concurrent huge puts do not grow its memory by their size, and
+/// writes still flow afterwards.
+#[tokio::test]
+async fn transport_limit_refuses_before_buffering() {
+    let mut d = differential().await;
+    let over = vec![b'x'; OVER_TRANSPORT_LIMIT_BYTES];
+    let result = d
+        .rpc("put over the transport limit", |mut client| {
+            let value = over.clone();
+            async move { client.put("big/huge", value, None).await }
+        })
+        .await;
+    let err = result.expect_err("refused");
+    assert!(
+        integration_tests::client::describe_error(&err)
+            .contains("grpc: received message larger than max ("),
+        "{err}"
+    );
+    let pid = d.candidate.cluster.pid(0).expect("candidate pid");
+    let before = peak_rss_bytes(pid);
+    let huge = std::sync::Arc::new(vec![b'h'; HUGE_VALUE_BYTES]);
+    let mut puts = tokio::task::JoinSet::new();
+    for i in 0..HUGE_CONCURRENT_PUTS {
+        let mut client = d.candidate.client.clone();
+        let value = huge.clone();
+        puts.spawn(async move { client.put(format!("big/h{i}"), value.to_vec(), None).await });
+    }
+    for r in puts.join_all().await {
+        assert_eq!(
+            r.as_ref()
+                .err()
+                .and_then(integration_tests::client::grpc_code),
+            Some(tonic::Code::ResourceExhausted),
+            "{r:?}"
+        );
+    }
+    let grown = peak_rss_bytes(pid).saturating_sub(before);
+    assert!(
+        grown < HUGE_PUTS_MAX_GROWTH_BYTES,
+        "peak memory grew by {grown} bytes refusing {HUGE_CONCURRENT_PUTS} puts of {HUGE_VALUE_BYTES} bytes"
+    );
+    d.rpc("put after", |mut client| async move {
+        client.put("big/after", "v", None).await.map(|_| ())
+    })
+    .await
+    .expect("writes flow after the refusals");
+}

@@ -29,6 +29,7 @@ pub mod core;
 pub mod corruption;
 pub mod forward;
 pub mod forward_batch;
+pub mod frame_limit;
 pub mod grpc_metrics;
 pub mod http;
 pub mod json_gateway;
