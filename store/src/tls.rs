@@ -35,6 +35,13 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshaken connections waiting for the server to take them.
 const ACCEPT_QUEUE: usize = 128;
 
+/// TLS handshakes in progress at once, at most. Beyond it, new TCP
+/// connections wait in the kernel's accept queue until a handshake ends
+/// (at the latest after [`HANDSHAKE_TIMEOUT`]), so a flood of connections
+/// that never finish a handshake holds bounded memory; connections already
+/// established keep being served.
+pub const MAX_PENDING_HANDSHAKES: usize = 1_024;
+
 /// One side's certificate files, as etcd's flags name them.
 #[derive(Debug, Clone, Default)]
 pub struct TlsFiles {
@@ -234,7 +241,8 @@ impl TlsFiles {
 
 /// An axum listener that hands out TLS connections. A background task
 /// accepts TCP connections and runs each handshake in its own task (bounded
-/// by [`HANDSHAKE_TIMEOUT`]), so one slow client cannot delay others.
+/// by [`HANDSHAKE_TIMEOUT`], at most [`MAX_PENDING_HANDSHAKES`] at once), so
+/// one slow client cannot delay others.
 pub struct TlsListener {
     incoming: mpsc::Receiver<(TlsStream<TcpStream>, ClientPeer)>,
     local: SocketAddr,
@@ -246,8 +254,12 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let acceptor = TlsAcceptor::from(config);
         let (tx, incoming) = mpsc::channel(ACCEPT_QUEUE);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
         tokio::spawn(async move {
             loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let (tcp, addr) = match listener.accept().await {
                     Ok(c) => c,
                     Err(e) => {
@@ -262,7 +274,10 @@ impl TlsListener {
                 }
                 let (acceptor, conn_tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    let handshake =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                    drop(slot);
+                    match handshake {
                         Ok(Ok(tls)) => {
                             let peer = ClientPeer {
                                 addr,

@@ -723,7 +723,59 @@ async fn peer_tls_cluster_replicates_and_refuses_uncertified_peers(server: Serve
     run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
 }
 
+/// More connections that never start a TLS handshake than the candidate
+/// handshakes at once (`store::tls::MAX_PENDING_HANDSHAKES`, 1,024).
+const STALLED_CONNECTIONS: usize = 1_100;
+/// How long a new client may wait for its handshake meanwhile: the
+/// candidate's handshake deadline (10 s) frees the slots, plus margin.
+const NEW_CLIENT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A flood of TCP connections that never finish a TLS handshake: a client
+/// connected before it keeps writing, a new client is served (at the
+/// latest once the stalled handshakes time out), and the candidate closes
+/// the stalled connections after its handshake deadline.
+async fn stalled_handshakes_leave_writes_flowing(server: Server) {
+    let run = async {
+        let cluster = TlsCluster::start(&server.binary(), 1, Mode::ClientMtls)?;
+        cluster.wait_ready().await?;
+        let mut before = cluster.client(0).await?;
+        before.put("flood/before", "v", None).await?;
+        let addr = std::net::SocketAddr::from((cluster.ips[0], 2379));
+        let mut stalled = Vec::with_capacity(STALLED_CONNECTIONS);
+        for _ in 0..STALLED_CONNECTIONS {
+            stalled.push(tokio::net::TcpStream::connect(addr).await?);
+        }
+        for i in 0..10 {
+            before.put(format!("flood/during/{i}"), "v", None).await?;
+        }
+        let mut fresh = tokio::time::timeout(NEW_CLIENT_DEADLINE, cluster.client(0))
+            .await
+            .context("a new TLS client was not served during the flood")??;
+        fresh.put("flood/new-client", "v", None).await?;
+        if matches!(server, Server::Candidate) {
+            let mut buf = [0u8; 1];
+            let closed = tokio::time::timeout(
+                NEW_CLIENT_DEADLINE,
+                tokio::io::AsyncReadExt::read(&mut stalled[0], &mut buf),
+            )
+            .await
+            .context("a stalled connection was not closed")?;
+            ensure!(matches!(closed, Ok(0) | Err(_)), "read {closed:?}");
+        }
+        let all = fresh
+            .get(
+                "flood/",
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await?;
+        ensure!(all.count() == 12, "keys written: {}", all.count());
+        Ok::<_, anyhow::Error>(())
+    };
+    run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
+}
+
 against_both!(
+    stalled_handshakes_leave_writes_flowing,
     client_certificate_grants_access,
     clients_without_a_trusted_certificate_are_refused,
     trusted_ca_file_alone_requires_client_certificates,
