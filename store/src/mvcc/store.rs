@@ -26,7 +26,7 @@ use etcd_proto::mvccpb::{event::EventType, Event, KeyValue};
 use prost::Message;
 use tokio::sync::watch;
 
-use super::index::{KeyRange, TreeIndex};
+use super::index::{KeyRange, TreeIndex, VisibleKey};
 use super::revision::Revision;
 use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
@@ -227,18 +227,31 @@ impl MvccStore {
     }
 
     /// Reads `range` as of `opts.rev`.
+    ///
+    /// The index is read under the state lock; a range that sees more than
+    /// [`RANGE_VALUES_UNDER_LOCK`] keys takes an engine snapshot under the
+    /// lock and loads the values after releasing it, so a large read does
+    /// not hold up apply (writers wait for the lock) while it loads. The
+    /// snapshot keeps every revision the index named readable, even if a
+    /// compaction removes it meanwhile.
     pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
         let state = self.read_state();
         let current = state.current_rev;
-        range_in(
-            &state,
-            self.engine.as_ref(),
-            &HashMap::new(),
-            range,
-            opts,
-            current,
-            current,
-        )
+        let (visible, count) = plan_range(&state, range, &opts, current)?;
+        let kvs = if visible.len() <= RANGE_VALUES_UNDER_LOCK {
+            let kvs = load_values(self.engine.as_ref(), &HashMap::new(), visible)?;
+            drop(state);
+            kvs
+        } else {
+            let view = self.engine.snapshot();
+            drop(state);
+            load_values(view.as_ref(), &HashMap::new(), visible)?
+        };
+        Ok(RangeResult {
+            kvs,
+            count,
+            rev: current,
+        })
     }
 
     /// Starts a write transaction (blocks other writers and readers until
@@ -466,15 +479,14 @@ fn restore_one(index: &mut TreeIndex, key: &[u8], value: &[u8]) -> Result<i64, M
     Ok(rev.main)
 }
 
-fn range_in(
+/// The index half of a read: which revisions a range sees (none for a
+/// count) and how many keys match. Needs the state lock.
+fn plan_range(
     state: &State,
-    engine: &dyn EngineRead,
-    pending: &HashMap<Revision, KeyValue>,
     range: &KeyRange,
-    opts: RangeOptions,
+    opts: &RangeOptions,
     read_rev_default: i64,
-    current_rev: i64,
-) -> Result<RangeResult, MvccError> {
+) -> Result<(Vec<VisibleKey>, usize), MvccError> {
     let rev = if opts.rev <= 0 {
         read_rev_default
     } else {
@@ -489,12 +501,18 @@ fn range_in(
     let limit = if opts.count_only { 1 } else { opts.limit };
     let (visible, count) = state.index.range(range, rev, limit);
     if opts.count_only {
-        return Ok(RangeResult {
-            kvs: Vec::new(),
-            count,
-            rev: current_rev,
-        });
+        return Ok((Vec::new(), count));
     }
+    Ok((visible, count))
+}
+
+/// The engine half of a read: the values of `visible` (from `pending`
+/// first: a transaction's own writes).
+fn load_values(
+    engine: &dyn EngineRead,
+    pending: &HashMap<Revision, KeyValue>,
+    visible: Vec<VisibleKey>,
+) -> Result<Vec<KeyValue>, MvccError> {
     let mut kvs = Vec::with_capacity(visible.len());
     for v in visible {
         let kv = match pending.get(&v.at.modified) {
@@ -513,12 +531,30 @@ fn range_in(
         };
         kvs.push(kv);
     }
+    Ok(kvs)
+}
+
+fn range_in(
+    state: &State,
+    engine: &dyn EngineRead,
+    pending: &HashMap<Revision, KeyValue>,
+    range: &KeyRange,
+    opts: RangeOptions,
+    read_rev_default: i64,
+    current_rev: i64,
+) -> Result<RangeResult, MvccError> {
+    let (visible, count) = plan_range(state, range, &opts, read_rev_default)?;
     Ok(RangeResult {
-        kvs,
+        kvs: load_values(engine, pending, visible)?,
         count,
         rev: current_rev,
     })
 }
+
+/// Ranges that see at most this many keys load their values under the
+/// state lock (cheaper than an engine snapshot); larger ones load from a
+/// snapshot after releasing it ([`MvccStore::range`]).
+pub const RANGE_VALUES_UNDER_LOCK: usize = 256;
 
 /// One write transaction: one new main revision, or several when the
 /// caller [seals](WriteTxn::seal) each before starting the next (one engine
