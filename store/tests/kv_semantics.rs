@@ -226,6 +226,28 @@ fn txn_compares_and_revision_bumps(s: &MvccStore) {
     let resp = kv::txn::txn(&mut txn, &NoLeases, &read_only).unwrap();
     txn.commit(WriteBatch::new()).unwrap();
     assert!(resp.succeeded);
+    // Served without the write lock, as the server serves read-only txns:
+    // the same answer.
+    let view = kv::txn::AtRevision::now(s);
+    assert_eq!(kv::txn::read_only(&view, &read_only).unwrap(), resp);
+    let mut future = read_only.clone();
+    future.success = vec![op(Request::RequestRange(RangeRequest {
+        key: "x".into(),
+        revision: before + 1,
+        ..Default::default()
+    }))];
+    put(s, "x", "2");
+    assert!(
+        matches!(
+            kv::txn::read_only(&view, &future),
+            Err(KvError::Etcd(store::errors::EtcdError::FutureRev))
+        ),
+        "the view stays at the revision it started at"
+    );
+    let view = kv::txn::AtRevision::now(s);
+    let later = kv::txn::read_only(&view, &future).unwrap();
+    assert!(!later.succeeded, "x is 2 now");
+    let before = s.current_revision();
     assert_eq!(
         s.current_revision(),
         before,

@@ -22,9 +22,9 @@ use etcd_proto::etcdserverpb::{
 };
 use etcd_proto::mvccpb::KeyValue;
 
-use super::{range::range, KvError, LeaseLookup};
+use super::{range::range, KvError, LeaseLookup, ReadView};
 use crate::errors::EtcdError;
-use crate::mvcc::{KeyRange, RangeOptions, WriteTxn};
+use crate::mvcc::{KeyRange, MvccError, MvccStore, RangeOptions, RangeResult, WriteTxn};
 
 fn header(revision: i64) -> Option<ResponseHeader> {
     Some(ResponseHeader {
@@ -68,6 +68,102 @@ pub fn txn(
     Ok(resp)
 }
 
+/// The store as of one revision: a read-only Txn's view. Reads take the
+/// state lock one at a time (never the write lock, so apply goes on), and
+/// all see the revision the Txn started at.
+pub struct AtRevision<'a> {
+    mvcc: &'a MvccStore,
+    rev: i64,
+}
+
+impl<'a> AtRevision<'a> {
+    /// `mvcc` as of its current revision.
+    pub fn now(mvcc: &'a MvccStore) -> Self {
+        Self {
+            rev: mvcc.current_revision(),
+            mvcc,
+        }
+    }
+}
+
+impl ReadView for AtRevision<'_> {
+    fn range(&self, range: &KeyRange, mut opts: RangeOptions) -> Result<RangeResult, MvccError> {
+        if opts.rev > self.rev {
+            return Err(MvccError::FutureRev);
+        }
+        if opts.rev <= 0 {
+            opts.rev = self.rev;
+        }
+        let mut result = self.mvcc.range(range, opts)?;
+        result.rev = self.rev;
+        Ok(result)
+    }
+}
+
+/// Serves a Txn none of whose paths writes (the caller checked) from
+/// `view`, as etcd serves read-only txns without Raft.
+pub fn read_only(view: &AtRevision<'_>, req: &TxnRequest) -> Result<TxnResponse, KvError> {
+    let path = choose_path(view, req)?;
+    let mut cursor = path.iter();
+    check_read_path(view, req, &mut cursor)?;
+    let mut cursor = path.iter();
+    let mut resp = exec_read_only(view, req, &mut cursor)?;
+    resp.header = header(view.rev);
+    if operations(&resp) > 1 {
+        crate::metrics::global().mvcc.txn.inc();
+    }
+    Ok(resp)
+}
+
+fn check_read_path(
+    view: &dyn ReadView,
+    req: &TxnRequest,
+    cursor: &mut std::slice::Iter<'_, bool>,
+) -> Result<(), KvError> {
+    let succeeded = *cursor.next().expect("path has an entry per txn");
+    for op in branch(req, succeeded) {
+        match &op.request {
+            Some(Request::RequestRange(r)) => check_range_revision(view, r)?,
+            Some(Request::RequestTxn(t)) => check_read_path(view, t, cursor)?,
+            Some(Request::RequestPut(_)) | Some(Request::RequestDeleteRange(_)) => {
+                unreachable!("a read-only txn has no writes")
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+fn exec_read_only(
+    view: &dyn ReadView,
+    req: &TxnRequest,
+    cursor: &mut std::slice::Iter<'_, bool>,
+) -> Result<TxnResponse, KvError> {
+    let succeeded = *cursor.next().expect("path has an entry per txn");
+    let ops = branch(req, succeeded);
+    let mut responses = Vec::with_capacity(ops.len());
+    for op in ops {
+        let response = match &op.request {
+            Some(Request::RequestRange(r)) => Some(Response::ResponseRange(range(view, r)?)),
+            Some(Request::RequestTxn(t)) => {
+                let mut nested = exec_read_only(view, t, cursor)?;
+                nested.header = Some(ResponseHeader::default());
+                Some(Response::ResponseTxn(nested))
+            }
+            Some(Request::RequestPut(_)) | Some(Request::RequestDeleteRange(_)) => {
+                unreachable!("a read-only txn has no writes")
+            }
+            None => None,
+        };
+        responses.push(ResponseOp { response });
+    }
+    Ok(TxnResponse {
+        header: None,
+        succeeded,
+        responses,
+    })
+}
+
 /// Operations a Txn executed (those of nested Txns included): etcd counts
 /// a Txn in `etcd_mvcc_txn_total` only when it ran more than one.
 fn operations(resp: &TxnResponse) -> usize {
@@ -91,13 +187,13 @@ fn current_rev(txn: &WriteTxn<'_>) -> i64 {
 
 /// The branch taken by the outer txn and by each nested txn on the path,
 /// in execution (pre-order) order.
-fn choose_path(txn: &WriteTxn<'_>, req: &TxnRequest) -> Result<Vec<bool>, KvError> {
+fn choose_path(txn: &dyn ReadView, req: &TxnRequest) -> Result<Vec<bool>, KvError> {
     let mut path = Vec::new();
     push_path(txn, req, &mut path)?;
     Ok(path)
 }
 
-fn push_path(txn: &WriteTxn<'_>, req: &TxnRequest, path: &mut Vec<bool>) -> Result<(), KvError> {
+fn push_path(txn: &dyn ReadView, req: &TxnRequest, path: &mut Vec<bool>) -> Result<(), KvError> {
     let mut succeeded = true;
     for c in &req.compare {
         if !compare(txn, c)? {
@@ -165,7 +261,7 @@ fn check_put(
     Ok(())
 }
 
-fn check_range_revision(txn: &WriteTxn<'_>, req: &RangeRequest) -> Result<(), KvError> {
+fn check_range_revision(txn: &dyn ReadView, req: &RangeRequest) -> Result<(), KvError> {
     let opts = RangeOptions {
         rev: req.revision,
         count_only: true,
@@ -240,7 +336,7 @@ fn exec_delete(
 }
 
 /// etcd's `applyCompare`: true if every key in the compare's range passes.
-fn compare(txn: &WriteTxn<'_>, c: &Compare) -> Result<bool, KvError> {
+fn compare(txn: &dyn ReadView, c: &Compare) -> Result<bool, KvError> {
     let result = txn.range(
         &KeyRange::new(&c.key, &c.range_end),
         RangeOptions::default(),

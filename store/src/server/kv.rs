@@ -12,11 +12,10 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::core::Core;
-use crate::engine::WriteBatch;
 use crate::errors::{grpc_message_too_large, EtcdError};
 
 use crate::auth::{self, Access, AuthInfo};
-use crate::kv::{self, validate, NoLeases};
+use crate::kv::{self, validate};
 use crate::limits::GRPC_OVERHEAD_BYTES;
 
 /// Serves the KV API of one member.
@@ -44,11 +43,8 @@ impl KvService {
             self.core.read_barrier().await?;
         }
         auth::check_txn(&self.core.auth.state(), by, req)?;
-        let mut txn = self.core.mvcc.write();
-        let result = kv::txn::txn(&mut txn, &NoLeases, req);
-        assert!(!txn.has_changes(), "a read-only txn changed the store");
-        txn.commit(WriteBatch::new())?;
-        Ok(result?)
+        let view = kv::txn::AtRevision::now(&self.core.mvcc);
+        Ok(kv::txn::read_only(&view, req)?)
     }
 }
 
