@@ -125,10 +125,10 @@ struct ConfStateJson {
     auto_leave: bool,
 }
 
-fn engine_pairs(
-    view: &dyn EngineRead,
-    table: Table,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EngineError> {
+/// Key-value pairs of a table or bucket.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn engine_pairs(view: &dyn EngineRead, table: Table) -> Result<Pairs, EngineError> {
     crate::engine::scan_collect(view, table, &[], None, 0)
 }
 
@@ -229,7 +229,7 @@ pub fn write_db<W: Write + Seek>(
     let mut w = bolt::Writer::new(out, bolt::WriterOptions::default())?;
 
     // alarm
-    let mut alarm_pairs: Vec<(Vec<u8>, Vec<u8>)> = alarms(view)?
+    let mut alarm_pairs: Pairs = alarms(view)?
         .into_iter()
         .map(|a| (a.encode_to_vec(), Vec::new()))
         .collect();
@@ -328,7 +328,7 @@ pub fn write_db<W: Write + Seek>(
     w.write_unsorted(schema::BUCKET_MEMBERS, members)?;
     w.write_sorted(
         schema::BUCKET_MEMBERS_REMOVED,
-        Vec::<(Vec<u8>, Vec<u8>)>::new(),
+        Pairs::new(),
     )?;
 
     let applied: Option<LogId<NodeId>> = match view.get(Table::Meta, KEY_APPLIED)? {
