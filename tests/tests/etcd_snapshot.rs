@@ -17,6 +17,10 @@
 //! - `damaged_snapshots_are_refused`: a corrupted and a truncated etcd
 //!   snapshot are refused by `store-util snapshot restore`, with an error
 //!   naming the problem and no data dir created.
+//! - `auth_enabled_snapshots_restore_both_ways`: the workload plus root and
+//!   `auth enable`; store -> etcdutl -> etcd, then that etcd's snapshot ->
+//!   store-util -> store, compared as root at each step (snapshot without
+//!   credentials refused; the restored store refuses unauthenticated writes).
 //! - `client_snapshot_stream_is_etcds`: python-etcd3's `test_snapshot`
 //!   (a raw `Maintenance.Snapshot` stream written to a file, then `etcdutl
 //!   snapshot status`), done with etcd-client since python-etcd3 is not
@@ -136,19 +140,35 @@ struct Dump {
 
 /// The dump of the member(s) `c` talks to (`serializable`: what that member stores).
 async fn dump(c: &Etcdctl, serializable: bool) -> Result<Dump> {
+    dump_as(c, None, serializable).await
+}
+
+/// etcdctl `args` with `--user=creds` if given.
+async fn run_as(c: &Etcdctl, creds: Option<&str>, args: &[&str]) -> Result<CtlOutput> {
+    let user = creds.map(|u| format!("--user={u}"));
+    let mut all: Vec<&str> = user.iter().map(String::as_str).collect();
+    all.extend_from_slice(args);
+    c.run(&all).await
+}
+
+/// [`dump`] as user `creds` (`name:password`) when auth is enabled.
+async fn dump_as(c: &Etcdctl, creds: Option<&str>, serializable: bool) -> Result<Dump> {
     let consistency = if serializable {
         "--consistency=s"
     } else {
         "--consistency=l"
     };
-    let get = c
-        .run(&["get", "", "--prefix", "-w", "json", consistency])
-        .await?;
+    let get = run_as(
+        c,
+        creds,
+        &["get", "", "--prefix", "-w", "json", consistency],
+    )
+    .await?;
     ensure!(get.success(), "get: {get}");
     let json = get.json()?;
     let revision = json["header"]["revision"].as_i64().context("revision")?;
     let kvs = json["kvs"].as_array().cloned().unwrap_or_default();
-    let list = c.run(&["lease", "list", "-w", "json"]).await?;
+    let list = run_as(c, creds, &["lease", "list", "-w", "json"]).await?;
     ensure!(list.success(), "lease list: {list}");
     let mut leases = BTreeMap::new();
     for l in list.json()?["leases"]
@@ -157,16 +177,19 @@ async fn dump(c: &Etcdctl, serializable: bool) -> Result<Dump> {
         .unwrap_or_default()
     {
         let id = l["id"].as_i64().context("lease id")?;
-        let ttl = c
-            .run(&[
+        let ttl = run_as(
+            c,
+            creds,
+            &[
                 "lease",
                 "timetolive",
                 &format!("{id:x}"),
                 "--keys",
                 "-w",
                 "json",
-            ])
-            .await?;
+            ],
+        )
+        .await?;
         ensure!(ttl.success(), "timetolive: {ttl}");
         let t = ttl.json()?;
         let mut keys: Vec<String> = t["keys"]
@@ -189,7 +212,7 @@ async fn dump(c: &Etcdctl, serializable: bool) -> Result<Dump> {
         vec!["role", "get", "writer"],
         vec!["auth", "status"],
     ] {
-        let out = c.run(&args).await?;
+        let out = run_as(c, creds, &args).await?;
         ensure!(out.success(), "{args:?}: {out}");
         auth.push(out.stdout);
     }
@@ -554,4 +577,121 @@ async fn client_snapshot_stream_is_etcds() {
     .expect("write");
     let st = status_json(&etcdutl(), &file).await;
     assert_eq!(st["revision"], 18, "{st}");
+}
+
+/// Root credentials of the auth-enabled scenario.
+const ROOT: &str = "root:root-pw";
+
+/// The workload, then root and `auth enable`.
+async fn workload_with_auth(c: &Etcdctl) {
+    workload(c).await;
+    ok(c, &["role", "add", "root"]).await;
+    ok(c, &["user", "add", ROOT]).await;
+    ok(c, &["user", "grant-role", "root", "root"]).await;
+    ok(c, &["auth", "enable"]).await;
+}
+
+/// Waits until `c` serves the dump as root (a restored server just started;
+/// the harness' health check reads without credentials).
+async fn dump_when_up(c: &Etcdctl) -> Dump {
+    integration_tests::wait::retry_until(
+        "the restored server to serve root",
+        Duration::from_secs(60),
+        || dump_as(c, Some(ROOT), false),
+    )
+    .await
+    .expect("dump as root")
+}
+
+/// Stops `cluster`, restores every member from `file`, starts it again
+/// (auth is on: readiness is checked by [`dump_when_up`]).
+async fn restore_cluster_no_wait(tool_path: &Path, file: &Path, cluster: &Cluster) {
+    cluster.kill_all().expect("stopping the cluster");
+    for i in 0..cluster.size() {
+        let out = restore_member(tool_path, file, cluster, i).await;
+        assert!(
+            out.success(),
+            "{} snapshot restore failed:\n{out}",
+            tool_path.display()
+        );
+    }
+    for i in 0..cluster.size() {
+        cluster.restart(i).expect("starting a restored member");
+    }
+}
+
+/// With auth enabled (root credentials throughout): store -> etcd and
+/// etcd -> store keep the enabled flag, users, roles and auth revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_enabled_snapshots_restore_both_ways() {
+    let candidate = Binary::candidate().expect("candidate");
+    let dir = backup_dir();
+
+    // store -> etcd
+    let store = Cluster::start(candidate.clone(), ClusterConfig::new(1))
+        .await
+        .expect("store");
+    let c = ctl(&store.endpoints());
+    workload_with_auth(&c).await;
+    let before = dump_as(&c, Some(ROOT), false).await.expect("store dump");
+    assert!(
+        before.auth[6].contains("Authentication Status: true"),
+        "{before:?}"
+    );
+    let denied = c
+        .run(&["snapshot", "save", "/dev/null"])
+        .await
+        .expect("etcdctl");
+    assert!(
+        !denied.success(),
+        "snapshot without credentials once auth is on"
+    );
+    let file = dir.path().join("store-auth.db");
+    let saved = run_as(
+        &c,
+        Some(ROOT),
+        &["snapshot", "save", &file.display().to_string()],
+    )
+    .await
+    .expect("snapshot save");
+    assert!(saved.success(), "{saved}");
+    drop(store);
+    let etcd = Cluster::start(Binary::etcd35().expect("etcd"), ClusterConfig::new(1))
+        .await
+        .expect("etcd");
+    restore_cluster_no_wait(&etcdutl(), &file, &etcd).await;
+    let in_etcd = dump_when_up(&ctl(&etcd.endpoints())).await;
+    assert_eq!(
+        in_etcd, before,
+        "etcd restored from the auth-enabled store snapshot"
+    );
+
+    // etcd -> store
+    let file = dir.path().join("etcd-auth.db");
+    let saved = run_as(
+        &ctl(&etcd.endpoints()),
+        Some(ROOT),
+        &["snapshot", "save", &file.display().to_string()],
+    )
+    .await
+    .expect("snapshot save");
+    assert!(saved.success(), "{saved}");
+    drop(etcd);
+    let store = Cluster::start(candidate.clone(), ClusterConfig::new(1))
+        .await
+        .expect("store");
+    restore_cluster_no_wait(&store_util(&candidate), &file, &store).await;
+    let in_store = dump_when_up(&ctl(&store.endpoints())).await;
+    assert_eq!(
+        in_store, before,
+        "store restored from the auth-enabled etcd snapshot"
+    );
+    let denied = ctl(&store.endpoints())
+        .run(&["put", "x", "y"])
+        .await
+        .expect("etcdctl");
+    assert!(
+        !denied.success(),
+        "auth is enabled on the restored store:\n{denied}"
+    );
 }

@@ -326,10 +326,7 @@ pub fn write_db<W: Write + Seek>(
         })
         .collect();
     w.write_unsorted(schema::BUCKET_MEMBERS, members)?;
-    w.write_sorted(
-        schema::BUCKET_MEMBERS_REMOVED,
-        Pairs::new(),
-    )?;
+    w.write_sorted(schema::BUCKET_MEMBERS_REMOVED, Pairs::new())?;
 
     let applied: Option<LogId<NodeId>> = match view.get(Table::Meta, KEY_APPLIED)? {
         Some(b) => codec::decode(&b).map_err(|e| EngineError::corrupt(format!("applied: {e}")))?,
