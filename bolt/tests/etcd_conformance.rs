@@ -162,7 +162,18 @@ impl Etcd {
         assert!(child.wait().unwrap().success(), "put {key} from stdin");
     }
 
+    /// Stops etcd with SIGTERM, so it commits its pending backend batch
+    /// (a write it acknowledged may sit in the batch for up to 100 ms;
+    /// SIGKILL would leave it only in the WAL); SIGKILL if that fails.
     fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let termed = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        if termed {
+            let _ = self.child.wait();
+        }
         self.kill();
     }
 

@@ -358,6 +358,7 @@ impl Member {
                 max_request_bytes: config.max_request_bytes,
                 max_txn_ops: config.max_txn_ops,
                 quota_bytes: config.quota_bytes(),
+                snapshot_dir: Some(data_dir.join(crate::data_dir::SNAPSHOT_DIR)),
             },
             raft,
             mvcc,

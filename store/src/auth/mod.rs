@@ -44,7 +44,7 @@ pub use state::{AuthCommand, AuthInfo, AuthState};
 pub use token::TokenProvider;
 
 /// Meta key of the auth state record.
-const AUTH_STATE_KEY: &[u8] = b"auth/state";
+pub const AUTH_STATE_KEY: &[u8] = b"auth/state";
 
 /// etcd's default `--bcrypt-cost` (Go's `bcrypt.DefaultCost`).
 pub const DEFAULT_BCRYPT_COST: u32 = 10;

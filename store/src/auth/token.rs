@@ -389,7 +389,10 @@ mod tests {
             short.insert(format!("{i}"), "u".into());
         }
         let registry = short.tokens.lock().expect("lock");
-        assert!(registry.map.len() <= SIMPLE_TOKEN_SWEEP_AT, "expired tokens swept");
+        assert!(
+            registry.map.len() <= SIMPLE_TOKEN_SWEEP_AT,
+            "expired tokens swept"
+        );
     }
 
     #[test]

@@ -33,11 +33,11 @@ use crate::errors::EtcdError;
 use crate::limits::{COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS};
 
 /// Meta key: the last revision any committed transaction created.
-const META_CURRENT_REV: &[u8] = b"mvcc/currentRev";
+pub const META_CURRENT_REV: &[u8] = b"mvcc/currentRev";
 /// Meta key: the revision of the newest compaction (index side done).
-const META_SCHEDULED_COMPACT_REV: &[u8] = b"mvcc/scheduledCompactRev";
+pub const META_SCHEDULED_COMPACT_REV: &[u8] = b"mvcc/scheduledCompactRev";
 /// Meta key: the revision of the newest finished physical compaction.
-const META_FINISHED_COMPACT_REV: &[u8] = b"mvcc/finishedCompactRev";
+pub const META_FINISHED_COMPACT_REV: &[u8] = b"mvcc/finishedCompactRev";
 
 /// A fresh store's revision, as in etcd (the first write creates 2).
 pub const INITIAL_REVISION: i64 = 1;

@@ -68,6 +68,9 @@ pub struct CoreConfig {
     pub max_txn_ops: usize,
     /// `--quota-backend-bytes` (effective).
     pub quota_bytes: u64,
+    /// Where `Maintenance.Snapshot` writes the backup it streams (the data
+    /// dir's `member/snap`; `None`: the system's temporary directory).
+    pub snapshot_dir: Option<std::path::PathBuf>,
 }
 
 /// Shared by all services of one member.

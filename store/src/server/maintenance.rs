@@ -61,6 +61,47 @@ fn downgrade_target(version: &str) -> Result<(u64, u64), EtcdError> {
     }
 }
 
+/// Chunks read ahead of the client while streaming a snapshot.
+const SNAPSHOT_STREAM_QUEUE: usize = 4;
+
+/// Sends `file` (`total` bytes) as etcd does: 32 KiB chunks with the
+/// remaining byte count, then the SHA-256 of everything sent. Stops when
+/// the client goes away; the file is closed (and so deleted) on return.
+fn stream_file(
+    mut file: std::fs::File,
+    total: u64,
+    header: etcd_proto::etcdserverpb::ResponseHeader,
+    tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
+) {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut hasher = sha2::Sha256::new();
+    let mut sent = 0u64;
+    while sent < total {
+        let want = SNAPSHOT_STREAM_CHUNK_BYTES.min((total - sent) as usize);
+        let mut blob = vec![0u8; want];
+        if let Err(e) = file.read_exact(&mut blob) {
+            let _ = tx.blocking_send(Err(Status::internal(format!("reading the snapshot: {e}"))));
+            return;
+        }
+        hasher.update(&blob);
+        sent += want as u64;
+        let msg = SnapshotResponse {
+            header: Some(header),
+            remaining_bytes: total - sent,
+            blob,
+        };
+        if tx.blocking_send(Ok(msg)).is_err() {
+            return;
+        }
+    }
+    let _ = tx.blocking_send(Ok(SnapshotResponse {
+        header: Some(header),
+        remaining_bytes: 0,
+        blob: hasher.finalize().to_vec(),
+    }));
+}
+
 type SnapshotStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
@@ -163,31 +204,36 @@ impl Maintenance for MaintenanceService {
 
     type SnapshotStream = SnapshotStream;
 
-    /// Streams a consistent point-in-time backup (see [`crate::snapshot`])
-    /// in chunks, each with the bytes remaining after it, as etcd.
+    /// Streams a consistent point-in-time backup in etcd 3.5's format (see
+    /// [`crate::snapshot`]): the bbolt file in 32 KiB chunks, each with the
+    /// database bytes remaining after it, then its SHA-256 as the last
+    /// message (remaining 0), as etcd's server does. The file is built from
+    /// one engine snapshot into an anonymous temporary file in the data
+    /// dir's `member/snap` (gone once streamed or abandoned), so memory
+    /// stays bounded.
     async fn snapshot(
         &self,
         r: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         self.require_root(&r).await?;
         let view = self.core.mvcc.engine().snapshot();
-        let file = tokio::task::spawn_blocking(move || crate::snapshot::create(view.as_ref()))
-            .await
-            .map_err(task_failed)??;
+        let dir = self
+            .core
+            .config
+            .snapshot_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        let (file, total) = tokio::task::spawn_blocking(move || {
+            crate::snapshot::create_temp_file(view.as_ref(), &dir)
+        })
+        .await
+        .map_err(task_failed)??;
         let header = self.core.header(self.core.mvcc.current_revision());
-        let total = file.len();
-        let chunks: Vec<Result<SnapshotResponse, Status>> = file
-            .chunks(SNAPSHOT_STREAM_CHUNK_BYTES)
-            .scan(0usize, |sent, chunk| {
-                *sent += chunk.len();
-                Some(Ok(SnapshotResponse {
-                    header: Some(header),
-                    remaining_bytes: (total - *sent) as u64,
-                    blob: chunk.to_vec(),
-                }))
-            })
-            .collect();
-        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+        let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_STREAM_QUEUE);
+        tokio::task::spawn_blocking(move || stream_file(file, total, header, tx));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     /// Leadership transfer (see [`super::transfer`]). etcd 3.5 answers an
