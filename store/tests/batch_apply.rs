@@ -287,3 +287,76 @@ async fn an_alarm_in_the_middle_of_an_entry_takes_effect_in_order() {
         None
     );
 }
+
+/// The memory engine, whose writes fail once `fail` is set.
+struct FailingEngine {
+    inner: MemoryEngine,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl store::engine::EngineRead for FailingEngine {
+    fn get(&self, table: Table, key: &[u8]) -> store::engine::EngineResult<Option<Vec<u8>>> {
+        self.inner.get(table, key)
+    }
+
+    fn scan_range(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut store::engine::ScanVisitor<'_>,
+    ) -> store::engine::EngineResult<()> {
+        self.inner.scan_range(table, start, end, reverse, visit)
+    }
+}
+
+impl Engine for FailingEngine {
+    fn write(&self, batch: WriteBatch, sync: bool) -> store::engine::EngineResult<()> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(store::engine::EngineError::corrupt(
+                "injected write failure",
+            ));
+        }
+        self.inner.write(batch, sync)
+    }
+    fn sync(&self) -> store::engine::EngineResult<()> {
+        self.inner.sync()
+    }
+    fn snapshot(&self) -> Arc<dyn store::engine::EngineRead> {
+        self.inner.snapshot()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn tables_size_bytes(&self, tables: &[Table]) -> u64 {
+        self.inner.tables_size_bytes(tables)
+    }
+    fn size_in_use_bytes(&self) -> u64 {
+        self.inner.size_in_use_bytes()
+    }
+    fn compact_files(&self) -> store::engine::EngineResult<()> {
+        self.inner.compact_files()
+    }
+}
+
+/// An engine failure while applying an entry fails the apply with a
+/// storage error (openraft then stops this member's Raft) instead of
+/// aborting the process, and the store refuses to answer reads from an
+/// index the engine does not match.
+#[tokio::test]
+async fn an_engine_failure_during_apply_fails_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = Arc::new(FailingEngine {
+        inner: MemoryEngine::new(),
+        fail: std::sync::atomic::AtomicBool::new(false),
+    });
+    let (mvcc, mut sm) = state_machine(engine.clone(), dir.path());
+    sm.applied_state().await.expect("applied state");
+    sm.apply([entry(1, vec![put("a")])]).await.expect("apply");
+    engine.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let failed = sm.apply([entry(2, vec![put("b"), put("c")])]).await;
+    assert!(failed.is_err(), "{failed:?}");
+    let read = mvcc.range(&store::mvcc::KeyRange::From(Vec::new()), Default::default());
+    assert!(read.is_err(), "reads refuse the diverged index: {read:?}");
+}

@@ -94,7 +94,15 @@ struct State {
     index: TreeIndex,
     current_rev: i64,
     compact_rev: i64,
+    /// A write transaction changed the index and was dropped without
+    /// committing (its engine write failed): the index is ahead of the
+    /// engine, so reads and writes fail until a reload rebuilds it.
+    diverged: bool,
 }
+
+/// What reads and writes answer once the index has diverged.
+const DIVERGED: &str =
+    "a write to the storage engine failed; the in-memory index no longer matches it (restart the member)";
 
 /// Work left for the physical compactor.
 #[derive(Debug, Clone)]
@@ -147,6 +155,7 @@ impl MvccStore {
                 index: TreeIndex::default(),
                 current_rev: INITIAL_REVISION,
                 compact_rev: 0,
+                diverged: false,
             }),
             finished_compact_tx,
         };
@@ -198,6 +207,7 @@ impl MvccStore {
             .max(stored_current)
             .max(scheduled);
         state.compact_rev = scheduled;
+        state.diverged = false;
         drop(state);
         self.finished_compact_tx.send_replace(finished);
         Ok(job)
@@ -487,6 +497,9 @@ fn plan_range(
     opts: &RangeOptions,
     read_rev_default: i64,
 ) -> Result<(Vec<VisibleKey>, usize), MvccError> {
+    if state.diverged {
+        return Err(EngineError::corrupt(DIVERGED).into());
+    }
     let rev = if opts.rev <= 0 {
         read_rev_default
     } else {
@@ -723,6 +736,9 @@ impl WriteTxn<'_> {
     /// new revision. Returns the store revision after the transaction and
     /// the events of its last (unsealed) revision.
     pub fn commit(mut self, extra: WriteBatch) -> Result<(i64, Vec<Event>), MvccError> {
+        if self.state.diverged {
+            return Err(EngineError::corrupt(DIVERGED).into());
+        }
         let (rev, events) = self.seal();
         if rev > self.state.current_rev {
             self.batch.put(
@@ -746,12 +762,15 @@ impl WriteTxn<'_> {
 
 impl Drop for WriteTxn<'_> {
     fn drop(&mut self) {
-        // A transaction dropped with changes it never committed would leave
-        // the index ahead of the engine: that is a bug, not a condition.
-        if !std::thread::panicking() {
-            assert!(
-                self.events.is_empty() && self.begin_rev == self.state.current_rev,
-                "write transaction dropped without commit"
+        // Changes never committed (the engine failed mid-apply, or a bug)
+        // leave the index ahead of the engine: the store refuses to serve
+        // from it rather than abort the process.
+        let uncommitted = !self.events.is_empty() || self.begin_rev != self.state.current_rev;
+        if uncommitted && !self.state.diverged {
+            self.state.diverged = true;
+            tracing::error!(
+                revision = self.state.current_rev,
+                "write transaction dropped without commit: {DIVERGED}"
             );
         }
     }
