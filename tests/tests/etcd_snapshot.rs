@@ -21,11 +21,13 @@
 //!   `auth enable`; store -> etcdutl -> etcd, then that etcd's snapshot ->
 //!   store-util -> store, compared as root at each step (snapshot without
 //!   credentials refused; the restored store refuses unauthenticated writes).
-//! - `client_snapshot_stream_is_etcds`: python-etcd3's `test_snapshot`
-//!   (a raw `Maintenance.Snapshot` stream written to a file, then `etcdutl
-//!   snapshot status`), done with etcd-client since python-etcd3 is not
-//!   installed here; also checks the stream's shape (32 KiB chunks,
-//!   remaining bytes, SHA-256 as the last message).
+//! - `client_snapshot_stream_is_etcds`: a raw `Maintenance.Snapshot`
+//!   stream written to a file passes `etcdutl snapshot status`; the
+//!   stream's shape (32 KiB chunks, remaining bytes, SHA-256 as the last
+//!   message) is etcd's.
+//! - `python_etcd3_test_snapshot_passes`: python-etcd3 0.12.0's own
+//!   `test_snapshot` (`tests/fixtures/python-etcd3-test-snapshot.py`, in
+//!   the virtualenv setup.sh makes) against etcd 3.5 and the store.
 //!
 //! Run: `cargo build --release -p store && cargo test --release -p integration-tests --test etcd_snapshot`
 
@@ -694,4 +696,50 @@ async fn auth_enabled_snapshots_restore_both_ways() {
         !denied.success(),
         "auth is enabled on the restored store:\n{denied}"
     );
+}
+
+/// Where setup.sh installs python-etcd3 (`ETCD3_VENV` there and here).
+const PYTHON_ETCD3_VENV: &str = "/opt/python-etcd3-venv";
+
+/// python-etcd3's own `test_snapshot` (the client saves a snapshot, then
+/// etcdutl checks it) passes against the store, as against etcd 3.5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_etcd3_test_snapshot_passes() {
+    let venv = std::env::var("ETCD3_VENV").unwrap_or_else(|_| PYTHON_ETCD3_VENV.to_string());
+    let python = Path::new(&venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/setup.sh (it installs python-etcd3)",
+        python.display()
+    );
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/python-etcd3-test-snapshot.py");
+    let etcdutl = etcd35_dir().join("etcdutl");
+    for binary in [
+        Binary::etcd35().expect("etcd"),
+        Binary::candidate().expect("store"),
+    ] {
+        let cluster = Cluster::start(binary, ClusterConfig::new(1))
+            .await
+            .expect("cluster");
+        let ip = cluster.ip(0).to_string();
+        let out = tokio::time::timeout(
+            TOOL_TIMEOUT,
+            Command::new(&python)
+                .arg(&script)
+                .args([ip.as_str(), "2379"])
+                .arg(&etcdutl)
+                .output(),
+        )
+        .await
+        .expect("python-etcd3 finished")
+        .expect("python-etcd3 runs");
+        assert!(
+            out.status.success(),
+            "{}: python-etcd3's test_snapshot failed:\n{}{}",
+            cluster.binary().role,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
