@@ -316,20 +316,10 @@ async fn restore_member(tool_path: &Path, file: &Path, cluster: &Cluster, i: usi
     .await
 }
 
-/// Stops `cluster`, restores every member from `file` with `tool_path`, starts it again.
+/// Stops `cluster`, restores every member from `file` with `tool_path`,
+/// starts it again and waits until it is healthy.
 async fn restore_cluster(tool_path: &Path, file: &Path, cluster: &Cluster) {
-    cluster.kill_all().expect("stopping the cluster");
-    for i in 0..cluster.size() {
-        let out = restore_member(tool_path, file, cluster, i).await;
-        assert!(
-            out.success(),
-            "{} snapshot restore failed:\n{out}",
-            tool_path.display()
-        );
-    }
-    for i in 0..cluster.size() {
-        cluster.restart(i).expect("starting a restored member");
-    }
+    restore_cluster_no_wait(tool_path, file, cluster).await;
     cluster
         .wait_healthy()
         .await
