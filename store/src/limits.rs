@@ -95,6 +95,10 @@ pub const MAX_APPEND_ENTRIES_PER_RPC: u64 = 512;
 /// Deadline for one peer RPC (append, vote); snapshots get a longer one.
 pub const PEER_RPC_TIMEOUT_MS: u64 = 3_000;
 
+/// Longest wait for openraft's metrics to show the membership loaded from
+/// the log after a start (the corruption checks ask every known member).
+pub const MEMBERSHIP_LOAD_WAIT_MS: u64 = 5_000;
+
 /// Deadline for one snapshot chunk RPC.
 pub const PEER_SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 30_000;
 

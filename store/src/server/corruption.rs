@@ -33,7 +33,7 @@ use tokio::sync::watch;
 
 use super::core::Core;
 use super::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest, PeerHash};
-use crate::limits::PEER_RPC_TIMEOUT_MS;
+use crate::limits::{MEMBERSHIP_LOAD_WAIT_MS, PEER_RPC_TIMEOUT_MS};
 use crate::raft::NodeId;
 
 /// Why the initial check refuses to start the member.
@@ -59,20 +59,38 @@ pub fn own_hash(core: &Core, rev: i64) -> Option<PeerHash> {
     })
 }
 
+/// Every voter and learner this member knows of. Right after a restart
+/// openraft's metrics still hold their initial, empty membership until its
+/// core reports the one it loaded from the log, so this waits up to
+/// [`MEMBERSHIP_LOAD_WAIT_MS`] for a non-empty one (a member that has none
+/// yet, before the cluster is initialized, has no peers to ask).
+async fn known_members(core: &Core) -> Vec<NodeId> {
+    let loaded = core
+        .raft
+        .wait(Some(Duration::from_millis(MEMBERSHIP_LOAD_WAIT_MS)))
+        .metrics(
+            |m| m.membership_config.membership().nodes().next().is_some(),
+            "membership loaded",
+        )
+        .await;
+    let metrics = match loaded {
+        Ok(m) => m,
+        Err(_) => core.raft.metrics().borrow().clone(),
+    };
+    let ids = metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, _)| *id)
+        .collect();
+    ids
+}
+
 /// Every other voter's and learner's hash at `rev` (None where the peer
 /// did not answer one).
 async fn peer_hashes(core: &Core, rev: i64) -> Vec<(NodeId, Option<PeerHash>)> {
     let me = core.config.member_id;
-    let ids: Vec<NodeId> = {
-        let metrics = core.raft.metrics().borrow().clone();
-        let ids = metrics
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, _)| *id)
-            .collect();
-        ids
-    };
+    let ids = known_members(core).await;
     let mut out = Vec::new();
     for id in ids.into_iter().filter(|id| *id != me) {
         out.push((id, ask_hash(core, id, rev).await));
