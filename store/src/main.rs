@@ -3,6 +3,10 @@
 use store::config::ArgsError;
 use store::{Config, Member};
 
+/// mimalloc instead of glibc's malloc (see docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
