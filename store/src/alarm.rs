@@ -10,6 +10,7 @@
 //! (reads still answer, so operators can inspect the data).
 
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::{AlarmMember, AlarmRequest, AlarmResponse, AlarmType};
@@ -23,9 +24,45 @@ pub const ALARM_PREFIX: &[u8] = b"alarm/";
 /// type (4 bytes), big-endian.
 const ALARM_KEY_SUFFIX_BYTES: usize = 12;
 
-/// True if any member has raised the NOSPACE alarm.
-pub fn nospace_raised(engine: &dyn EngineRead) -> Result<bool, EngineError> {
-    Ok(raised(engine)?.nospace)
+/// The raised alarm types in memory, for the check every write makes
+/// before it is proposed (etcd keeps its alarms in memory too). Reading
+/// them from the engine cost a RocksDB iterator per request, ~2% of a
+/// member's CPU per put at 1,000 concurrent writers.
+///
+/// The state machine refreshes it after every engine write that can change
+/// the alarm table (an applied Alarm proposal, an installed snapshot), so
+/// an answered Alarm request is seen by the next write. The check at apply
+/// time reads the engine and stays the authority; this one only spares a
+/// proposal that would be refused anyway.
+#[derive(Debug, Default)]
+pub struct RaisedCache {
+    nospace: AtomicBool,
+    corrupt: AtomicBool,
+}
+
+impl RaisedCache {
+    /// The alarms raised in `engine` now.
+    pub fn load(engine: &dyn EngineRead) -> Result<Self, EngineError> {
+        let cache = Self::default();
+        cache.refresh(engine)?;
+        Ok(cache)
+    }
+
+    /// Reads the alarms again after the alarm table changed.
+    pub fn refresh(&self, engine: &dyn EngineRead) -> Result<(), EngineError> {
+        let now = raised(engine)?;
+        self.nospace.store(now.nospace, Ordering::Release);
+        self.corrupt.store(now.corrupt, Ordering::Release);
+        Ok(())
+    }
+
+    /// The alarm types raised as of the last refresh.
+    pub fn get(&self) -> Raised {
+        Raised {
+            nospace: self.nospace.load(Ordering::Acquire),
+            corrupt: self.corrupt.load(Ordering::Acquire),
+        }
+    }
 }
 
 /// Which alarm types are raised, by any member.
@@ -104,4 +141,86 @@ pub fn apply_alarm(
         _ => {}
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::memory::MemoryEngine;
+    use crate::engine::Engine;
+
+    fn request(action: AlarmAction, member_id: u64, alarm: AlarmType) -> AlarmRequest {
+        AlarmRequest {
+            action: action as i32,
+            member_id,
+            alarm: alarm as i32,
+        }
+    }
+
+    /// Applies `r` to `engine` as the state machine does (answer, then the
+    /// batch written).
+    fn apply(engine: &MemoryEngine, r: &AlarmRequest) -> AlarmResponse {
+        let mut batch = WriteBatch::new();
+        let resp = apply_alarm(engine, r, &mut batch).expect("apply");
+        engine.write(batch, false).expect("write");
+        resp
+    }
+
+    #[test]
+    fn cache_follows_the_alarm_table_when_refreshed() {
+        let engine = MemoryEngine::new();
+        let cache = RaisedCache::load(&engine).expect("load");
+        assert_eq!(cache.get(), Raised::default());
+
+        // Raised by another member: the cache sees it after a refresh only.
+        apply(
+            &engine,
+            &request(AlarmAction::Activate, 7, AlarmType::Nospace),
+        );
+        assert!(!cache.get().nospace, "not refreshed yet");
+        cache.refresh(&engine).expect("refresh");
+        assert_eq!(
+            cache.get(),
+            Raised {
+                nospace: true,
+                corrupt: false
+            }
+        );
+
+        // A second member's NOSPACE and a CORRUPT; one NOSPACE disarmed
+        // leaves the other raised.
+        apply(
+            &engine,
+            &request(AlarmAction::Activate, 9, AlarmType::Nospace),
+        );
+        apply(
+            &engine,
+            &request(AlarmAction::Activate, 9, AlarmType::Corrupt),
+        );
+        apply(
+            &engine,
+            &request(AlarmAction::Deactivate, 7, AlarmType::Nospace),
+        );
+        cache.refresh(&engine).expect("refresh");
+        assert_eq!(
+            cache.get(),
+            Raised {
+                nospace: true,
+                corrupt: true
+            }
+        );
+
+        apply(
+            &engine,
+            &request(AlarmAction::Deactivate, 9, AlarmType::Nospace),
+        );
+        apply(
+            &engine,
+            &request(AlarmAction::Deactivate, 9, AlarmType::Corrupt),
+        );
+        cache.refresh(&engine).expect("refresh");
+        assert_eq!(cache.get(), Raised::default());
+        // A reload from the engine agrees with the refreshed cache.
+        assert_eq!(RaisedCache::load(&engine).expect("load").get(), cache.get());
+    }
 }

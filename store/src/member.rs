@@ -330,7 +330,10 @@ impl Member {
             lessor.clone(),
             auth.clone(),
         );
-        let sm = sm.applying_only_durable(durable.clone());
+        let alarms = Arc::new(crate::alarm::RaisedCache::load(engine.as_ref())?);
+        let sm = sm
+            .applying_only_durable(durable.clone())
+            .keeping_alarms_in(alarms.clone());
         let raft = Raft::new(
             identity.member_id,
             Arc::new(raft_config(&config)?),
@@ -364,6 +367,7 @@ impl Member {
             mvcc,
             lessor,
             auth,
+            alarms,
             peers,
         );
         let http_state =

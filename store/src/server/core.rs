@@ -28,7 +28,7 @@ use super::forward::{
     LeaseTtl, ReplyKind,
 };
 use super::forward_batch::ForwardBatcher;
-use crate::alarm::nospace_raised;
+use crate::alarm::RaisedCache;
 use crate::auth::AuthStore;
 use crate::engine::Table;
 use crate::errors::EtcdError;
@@ -85,6 +85,8 @@ pub struct Core {
     pub lessor: Arc<Lessor>,
     /// Users, roles, tokens.
     pub auth: Arc<AuthStore>,
+    /// The raised alarms, kept current by the state machine.
+    pub alarms: Arc<RaisedCache>,
     peers: PeerNetworkFactory,
     pub(super) read_rounds: ReadRounds,
     batcher: Batcher,
@@ -102,6 +104,7 @@ impl Core {
         mvcc: Arc<MvccStore>,
         lessor: Arc<Lessor>,
         auth: Arc<AuthStore>,
+        alarms: Arc<RaisedCache>,
         peers: PeerNetworkFactory,
     ) -> Arc<Self> {
         let elections = ElectionControl::default();
@@ -119,6 +122,7 @@ impl Core {
             mvcc,
             lessor,
             auth,
+            alarms,
             peers,
             read_rounds,
             elections,
@@ -365,7 +369,7 @@ impl Core {
     /// database plus this request would pass `--quota-backend-bytes`.
     pub async fn check_quota(&self, cost_bytes: u64) -> Result<(), KvError> {
         let engine = self.mvcc.engine();
-        if nospace_raised(engine.as_ref())? {
+        if self.alarms.get().nospace {
             return Err(EtcdError::NoSpace.into());
         }
         let used = engine.tables_size_bytes(&Table::STATE_MACHINE);

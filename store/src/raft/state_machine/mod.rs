@@ -112,6 +112,9 @@ pub struct StateMachine {
     /// The local log's durable end: nothing is applied beyond it (see
     /// [`crate::raft::durable`]). None only in storage-level tests.
     durable: Option<Arc<DurableLog>>,
+    /// The in-memory copy of the raised alarms the member's write checks
+    /// read, refreshed after every write that changes the alarm table.
+    alarms: Option<Arc<alarm::RaisedCache>>,
 }
 
 fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -154,6 +157,22 @@ impl StateMachine {
             auth,
             partial: None,
             durable: None,
+            alarms: None,
+        }
+    }
+
+    /// Keeps `cache` current with the alarm table (see
+    /// [`alarm::RaisedCache`]).
+    pub fn keeping_alarms_in(mut self, cache: Arc<alarm::RaisedCache>) -> Self {
+        self.alarms = Some(cache);
+        self
+    }
+
+    /// Reads the alarm table into the member's cache after it changed.
+    fn refresh_alarms(&self) -> Result<(), StorageError<NodeId>> {
+        match &self.alarms {
+            Some(cache) => cache.refresh(self.engine().as_ref()).map_err(sm_read_err),
+            None => Ok(()),
         }
     }
 
@@ -285,6 +304,9 @@ impl StateMachine {
         }
         txn.commit(extra)
             .map_err(|e| StorageIOError::apply(last.log_id, &e))?;
+        if group.iter().any(|p| matches!(p.cmd, Command::Alarm(_))) {
+            self.refresh_alarms()?;
+        }
         for (revision, events) in published {
             self.hub.publish(revision, events);
         }
@@ -481,6 +503,7 @@ impl StateMachine {
             Some(&meta.last_membership),
         ));
         self.engine().write(batch, true).map_err(sm_write_err)?;
+        self.refresh_alarms()?;
         match self.mvcc.reload() {
             Ok(Some(job)) => {
                 let _ = self.compactor.try_send(job);
