@@ -149,21 +149,17 @@ mod tests {
     use crate::engine::memory::MemoryEngine;
     use crate::engine::Engine;
 
-    fn request(action: AlarmAction, member_id: u64, alarm: AlarmType) -> AlarmRequest {
-        AlarmRequest {
+    /// Applies an Alarm request to `engine` as the state machine does
+    /// (answer, then the batch written).
+    fn apply(engine: &MemoryEngine, action: AlarmAction, member_id: u64, alarm: AlarmType) {
+        let r = AlarmRequest {
             action: action as i32,
             member_id,
             alarm: alarm as i32,
-        }
-    }
-
-    /// Applies `r` to `engine` as the state machine does (answer, then the
-    /// batch written).
-    fn apply(engine: &MemoryEngine, r: &AlarmRequest) -> AlarmResponse {
+        };
         let mut batch = WriteBatch::new();
-        let resp = apply_alarm(engine, r, &mut batch).expect("apply");
+        apply_alarm(engine, &r, &mut batch).expect("apply");
         engine.write(batch, false).expect("write");
-        resp
     }
 
     #[test]
@@ -173,10 +169,7 @@ mod tests {
         assert_eq!(cache.get(), Raised::default());
 
         // Raised by another member: the cache sees it after a refresh only.
-        apply(
-            &engine,
-            &request(AlarmAction::Activate, 7, AlarmType::Nospace),
-        );
+        apply(&engine, AlarmAction::Activate, 7, AlarmType::Nospace);
         assert!(!cache.get().nospace, "not refreshed yet");
         cache.refresh(&engine).expect("refresh");
         assert_eq!(
@@ -189,18 +182,9 @@ mod tests {
 
         // A second member's NOSPACE and a CORRUPT; one NOSPACE disarmed
         // leaves the other raised.
-        apply(
-            &engine,
-            &request(AlarmAction::Activate, 9, AlarmType::Nospace),
-        );
-        apply(
-            &engine,
-            &request(AlarmAction::Activate, 9, AlarmType::Corrupt),
-        );
-        apply(
-            &engine,
-            &request(AlarmAction::Deactivate, 7, AlarmType::Nospace),
-        );
+        apply(&engine, AlarmAction::Activate, 9, AlarmType::Nospace);
+        apply(&engine, AlarmAction::Activate, 9, AlarmType::Corrupt);
+        apply(&engine, AlarmAction::Deactivate, 7, AlarmType::Nospace);
         cache.refresh(&engine).expect("refresh");
         assert_eq!(
             cache.get(),
@@ -210,14 +194,8 @@ mod tests {
             }
         );
 
-        apply(
-            &engine,
-            &request(AlarmAction::Deactivate, 9, AlarmType::Nospace),
-        );
-        apply(
-            &engine,
-            &request(AlarmAction::Deactivate, 9, AlarmType::Corrupt),
-        );
+        apply(&engine, AlarmAction::Deactivate, 9, AlarmType::Nospace);
+        apply(&engine, AlarmAction::Deactivate, 9, AlarmType::Corrupt);
         cache.refresh(&engine).expect("refresh");
         assert_eq!(cache.get(), Raised::default());
         // A reload from the engine agrees with the refreshed cache.

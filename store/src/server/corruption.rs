@@ -77,13 +77,12 @@ async fn known_members(core: &Core) -> Vec<NodeId> {
         Ok(m) => m,
         Err(_) => core.raft.metrics().borrow().clone(),
     };
-    let ids = metrics
+    metrics
         .membership_config
         .membership()
         .nodes()
         .map(|(id, _)| *id)
-        .collect();
-    ids
+        .collect()
 }
 
 /// Every other voter's and learner's hash at `rev` (None where the peer
