@@ -197,6 +197,11 @@ pub struct Config {
     /// Force to create a new one-member cluster.
     #[arg(long, env = "ETCD_FORCE_NEW_CLUSTER", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub force_new_cluster: bool,
+    /// Maximum concurrent streams that each client can open at a time (HTTP/2
+    /// SETTINGS_MAX_CONCURRENT_STREAMS on the client port; 0 means no limit, as
+    /// in grpc-go).
+    #[arg(long, env = "ETCD_MAX_CONCURRENT_STREAMS", default_value_t = u32::MAX)]
+    pub max_concurrent_streams: u32,
     /// Minimum duration interval that a client should wait before pinging server.
     #[arg(long, env = "ETCD_GRPC_KEEPALIVE_MIN_TIME", default_value = "5s")]
     pub grpc_keepalive_min_time: String,
@@ -238,7 +243,6 @@ pub const IGNORED_ETCD_FLAGS: &[&str] = &[
     "host-whitelist",
     "initial-election-tick-advance",
     "log-rotation-config-json",
-    "max-concurrent-streams",
     "max-snapshots",
     "max-wals",
     "metrics",
@@ -317,12 +321,16 @@ pub enum ArgsError {
     File(#[from] ConfigFileError),
 }
 
-/// gRPC keepalive enforcement for client connections (etcd's
-/// `--grpc-keepalive-*`). A zero interval or timeout disables pinging.
+/// The client port's gRPC server options: keepalive (etcd's
+/// `--grpc-keepalive-*`; a zero interval or timeout disables pinging) and
+/// `--max-concurrent-streams`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrpcKeepalive {
+pub struct GrpcServerOptions {
     /// Clients pinging more often than this are sent GOAWAY.
     pub min_time: Duration,
+    /// `--max-concurrent-streams`: streams one client connection may have
+    /// open at once (never 0: etcd's 0 means no limit, as grpc-go's).
+    pub max_concurrent_streams: u32,
     /// Idle time after which the server pings the client.
     pub interval: Duration,
     /// How long the server waits for the ping's answer before closing.
@@ -491,13 +499,17 @@ impl Config {
         }
     }
 
-    /// The `--grpc-keepalive-*` flags as durations.
-    pub fn grpc_keepalive(&self) -> Result<GrpcKeepalive, ConfigError> {
+    /// The `--grpc-keepalive-*` flags as durations, and the stream limit.
+    pub fn grpc_server_options(&self) -> Result<GrpcServerOptions, ConfigError> {
         let parse = |flag: &str, v: &str| {
             parse_go_duration(v).map_err(|e| ConfigError::Invalid(format!("--{flag}: {e}")))
         };
-        Ok(GrpcKeepalive {
+        Ok(GrpcServerOptions {
             min_time: parse("grpc-keepalive-min-time", &self.grpc_keepalive_min_time)?,
+            max_concurrent_streams: match self.max_concurrent_streams {
+                0 => u32::MAX,
+                n => n,
+            },
             interval: parse("grpc-keepalive-interval", &self.grpc_keepalive_interval)?,
             timeout: parse("grpc-keepalive-timeout", &self.grpc_keepalive_timeout)?,
         })

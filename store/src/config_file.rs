@@ -101,6 +101,7 @@ const KEYS: &[(&str, GoType)] = &[
     ("quota-backend-bytes", GoType::Int),
     ("max-txn-ops", GoType::UInt("uint")),
     ("max-request-bytes", GoType::UInt("uint")),
+    ("max-concurrent-streams", GoType::UInt("uint32")),
     ("listen-peer-urls", GoType::Str),
     ("listen-client-urls", GoType::Str),
     ("listen-metrics-urls", GoType::Str),

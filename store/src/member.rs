@@ -39,7 +39,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthService;
 
 use crate::auth::{AuthStore, TokenProvider};
-use crate::config::{listen_addrs, split_urls, Config, GrpcKeepalive, ListenAddr};
+use crate::config::{listen_addrs, split_urls, Config, GrpcServerOptions, ListenAddr};
 use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, Table, WriteBatch};
 use crate::identity::cluster_id;
@@ -276,7 +276,7 @@ impl Member {
         // anything is bound or written.
         let auto_compaction = config.auto_compaction()?;
         let corrupt_check_periods = config.corrupt_check_periods()?;
-        let keepalive = config.grpc_keepalive()?;
+        let keepalive = config.grpc_server_options()?;
         let progress_interval = config.progress_notify_interval()?;
         crate::data_dir::prepare(&data_dir)?;
         // Listeners first, as etcd: a port in use or a bad certificate fails
@@ -584,7 +584,7 @@ struct ClientServices {
     max_request_bytes: usize,
     progress_interval: Duration,
     election_timeout: Duration,
-    keepalive: GrpcKeepalive,
+    keepalive: GrpcServerOptions,
     http: http::HttpState,
     grpc_health: HealthServer<HealthService>,
 }

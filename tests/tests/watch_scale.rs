@@ -25,6 +25,10 @@
 //!   exactly the puts of its keys, each once, in revision order, with the
 //!   written key and value, and nothing else (streams are read on for
 //!   [`DUPLICATE_CHECK`] after the last expected event).
+//! - `many_streams_on_one_connection`: [`ONE_CONNECTION_STREAMS`] watch
+//!   streams on one HTTP/2 connection (more than hyper's default limit of
+//!   200 per connection; etcd has none unless `--max-concurrent-streams`
+//!   sets one) are all created, and one put reaches each.
 //! - `stalled_reader_does_not_block_writes_or_other_watchers`: one stream,
 //!   on its own connection, carries [`STALLED_WATCHERS`] watchers of the
 //!   prefix `b/`; after their created responses the client stops reading it.
@@ -561,6 +565,58 @@ async fn ten_thousand_watchers_on_a_hundred_streams(server: Server) {
 }
 
 // ---------------------------------------------------------------------------
+// Many streams on one connection.
+// ---------------------------------------------------------------------------
+
+/// Watch streams opened on one HTTP/2 connection: more than hyper's
+/// default per-connection stream limit (200), which etcd does not have (its
+/// `--max-concurrent-streams` defaults to 2^32 - 1), as kube-apiserver
+/// multiplexes one watch per resource over each etcd client's connection.
+const ONE_CONNECTION_STREAMS: usize = 300;
+
+/// [`ONE_CONNECTION_STREAMS`] watch streams on one connection (each with
+/// one watcher of the same key) are all created, and one put reaches every
+/// one of them.
+async fn many_streams_on_one_connection(server: Server) {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = server.start(ClusterConfig::new(1)).await;
+    let run = async {
+        let client = cluster.client(0).await?;
+        let watch_client = watch_connect(&[cluster.endpoint(0)]).await?;
+        let mut streams = Vec::with_capacity(ONE_CONNECTION_STREAMS);
+        for s in 0..ONE_CONNECTION_STREAMS {
+            let (sender, mut stream) = timeout(
+                RESPONSE_TIMEOUT,
+                watch_client.watch_client().watch("streams/key", None),
+            )
+            .await
+            .with_context(|| format!("opening stream {s}: no answer"))?
+            .with_context(|| format!("opening stream {s}"))?
+            .split();
+            let created = next_response(&mut stream, RESPONSE_TIMEOUT)
+                .await
+                .with_context(|| format!("created response of stream {s}"))?;
+            ensure!(created.created(), "stream {s}: first response {created:?}");
+            streams.push((sender, stream));
+        }
+        let put = client.clone().put("streams/key", "v", None).await?;
+        let revision = put.header().context("put header")?.revision();
+        for (s, (_sender, stream)) in streams.iter_mut().enumerate() {
+            let response = next_response(stream, RESPONSE_TIMEOUT)
+                .await
+                .with_context(|| format!("event on stream {s}"))?;
+            let events = response.events();
+            ensure!(
+                events.len() == 1 && events[0].kv().map(|kv| kv.mod_revision()) == Some(revision),
+                "stream {s}: expected the put at revision {revision}, got {response:?}"
+            );
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
+}
+
+// ---------------------------------------------------------------------------
 // A stalled reader.
 // ---------------------------------------------------------------------------
 
@@ -784,5 +840,6 @@ against_both!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     ten_thousand_watchers_on_one_stream,
     ten_thousand_watchers_on_a_hundred_streams,
+    many_streams_on_one_connection,
     stalled_reader_does_not_block_writes_or_other_watchers,
 );

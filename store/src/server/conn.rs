@@ -12,6 +12,13 @@
 //! GOAWAY `too_many_pings`) has no counterpart in hyper's HTTP/2 server,
 //! which acknowledges every ping: it is validated, not enforced.
 //!
+//! `--max-concurrent-streams` is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+//! the server announces. hyper's own default is 200 streams per connection;
+//! etcd's is 2^32 - 1, and clients rely on it: kube-apiserver runs one watch
+//! stream per resource over each etcd client's connection, and a client past
+//! the limit waits for a stream to end before it opens another (for watches,
+//! forever).
+//!
 //! Each request carries the connection's peer as `ConnectInfo<L::Addr>`,
 //! as `into_make_service_with_connect_info` does. On shutdown the listener
 //! stops accepting, open connections are asked to finish (HTTP/2 GOAWAY)
@@ -26,17 +33,18 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 
-use crate::config::GrpcKeepalive;
+use crate::config::GrpcServerOptions;
 
-/// The connection builder with the keepalive settings applied.
-fn builder(keepalive: GrpcKeepalive) -> Builder<TokioExecutor> {
+/// The connection builder with the keepalive settings and stream limit applied.
+fn builder(options: GrpcServerOptions) -> Builder<TokioExecutor> {
     let mut builder = Builder::new(TokioExecutor::new());
-    let pinging = !keepalive.interval.is_zero() && !keepalive.timeout.is_zero();
+    let pinging = !options.interval.is_zero() && !options.timeout.is_zero();
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(pinging.then_some(keepalive.interval))
-        .keep_alive_timeout(keepalive.timeout);
+        .keep_alive_interval(pinging.then_some(options.interval))
+        .keep_alive_timeout(options.timeout)
+        .max_concurrent_streams(options.max_concurrent_streams);
     builder
 }
 
@@ -45,7 +53,7 @@ fn builder(keepalive: GrpcKeepalive) -> Builder<TokioExecutor> {
 pub async fn serve<L>(
     mut listener: L,
     app: Router,
-    keepalive: GrpcKeepalive,
+    keepalive: GrpcServerOptions,
     mut shutdown: watch::Receiver<bool>,
 ) where
     L: Listener,
