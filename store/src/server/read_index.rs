@@ -9,6 +9,12 @@
 //! Rounds are shared ([`crate::raft::read_index`]): every linearizable read
 //! queued on the leader while a round runs joins the next round, so N
 //! concurrent readers cost one quorum round, not N.
+//!
+//! As in etcd, a read whose ReadIndex is still outstanding when this member
+//! sees the leader change (a new leader, or none while an election runs)
+//! fails at once with `etcdserver: leader changed` (gRPC Unavailable, which
+//! clients retry for reads) instead of waiting for an answer from a leader
+//! that may be stopped or cut off until the request times out.
 
 use etcd_proto::storepeer::RaftMessage;
 use tokio::time::Instant;
@@ -17,6 +23,7 @@ use super::core::Core;
 use super::forward::{transport_failure, ForwardError};
 use crate::codec;
 use crate::errors::EtcdError;
+use crate::raft::metrics;
 use crate::raft::read_index::ReadIndexError;
 use crate::raft::NodeId;
 
@@ -30,15 +37,33 @@ impl Core {
                 .wait_leader(deadline)
                 .await
                 .ok_or(EtcdError::NoLeader)?;
-            let index = if leader == self.config.member_id {
-                self.read_index_local().await
-            } else {
-                self.read_index_remote(leader, deadline).await
+            let attempt = async {
+                if leader == self.config.member_id {
+                    self.read_index_local().await
+                } else {
+                    self.read_index_remote(leader, deadline).await
+                }
+            };
+            let index = tokio::select! {
+                index = attempt => index,
+                () = self.leader_changed_from(leader, deadline) => {
+                    return Err(EtcdError::LeaderChanged)
+                }
             };
             match index {
                 Ok(index) => return self.wait_applied(index, deadline).await,
                 Err(e) => self.before_retry(e, deadline).await?,
             }
+        }
+    }
+
+    /// Returns once this member's view of the leader is no longer `leader`;
+    /// never returns before `deadline` otherwise (the read times out on its own).
+    async fn leader_changed_from(&self, leader: NodeId, deadline: Instant) {
+        let changed =
+            metrics::wait_until(&self.raft, deadline, |m| m.current_leader != Some(leader)).await;
+        if changed.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 
