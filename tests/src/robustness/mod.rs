@@ -11,12 +11,16 @@
 //! 3. meanwhile the [`nemesis`] injects and heals its seeded faults (kill -9
 //!    of the leader, of a follower, of all members; SIGSTOP of the leader;
 //!    the leader or a follower cut off from the other members by a network
-//!    partition: the members run in network namespaces, [`crate::netns`]);
+//!    partition; links between members flapping: the members run in
+//!    network namespaces, [`crate::netns`]);
 //! 4. stops the clients, waits until the cluster serves, and reads every
 //!    key linearizably: those final reads join the history, so an
 //!    acknowledged write that is missing from the final state (and not
 //!    overwritten by an operation ordered after it) is an anomaly;
-//! 5. checks each key's history for linearizability ([`checker`]).
+//! 5. checks each key's history for linearizability ([`checker`]), and
+//!    the events of one watcher per member, watching every key from
+//!    revision 1 through all faults, against etcd's watch guarantees
+//!    ([`watch`]).
 //!
 //! The seed fixes the fault schedule and the clients' choices of keys and
 //! operations (timing still varies between runs). Every failure message
@@ -26,6 +30,7 @@
 pub mod checker;
 pub mod history;
 pub mod nemesis;
+pub mod watch;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -91,6 +96,10 @@ pub struct RunReport {
     pub malformed: Vec<String>,
     pub faults: Vec<Injected>,
     pub check: checker::Report,
+    /// Violated watch guarantees (see [`watch::check`]).
+    pub watch_problems: Vec<String>,
+    /// Events each watcher received, and the streams it needed.
+    pub watched: Vec<(usize, usize)>,
 }
 
 impl RunReport {
@@ -144,6 +153,9 @@ impl RunReport {
         for malformed in &self.malformed {
             let _ = writeln!(problems, "malformed answer: {malformed}");
         }
+        for watch in &self.watch_problems {
+            let _ = writeln!(problems, "watch: {watch}");
+        }
         for (kind, gap) in self.unavailability() {
             if gap.is_none() {
                 let _ = writeln!(
@@ -189,7 +201,13 @@ impl fmt::Display for RunReport {
                 fault.victims, fault.fault.downtime, gap, fault.recovery
             )?;
         }
-        write!(f, "; errors: {:?}", self.errors())
+        write!(
+            f,
+            "; watchers (events, streams): {:?}, {} watch problems; errors: {:?}",
+            self.watched,
+            self.watch_problems.len(),
+            self.errors()
+        )
     }
 }
 
@@ -207,6 +225,13 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
     let plan = nemesis::schedule(&mut rng);
     let clock = Clock::start();
     let stop = Arc::new(AtomicBool::new(false));
+    let target = watch::Target::default();
+    let watchers: Vec<_> = (0..MEMBERS)
+        .map(|member| {
+            let endpoint = cluster.endpoint(member);
+            tokio::spawn(watch::run_watcher(member, endpoint, target.clone()))
+        })
+        .collect();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
             let endpoint = cluster.endpoint(id % MEMBERS);
@@ -228,6 +253,13 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
     let faults = faults.with_context(context)?;
     let mut events: Vec<Event> = logs.iter().flat_map(|log| log.events.clone()).collect();
     events.extend(final_reads(&cluster, clock).await.with_context(context)?);
+    let final_revision = final_revision(&cluster).await.with_context(context)?;
+    target.store(final_revision, Ordering::SeqCst);
+    let mut watch_logs = Vec::with_capacity(MEMBERS);
+    for watcher in watchers {
+        watch_logs.push(watcher.await.context("watcher task")?);
+    }
+    let watch_problems = watch::check(&watch_logs, &events);
     let check = checker::check(&events);
     Ok(RunReport {
         server,
@@ -237,7 +269,24 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
         events,
         faults,
         check,
+        watch_problems,
+        watched: watch_logs
+            .iter()
+            .map(|l| (l.events.len(), l.streams))
+            .collect(),
     })
+}
+
+/// The cluster's revision once the clients have stopped (at least 1, so
+/// the watchers always have a target).
+async fn final_revision(cluster: &Cluster) -> Result<i64> {
+    retry_until("the final revision", FINAL_READ_TIMEOUT, || async {
+        let mut client = connect_with_timeout(&cluster.endpoints(), OP_TIMEOUT).await?;
+        let response = client.get(workload::KEY_PREFIX, None).await?;
+        let header = response.header().context("a range without header")?;
+        Ok(header.revision().max(1))
+    })
+    .await
 }
 
 fn malformed_of(log: &ClientLog) -> Vec<String> {
@@ -310,6 +359,8 @@ mod tests {
             malformed: Vec::new(),
             faults: Vec::new(),
             check,
+            watch_problems: Vec::new(),
+            watched: Vec::new(),
         }
     }
 
@@ -362,15 +413,16 @@ mod tests {
                 FaultKind::PauseLeader,
                 FaultKind::PartitionLeader,
                 FaultKind::PartitionFollower,
+                FaultKind::LossyNetwork,
             ]
         );
         for fault in plan(3) {
             let millis = fault.downtime.as_millis() as u64;
             let range = match fault.kind {
                 FaultKind::PauseLeader => nemesis::PAUSE_MILLIS,
-                FaultKind::PartitionLeader | FaultKind::PartitionFollower => {
-                    nemesis::PARTITION_MILLIS
-                }
+                FaultKind::PartitionLeader
+                | FaultKind::PartitionFollower
+                | FaultKind::LossyNetwork => nemesis::PARTITION_MILLIS,
                 _ => nemesis::DOWNTIME_MILLIS,
             };
             assert!(range.contains(&millis), "{fault:?}");

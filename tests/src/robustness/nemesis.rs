@@ -1,7 +1,7 @@
 //! The nemesis: process and network faults on a seeded schedule, each
 //! healed before the next.
 //!
-//! A run injects each of the six [`Fault`] kinds once, in an order drawn
+//! A run injects each of the seven [`Fault`] kinds once, in an order drawn
 //! from the run's seed: SIGKILL of the leader, SIGKILL of a follower (both
 //! restarted after a drawn downtime with their original flags and data),
 //! SIGKILL of every member at once (all restarted), SIGSTOP of the leader
@@ -9,7 +9,10 @@
 //! isolates the leader, or a follower, from the other members for a drawn
 //! [`PARTITION_MILLIS`] (the isolated member still serves its clients:
 //! the cluster runs in network namespaces, [`crate::netns`], and the cut
-//! links drop packets silently, as a real partition). Before each fault the
+//! links drop packets silently, as a real partition), and a lossy network:
+//! for a drawn [`PARTITION_MILLIS`], one link between two members after
+//! another is cut or healed every [`FLAP_MILLIS`] (drawn), so messages are
+//! lost in bursts in both directions while every member stays up. Before each fault the
 //! workload runs undisturbed for a drawn [`LOAD_MILLIS`]; after healing, the
 //! nemesis waits until every member serves a linearizable read again.
 //! Signals go to the member's own pid (`kill -s STOP|CONT <pid>`).
@@ -22,6 +25,7 @@ use anyhow::{ensure, Context, Result};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use rand::SeedableRng;
 
 use super::history::Clock;
 use crate::cluster::Cluster;
@@ -36,6 +40,10 @@ pub const PAUSE_MILLIS: RangeInclusive<u64> = 1000..=5000;
 /// uniformly): from below to several times the election timeout (1 s), so
 /// some partitions heal before an election and some after.
 pub const PARTITION_MILLIS: RangeInclusive<u64> = 500..=4000;
+/// During a lossy-network fault, time between two link changes, in
+/// milliseconds (drawn uniformly for each change): around the heartbeat
+/// interval (100 ms), so heartbeats, appends and votes are lost in bursts.
+pub const FLAP_MILLIS: RangeInclusive<u64> = 20..=300;
 /// Load after the last fault has healed, before the clients stop.
 pub const FINAL_LOAD: Duration = Duration::from_secs(1);
 
@@ -48,6 +56,7 @@ pub enum FaultKind {
     PauseLeader,
     PartitionLeader,
     PartitionFollower,
+    LossyNetwork,
 }
 
 impl fmt::Display for FaultKind {
@@ -59,6 +68,7 @@ impl fmt::Display for FaultKind {
             FaultKind::PauseLeader => "SIGSTOP leader",
             FaultKind::PartitionLeader => "partition: leader isolated",
             FaultKind::PartitionFollower => "partition: follower isolated",
+            FaultKind::LossyNetwork => "lossy network: links flapping",
         })
     }
 }
@@ -71,6 +81,8 @@ pub struct Fault {
     pub load: Duration,
     /// How long the victims stay killed or stopped.
     pub downtime: Duration,
+    /// Seed of the fault's own random choices (which links flap, when).
+    pub seed: u64,
 }
 
 /// What happened to one fault.
@@ -86,7 +98,7 @@ pub struct Injected {
     pub recovery: Duration,
 }
 
-/// The six fault kinds in a seeded order, with drawn loads and downtimes.
+/// The seven fault kinds in a seeded order, with drawn loads and downtimes.
 pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
     let mut kinds = vec![
         FaultKind::KillLeader,
@@ -95,6 +107,7 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
         FaultKind::PauseLeader,
         FaultKind::PartitionLeader,
         FaultKind::PartitionFollower,
+        FaultKind::LossyNetwork,
     ];
     kinds.shuffle(rng);
     kinds
@@ -102,15 +115,16 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
         .map(|kind| {
             let downtime = match kind {
                 FaultKind::PauseLeader => rng.gen_range(PAUSE_MILLIS),
-                FaultKind::PartitionLeader | FaultKind::PartitionFollower => {
-                    rng.gen_range(PARTITION_MILLIS)
-                }
+                FaultKind::PartitionLeader
+                | FaultKind::PartitionFollower
+                | FaultKind::LossyNetwork => rng.gen_range(PARTITION_MILLIS),
                 _ => rng.gen_range(DOWNTIME_MILLIS),
             };
             Fault {
                 kind,
                 load: Duration::from_millis(rng.gen_range(LOAD_MILLIS)),
                 downtime: Duration::from_millis(downtime),
+                seed: rng.gen(),
             }
         })
         .collect()
@@ -139,13 +153,14 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
         FaultKind::KillFollower | FaultKind::PartitionFollower => {
             vec![cluster.follower().await?]
         }
-        FaultKind::KillAll => cluster.running(),
+        FaultKind::KillAll | FaultKind::LossyNetwork => cluster.running(),
     };
     let at = match fault.kind {
         FaultKind::PauseLeader => pause(cluster, clock, victims[0], fault.downtime).await?,
         FaultKind::PartitionLeader | FaultKind::PartitionFollower => {
             isolate(cluster, clock, victims[0], fault.downtime).await?
         }
+        FaultKind::LossyNetwork => flap(cluster, clock, fault).await?,
         FaultKind::KillLeader | FaultKind::KillFollower | FaultKind::KillAll => {
             for &member in &victims {
                 cluster.kill(member)?;
@@ -188,6 +203,30 @@ async fn isolate(cluster: &Cluster, clock: Clock, i: usize, duration: Duration) 
     network.isolate(i)?;
     let at = clock.now();
     tokio::time::sleep(duration).await;
+    network.heal_all()?;
+    Ok(at)
+}
+
+/// For `fault.downtime`, cuts or heals one link between two members after
+/// another, every [`FLAP_MILLIS`] (links and pauses drawn from
+/// `fault.seed`), then heals every link; the run-clock instant of the first
+/// change.
+async fn flap(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
+    let network = cluster.network()?;
+    let mut rng = StdRng::seed_from_u64(fault.seed);
+    let members = cluster.size();
+    let at = clock.now();
+    let end = tokio::time::Instant::now() + fault.downtime;
+    while tokio::time::Instant::now() < end {
+        let a = rng.gen_range(0..members);
+        let b = (a + rng.gen_range(1..members)) % members;
+        if network.cut_links().contains(&(a.min(b), a.max(b))) {
+            network.heal(a, b)?;
+        } else {
+            network.cut(a, b)?;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(FLAP_MILLIS))).await;
+    }
     network.heal_all()?;
     Ok(at)
 }

@@ -107,7 +107,15 @@ pub async fn read(s: &HttpState, serializable: bool) -> Result<(), String> {
         if !s.leadership.has_leader() {
             return Err(EtcdError::NoLeader.to_string());
         }
-        s.core.read_barrier().await.map_err(|e| e.to_string())?;
+        if let Err(e) = s.core.read_barrier().await {
+            // The leadership may have lapsed while the barrier ran (a leader
+            // whose quorum is gone fails its round quickly): say so, as the
+            // leader check above would have.
+            if !s.leadership.has_leader() {
+                return Err(EtcdError::NoLeader.to_string());
+            }
+            return Err(e.to_string());
+        }
     }
     let opts = RangeOptions {
         limit: 1,
