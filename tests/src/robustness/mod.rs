@@ -20,7 +20,9 @@
 //! 5. checks each key's history for linearizability ([`checker`]), and
 //!    the events of one watcher per member, watching every key from
 //!    revision 1 through all faults, against etcd's watch guarantees
-//!    ([`watch`]).
+//!    ([`watch`]), and that no lease of the lease client, which runs leases
+//!    one after another through the faults, expired before its TTL
+//!    ([`lease`]).
 //!
 //! The seed fixes the fault schedule and the clients' choices of keys and
 //! operations (timing still varies between runs). Every failure message
@@ -29,6 +31,7 @@
 
 pub mod checker;
 pub mod history;
+pub mod lease;
 pub mod nemesis;
 pub mod watch;
 pub mod workload;
@@ -100,6 +103,8 @@ pub struct RunReport {
     pub watch_problems: Vec<String>,
     /// Events each watcher received, and the streams it needed.
     pub watched: Vec<(usize, usize)>,
+    /// What the lease client did and found.
+    pub leases: lease::LeaseLog,
 }
 
 impl RunReport {
@@ -156,6 +161,9 @@ impl RunReport {
         for watch in &self.watch_problems {
             let _ = writeln!(problems, "watch: {watch}");
         }
+        for lease in &self.leases.problems {
+            let _ = writeln!(problems, "lease: {lease}");
+        }
         for (kind, gap) in self.unavailability() {
             if gap.is_none() {
                 let _ = writeln!(
@@ -203,9 +211,13 @@ impl fmt::Display for RunReport {
         }
         write!(
             f,
-            "; watchers (events, streams): {:?}, {} watch problems; errors: {:?}",
+            "; watchers (events, streams): {:?}, {} watch problems; leases: {} granted, {} expired, {} checks, {} problems; errors: {:?}",
             self.watched,
             self.watch_problems.len(),
+            self.leases.leases,
+            self.leases.expired,
+            self.leases.checked,
+            self.leases.problems.len(),
             self.errors()
         )
     }
@@ -232,6 +244,17 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
             tokio::spawn(watch::run_watcher(member, endpoint, target.clone()))
         })
         .collect();
+    let leases: Vec<_> = (0..lease::LEASE_CLIENTS)
+        .map(|id| {
+            tokio::spawn(lease::run_lease_client(
+                id,
+                cluster.endpoints(),
+                seed,
+                clock,
+                stop.clone(),
+            ))
+        })
+        .collect();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
             let endpoint = cluster.endpoint(id % MEMBERS);
@@ -250,6 +273,11 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
     for client in clients {
         logs.push(client.await.context("client task")?);
     }
+    let mut lease_logs = Vec::with_capacity(leases.len());
+    for client in leases {
+        lease_logs.push(client.await.context("lease client task")?);
+    }
+    let leases = lease::LeaseLog::merge(lease_logs);
     let faults = faults.with_context(context)?;
     let mut events: Vec<Event> = logs.iter().flat_map(|log| log.events.clone()).collect();
     events.extend(final_reads(&cluster, clock).await.with_context(context)?);
@@ -274,6 +302,7 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
             .iter()
             .map(|l| (l.events.len(), l.streams))
             .collect(),
+        leases,
     })
 }
 
@@ -361,6 +390,7 @@ mod tests {
             check,
             watch_problems: Vec::new(),
             watched: Vec::new(),
+            leases: lease::LeaseLog::default(),
         }
     }
 

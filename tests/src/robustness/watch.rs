@@ -1,7 +1,8 @@
 //! Watchers of a run and etcd's watch guarantees.
 //!
-//! One watcher per member watches the run's whole key prefix from revision
-//! 1, through every fault: when its stream breaks (its member killed,
+//! One watcher per member watches every key of the run ([`WATCH_PREFIX`]:
+//! the clients' keys and the lease client's) from revision 1, through
+//! every fault: when its stream breaks (its member killed,
 //! stopped or cut off), it reconnects and resumes from the revision after
 //! the last event it received, as clients are told they may. Once the run's
 //! final revision is known, each watcher reads until it has received it.
@@ -18,7 +19,8 @@
 //!   event differs from the others;
 //! - **complete**: every acknowledged put or successful compare-and-swap
 //!   appears as a put event of its key, value and revision;
-//! - **valid**: every put event carries a value some client wrote.
+//! - **valid**: every put event on a client's key carries a value some
+//!   client wrote on that key.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -29,6 +31,11 @@ use etcd_client::{EventType, WatchOptions};
 
 use super::history::{Event, Outcome};
 use super::workload::{ERROR_BACKOFF, KEY_PREFIX};
+
+/// The prefix the watchers watch: every key a run writes (the clients'
+/// [`KEY_PREFIX`] and the lease client's), so that every revision of the
+/// run is an event and a watcher can tell it has reached the final one.
+pub const WATCH_PREFIX: &str = "robustness";
 use crate::client::connect_with_timeout;
 
 /// Request timeout of a watcher's connection: bounds one watch stream (it
@@ -76,6 +83,9 @@ pub async fn run_watcher(member: usize, endpoint: String, target: Target) -> Wat
         let goal = target.load(Ordering::SeqCst);
         if goal > 0 {
             if next > goal {
+                // Writes after the final revision (a lease expiring once
+                // the clients stopped) are not part of the checked history.
+                log.events.retain(|seen| seen.revision <= goal);
                 return log;
             }
             let deadline = *catch_up_deadline
@@ -113,7 +123,7 @@ async fn follow(
     let options = WatchOptions::new().with_prefix().with_start_revision(*next);
     let (_sender, mut stream) = client
         .watch_client()
-        .watch(KEY_PREFIX, Some(options))
+        .watch(WATCH_PREFIX, Some(options))
         .await
         .map_err(|_| ())?
         .split();
@@ -186,7 +196,7 @@ pub fn check(logs: &[WatchLog], history: &[Event]) -> Vec<String> {
     for log in logs {
         let by_revision: BTreeMap<i64, &Seen> =
             log.events.iter().map(|s| (s.revision, s)).collect();
-        for seen in &log.events {
+        for seen in log.events.iter().filter(|s| s.key.starts_with(KEY_PREFIX)) {
             if let Some(value) = &seen.value {
                 if !written.contains(&(seen.key.as_str(), value.as_str())) {
                     problems.push(format!(
@@ -236,6 +246,8 @@ mod tests {
     use super::*;
     use crate::robustness::history::Op;
 
+    const K: &str = "robustness/k";
+
     fn seen(revision: i64, key: &str, value: Option<&str>) -> Seen {
         Seen {
             revision,
@@ -270,16 +282,16 @@ mod tests {
 
     #[test]
     fn identical_complete_watchers_pass() {
-        let events = vec![seen(2, "k", Some("a")), seen(3, "k", None)];
+        let events = vec![seen(2, K, Some("a")), seen(3, K, None)];
         let logs = [log(0, events.clone()), log(1, events)];
-        assert_eq!(check(&logs, &[put("k", "a", 2)]), Vec::<String>::new());
+        assert_eq!(check(&logs, &[put(K, "a", 2)]), Vec::<String>::new());
     }
 
     #[test]
     fn a_missing_acknowledged_write_a_gap_and_an_invented_value_fail() {
-        let full = vec![seen(2, "k", Some("a")), seen(3, "k", Some("b"))];
-        let gap = vec![seen(2, "k", Some("a"))];
-        let history = [put("k", "a", 2), put("k", "b", 3)];
+        let full = vec![seen(2, K, Some("a")), seen(3, K, Some("b"))];
+        let gap = vec![seen(2, K, Some("a"))];
+        let history = [put(K, "a", 2), put(K, "b", 3)];
         let problems = check(&[log(0, full.clone()), log(1, gap)], &history);
         assert!(
             problems.iter().any(|p| p.contains("differ")),
@@ -289,7 +301,7 @@ mod tests {
             problems.iter().any(|p| p.contains("not among")),
             "{problems:?}"
         );
-        let invented = vec![seen(2, "k", Some("a")), seen(3, "k", Some("zzz"))];
+        let invented = vec![seen(2, K, Some("a")), seen(3, K, Some("zzz"))];
         let problems = check(&[log(0, invented)], &history[..1]);
         assert!(
             problems.iter().any(|p| p.contains("no client wrote")),
