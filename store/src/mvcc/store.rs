@@ -41,6 +41,10 @@ pub const META_FINISHED_COMPACT_REV: &[u8] = b"mvcc/finishedCompactRev";
 
 /// A fresh store's revision, as in etcd (the first write creates 2).
 pub const INITIAL_REVISION: i64 = 1;
+/// The compaction revision before any compaction (etcd's initial
+/// `compactMainRev`): a first `Compact` at revision 0 succeeds, and HashKV
+/// reports -1 until something was compacted.
+pub const NO_COMPACTION: i64 = -1;
 
 /// MVCC failures.
 #[derive(Debug, thiserror::Error)]
@@ -121,14 +125,19 @@ pub struct MvccStore {
 }
 
 fn read_i64(engine: &dyn EngineRead, key: &[u8]) -> Result<i64, MvccError> {
-    Ok(match engine.get(Table::Meta, key)? {
-        Some(v) => i64::from_be_bytes(
+    Ok(read_opt_i64(engine, key)?.unwrap_or(0))
+}
+
+fn read_opt_i64(engine: &dyn EngineRead, key: &[u8]) -> Result<Option<i64>, MvccError> {
+    engine
+        .get(Table::Meta, key)?
+        .map(|v| {
             v.as_slice()
                 .try_into()
-                .map_err(|_| EngineError::corrupt(format!("bad meta value for {key:?}")))?,
-        ),
-        None => 0,
-    })
+                .map(i64::from_be_bytes)
+                .map_err(|_| EngineError::corrupt(format!("bad meta value for {key:?}")).into())
+        })
+        .transpose()
 }
 
 fn decode_kv(bytes: &[u8]) -> Result<KeyValue, MvccError> {
@@ -154,7 +163,7 @@ impl MvccStore {
             state: RwLock::new(State {
                 index: TreeIndex::default(),
                 current_rev: INITIAL_REVISION,
-                compact_rev: 0,
+                compact_rev: NO_COMPACTION,
                 diverged: false,
             }),
             finished_compact_tx,
@@ -187,7 +196,8 @@ impl MvccStore {
         if let Some(e) = failure {
             return Err(e);
         }
-        let scheduled = read_i64(self.engine.as_ref(), META_SCHEDULED_COMPACT_REV)?;
+        let scheduled = read_opt_i64(self.engine.as_ref(), META_SCHEDULED_COMPACT_REV)?
+            .unwrap_or(NO_COMPACTION);
         let finished = read_i64(self.engine.as_ref(), META_FINISHED_COMPACT_REV)?;
         let stored_current = read_i64(self.engine.as_ref(), META_CURRENT_REV)?;
         let mut job = None;

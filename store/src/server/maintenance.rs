@@ -187,13 +187,8 @@ impl Maintenance for MaintenanceService {
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
         self.require_root(&r).await?;
         let revision = r.into_inner().revision;
+        // Before any compaction this is -1 (`NO_COMPACTION`), as etcd reports.
         let (hash, compact_revision, hash_revision) = self.core.mvcc.hash_kv(revision)?;
-        // etcd reports -1 (its initial compactMainRev) before any compaction.
-        let compact_revision = if compact_revision == 0 {
-            -1
-        } else {
-            compact_revision
-        };
         Ok(Response::new(HashKvResponse {
             header: self.core.current_header(),
             hash,
