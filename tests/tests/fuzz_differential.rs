@@ -403,7 +403,7 @@ async fn send(mut client: Client, op: &Op) -> (String, Option<i64>) {
             answer!(client.get(spec.key.as_str(), Some(options)).await)
         }
         Op::Delete { key, end, prev_kv } => {
-            let mut options = delete_options(end).unwrap_or_else(DeleteOptions::new);
+            let mut options = delete_options(end).unwrap_or_default();
             if *prev_kv {
                 options = options.with_prev_key();
             }
