@@ -30,7 +30,11 @@
 //! id and a counter) among those no interface of the machine uses; all
 //! traffic stays inside the namespaces this module made. Dropping the
 //! topology deletes the namespaces and the root-side interface; the
-//! members' processes must be gone first (the cluster kills them).
+//! members' processes must be gone first (the cluster kills them). A test
+//! process killed outright leaves its namespaces behind: each new topology
+//! first deletes those named after a test process that no longer runs
+//! (`eit-<pid>-...` with no `/proc/<pid>`), which also removes their
+//! interfaces.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -72,9 +76,10 @@ impl Topology {
             (1..=MAX_MEMBERS).contains(&members),
             "a topology holds 1 to {MAX_MEMBERS} members, not {members}"
         );
+        remove_stale();
         let k = NEXT_TOPOLOGY.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
-        let prefix = format!("eit-{pid}-{k}");
+        let prefix = format!("{NAME_PREFIX}{pid}-{k}");
         let topology = Topology {
             hub: format!("{prefix}-hub"),
             members: (0..members).map(|i| format!("{prefix}-m{i}")).collect(),
@@ -228,6 +233,31 @@ impl Drop for Topology {
     }
 }
 
+/// Where `ip netns` keeps its named namespaces.
+const NETNS_DIR: &str = "/var/run/netns";
+/// Prefix of every namespace this module names (`eit-<pid>-<k>-...`).
+const NAME_PREFIX: &str = "eit-";
+
+/// Deletes the namespaces of test processes that no longer run.
+fn remove_stale() {
+    let Ok(entries) = std::fs::read_dir(NETNS_DIR) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(NAME_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip_quiet(&["netns", "del", &name]);
+        }
+    }
+}
+
 /// Runs `ip ARGS`, failing with its standard error.
 fn ip(args: &[&str]) -> Result<()> {
     let output = Command::new("ip")
@@ -279,6 +309,21 @@ fn free_subnet(pid: u32, k: u32) -> Result<[u8; 3]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaces_of_dead_test_processes_are_removed() {
+        // Above the kernel's largest pid (2^22): no process has it.
+        let stale = format!("{NAME_PREFIX}4194999-0-hub");
+        ip(&["netns", "add", &stale]).expect("ip netns add (needs root and iproute2)");
+        let live = Topology::create(1).expect("a topology");
+        let names: Vec<String> = std::fs::read_dir(NETNS_DIR)
+            .expect("netns dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.contains(&stale), "{names:?}");
+        assert!(names.iter().any(|n| n == live.namespace(0)), "{names:?}");
+    }
 
     #[test]
     fn subnets_avoid_used_prefixes_and_stay_private() {
