@@ -276,7 +276,7 @@ impl Member {
         // anything is bound or written.
         let auto_compaction = config.auto_compaction()?;
         let corrupt_check_periods = config.corrupt_check_periods()?;
-        let keepalive = config.grpc_server_options()?;
+        let grpc_options = config.grpc_server_options()?;
         let progress_interval = config.progress_notify_interval()?;
         crate::data_dir::prepare(&data_dir)?;
         // Listeners first, as etcd: a port in use or a bad certificate fails
@@ -429,7 +429,7 @@ impl Member {
                 max_request_bytes: config.max_request_bytes,
                 progress_interval,
                 election_timeout,
-                keepalive,
+                grpc_options,
                 http: http_state.clone(),
                 grpc_health: grpc_health.clone(),
             };
@@ -584,7 +584,7 @@ struct ClientServices {
     max_request_bytes: usize,
     progress_interval: Duration,
     election_timeout: Duration,
-    keepalive: GrpcServerOptions,
+    grpc_options: GrpcServerOptions,
     http: http::HttpState,
     grpc_health: HealthServer<HealthService>,
 }
@@ -614,7 +614,7 @@ async fn serve_client(
         max_request_bytes,
         progress_interval,
         election_timeout,
-        keepalive,
+        grpc_options,
         http: http_state,
         grpc_health,
     } = services;
@@ -665,7 +665,7 @@ async fn serve_client(
         .layer(axum::middleware::from_fn(http::cors));
     match tls {
         Some(config) => match TlsListener::new(listener, config) {
-            Ok(l) => conn::serve(l, app, keepalive, shutdown).await,
+            Ok(l) => conn::serve(l, app, grpc_options, shutdown).await,
             Err(e) => tracing::error!(error = %e, "client server failed"),
         },
         None => {
@@ -673,7 +673,7 @@ async fn serve_client(
             let listener = listener.tap_io(|tcp| {
                 let _ = tcp.set_nodelay(true);
             });
-            conn::serve(listener, app, keepalive, shutdown).await
+            conn::serve(listener, app, grpc_options, shutdown).await
         }
     }
 }

@@ -96,31 +96,31 @@ impl Topology {
     }
 
     fn build(&self) -> Result<()> {
-        let hub = self.hub.clone();
-        ip(&["netns", "add", &hub])?;
-        ip(&["-n", &hub, "link", "add", "name", "br0", "type", "bridge"])?;
-        ip(&["-n", &hub, "link", "set", "br0", "up"])?;
-        for (i, ns) in self.members.clone().iter().enumerate() {
+        let hub = &self.hub;
+        ip(&["netns", "add", hub])?;
+        ip(&["-n", hub, "link", "add", "name", "br0", "type", "bridge"])?;
+        ip(&["-n", hub, "link", "set", "br0", "up"])?;
+        for (i, ns) in self.members.iter().enumerate() {
             let port = format!("m{i}");
             ip(&["netns", "add", ns])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
             ip(&[
-                "-n", &hub, "link", "add", "name", &port, "type", "veth", "peer", "name", "eth0",
+                "-n", hub, "link", "add", "name", &port, "type", "veth", "peer", "name", "eth0",
                 "netns", ns,
             ])?;
-            ip(&["-n", &hub, "link", "set", &port, "master", "br0", "up"])?;
+            ip(&["-n", hub, "link", "set", &port, "master", "br0", "up"])?;
             let address = format!("{}/24", self.ip(i));
             ip(&["-n", ns, "addr", "add", &address, "dev", "eth0"])?;
             ip(&["-n", ns, "link", "set", "eth0", "up"])?;
         }
-        let root_if = self.root_if.clone();
+        let root_if = &self.root_if;
         ip(&[
-            "link", "add", "name", &root_if, "type", "veth", "peer", "name", "c", "netns", &hub,
+            "link", "add", "name", root_if, "type", "veth", "peer", "name", "c", "netns", hub,
         ])?;
-        ip(&["-n", &hub, "link", "set", "c", "master", "br0", "up"])?;
+        ip(&["-n", hub, "link", "set", "c", "master", "br0", "up"])?;
         let client = format!("{}/24", self.client_ip());
-        ip(&["addr", "add", &client, "dev", &root_if])?;
-        ip(&["link", "set", &root_if, "up"])?;
+        ip(&["addr", "add", &client, "dev", root_if])?;
+        ip(&["link", "set", root_if, "up"])?;
         Ok(())
     }
 
@@ -180,16 +180,18 @@ impl Topology {
         Ok(())
     }
 
+    /// Cuts the link between `a` and `b` if it is up, heals it if it is cut.
+    pub fn toggle(&self, a: usize, b: usize) -> Result<()> {
+        if self.cut_links().contains(&(a.min(b), a.max(b))) {
+            self.heal(a, b)
+        } else {
+            self.cut(a, b)
+        }
+    }
+
     /// Heals every cut link.
     pub fn heal_all(&self) -> Result<()> {
-        let links: Vec<_> = self
-            .cut
-            .lock()
-            .expect("cut links lock")
-            .iter()
-            .copied()
-            .collect();
-        for (a, b) in links {
+        for (a, b) in self.cut_links() {
             self.heal(a, b)?;
         }
         Ok(())

@@ -53,13 +53,13 @@ fn builder(options: GrpcServerOptions) -> Builder<TokioExecutor> {
 pub async fn serve<L>(
     mut listener: L,
     app: Router,
-    keepalive: GrpcServerOptions,
+    options: GrpcServerOptions,
     mut shutdown: watch::Receiver<bool>,
 ) where
     L: Listener,
     L::Addr: Clone + Send + Sync + 'static,
 {
-    let builder = builder(keepalive);
+    let builder = builder(options);
     let graceful = GracefulShutdown::new();
     loop {
         let (io, peer) = tokio::select! {

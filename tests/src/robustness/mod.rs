@@ -20,7 +20,7 @@
 //! 5. checks each key's history for linearizability ([`checker`]), and
 //!    the events of one watcher per member, watching every key from
 //!    revision 1 through all faults, against etcd's watch guarantees
-//!    ([`watch`]), and that no lease of the lease client, which runs leases
+//!    ([`watch`]), and that no lease of the lease clients, which run leases
 //!    one after another through the faults, expired before its TTL
 //!    ([`lease`]).
 //!
@@ -103,7 +103,7 @@ pub struct RunReport {
     pub watch_problems: Vec<String>,
     /// Events each watcher received, and the streams it needed.
     pub watched: Vec<(usize, usize)>,
-    /// What the lease client did and found.
+    /// What the lease clients did and found (merged).
     pub leases: lease::LeaseLog,
 }
 

@@ -220,11 +220,7 @@ async fn flap(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
     while tokio::time::Instant::now() < end {
         let a = rng.gen_range(0..members);
         let b = (a + rng.gen_range(1..members)) % members;
-        if network.cut_links().contains(&(a.min(b), a.max(b))) {
-            network.heal(a, b)?;
-        } else {
-            network.cut(a, b)?;
-        }
+        network.toggle(a, b)?;
         tokio::time::sleep(Duration::from_millis(rng.gen_range(FLAP_MILLIS))).await;
     }
     network.heal_all()?;

@@ -172,6 +172,10 @@ async fn follow(
             *next = seen.revision + 1;
             log.events.push(seen);
         }
+        if log.events.len() >= MAX_EVENTS {
+            // The caller reports it and stops.
+            return Err(());
+        }
     }
 }
 
