@@ -46,7 +46,7 @@ use crate::identity::cluster_id;
 use crate::lease::Lessor;
 use crate::limits::{
     GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, MAX_SEND_BYTES, PEER_RPC_TIMEOUT_MS,
-    REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES, SNAPSHOT_CHUNK_BYTES,
+    REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES,
     TRANSPORT_MAX_DECODE_BYTES,
 };
 use crate::mvcc::compactor::spawn_compactor;
@@ -222,7 +222,7 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         // etcd's --election-timeout is how long a follower goes without a
         // heartbeat before it campaigns (randomized in [et, 2 x et), and
         // with pre-vote the first candidate usually wins: about 1 s at the
-        // default). openraft 0.9 instead extends a follower's lease to
+        // default). openraft (0.9 and 0.10) instead extends a follower's lease to
         // `now + leader_lease + election_timeout` on every heartbeat, with
         // `leader_lease = election_timeout_max` and the timeout randomized
         // in [min, max]: a follower campaigns after max + [min, max] of
@@ -234,9 +234,12 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         election_timeout_max: (config.election_timeout / 2).max(3 * config.heartbeat_interval),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_count.max(1)),
         max_in_snapshot_log_to_keep: SNAPSHOT_CATCH_UP_ENTRIES.min(config.snapshot_count),
-        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
         max_payload_entries: MAX_APPEND_ENTRIES_PER_RPC,
         install_snapshot_timeout: crate::limits::PEER_SNAPSHOT_CHUNK_TIMEOUT_MS,
+        // etcd 3.5 runs a pre-vote round before a real election (--pre-vote
+        // defaults to true): a member that was cut off does not bump the
+        // term and depose a healthy leader when it comes back.
+        enable_pre_vote: Some(true),
         ..Default::default()
     };
     Ok(raft.validate()?)
@@ -300,9 +303,7 @@ impl Member {
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
-        let mut log_store = LogStore::open(engine.clone(), identity.member_id)?;
-        let durable = log_store.durable();
-        peers.clamp_commit_to(durable.clone());
+        let mut log_store = LogStore::open(engine.clone())?;
         if config.force_new_cluster && !identity.fresh {
             let forced =
                 force_new_cluster(&mut log_store, engine.as_ref(), identity.member_id).await?;
@@ -331,9 +332,7 @@ impl Member {
             auth.clone(),
         );
         let alarms = Arc::new(crate::alarm::RaisedCache::load(engine.as_ref())?);
-        let sm = sm
-            .applying_only_durable(durable.clone())
-            .keeping_alarms_in(alarms.clone());
+        let sm = sm.keeping_alarms_in(alarms.clone());
         let raft = Raft::new(
             identity.member_id,
             Arc::new(raft_config(&config)?),
@@ -342,7 +341,6 @@ impl Member {
             sm,
         )
         .await?;
-        durable.spawn_announcer(raft.clone());
 
         if identity.fresh && config.initial_cluster_state == "new" {
             initialize(&raft, members).await?;

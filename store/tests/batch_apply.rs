@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::PutRequest;
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use openraft::EntryPayload;
 use store::engine::memory::MemoryEngine;
 use store::engine::{Engine, Table, WriteBatch};
 use store::mvcc::compactor::spawn_compactor;
 use store::mvcc::MvccStore;
 use store::raft::state_machine::{StateMachine, KEY_APPLIED, KEY_APPLIED_PART};
-use store::raft::{Batch, Command, CommandResponse, Proposal, TypeConfig};
+use store::raft::{Batch, Command, CommandResponse, Entry, LeaderId, LogId, Proposal};
 
 fn state_machine(engine: Arc<dyn Engine>, dir: &std::path::Path) -> (Arc<MvccStore>, StateMachine) {
     let mvcc = Arc::new(MvccStore::open(engine).expect("open mvcc"));
@@ -47,11 +47,17 @@ fn put(key: &str) -> Proposal {
     }
 }
 
-fn log_id(index: u64) -> LogId<u64> {
-    LogId::new(CommittedLeaderId::new(1, 1), index)
+fn log_id(index: u64) -> LogId {
+    LogId::new(
+        LeaderId {
+            term: 1,
+            node_id: 1,
+        },
+        index,
+    )
 }
 
-fn entry(index: u64, proposals: Vec<Proposal>) -> Entry<TypeConfig> {
+fn entry(index: u64, proposals: Vec<Proposal>) -> Entry {
     Entry {
         log_id: log_id(index),
         payload: EntryPayload::Normal(Batch { proposals }),
@@ -75,8 +81,7 @@ async fn a_batch_gets_one_revision_and_one_answer_per_proposal() {
     let (mvcc, mut sm) = state_machine(engine, dir.path());
     sm.applied_state().await.expect("applied state");
     let answers = sm
-        .apply([entry(1, vec![put("a"), put("b"), put("c")])])
-        .await
+        .apply_entries([entry(1, vec![put("a"), put("b"), put("c")])])
         .expect("apply");
     assert_eq!(answers.len(), 1, "one answer list per entry");
     assert_eq!(revisions(&answers[0]), vec![Some(2), Some(3), Some(4)]);
@@ -96,8 +101,7 @@ async fn an_interrupted_batch_resumes_after_the_applied_proposals() {
     {
         let (_, mut sm) = state_machine(engine.clone(), dir.path());
         sm.applied_state().await.expect("applied state");
-        sm.apply([entry(1, vec![put("a")]), entry(2, vec![put("b")])])
-            .await
+        sm.apply_entries([entry(1, vec![put("a")]), entry(2, vec![put("b")])])
             .expect("apply");
         let mut progress = WriteBatch::new();
         progress.put(
@@ -117,8 +121,7 @@ async fn an_interrupted_batch_resumes_after_the_applied_proposals() {
     let (applied, _) = sm.applied_state().await.expect("applied state");
     assert_eq!(applied, Some(log_id(1)));
     let answers = sm
-        .apply([entry(2, vec![put("b"), put("c"), put("d")])])
-        .await
+        .apply_entries([entry(2, vec![put("b"), put("c"), put("d")])])
         .expect("apply");
     assert_eq!(
         revisions(&answers[0]),
@@ -196,7 +199,7 @@ async fn proposals_of_one_entry_see_each_other_and_keep_their_revisions() {
         failure: vec![],
     });
     let answers = sm
-        .apply([entry(
+        .apply_entries([entry(
             1,
             vec![
                 cmd(Command::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 5 })),
@@ -205,7 +208,6 @@ async fn proposals_of_one_entry_see_each_other_and_keep_their_revisions() {
                 cmd(Command::LeaseRevoke(LeaseRevokeRequest { id: 5 })),
             ],
         )])
-        .await
         .expect("apply");
     let answers = &answers[0];
     assert!(
@@ -267,8 +269,7 @@ async fn an_alarm_in_the_middle_of_an_entry_takes_effect_in_order() {
         alarm: AlarmType::Nospace as i32,
     });
     let answers = sm
-        .apply([entry(1, vec![put("a"), cmd(raise), put("b")])])
-        .await
+        .apply_entries([entry(1, vec![put("a"), cmd(raise), put("b")])])
         .expect("apply");
     assert_eq!(revisions(&answers[0])[0], Some(2));
     assert!(
@@ -353,9 +354,9 @@ async fn an_engine_failure_during_apply_fails_cleanly() {
     });
     let (mvcc, mut sm) = state_machine(engine.clone(), dir.path());
     sm.applied_state().await.expect("applied state");
-    sm.apply([entry(1, vec![put("a")])]).await.expect("apply");
+    sm.apply_entries([entry(1, vec![put("a")])]).expect("apply");
     engine.fail.store(true, std::sync::atomic::Ordering::SeqCst);
-    let failed = sm.apply([entry(2, vec![put("b"), put("c")])]).await;
+    let failed = sm.apply_entries([entry(2, vec![put("b"), put("c")])]);
     assert!(failed.is_err(), "{failed:?}");
     let read = mvcc.range(&store::mvcc::KeyRange::From(Vec::new()), Default::default());
     assert!(read.is_err(), "reads refuse the diverged index: {read:?}");

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use openraft::testing::{StoreBuilder, Suite};
-use openraft::StorageError;
+use openraft::testing::log::{StoreBuilder, Suite};
+use openraft::{ErrorSubject, ErrorVerb, StorageError};
 use store::engine::memory::MemoryEngine;
 use store::engine::rocks::RocksEngine;
 use store::engine::Engine;
@@ -12,7 +12,7 @@ use store::mvcc::compactor::spawn_compactor;
 use store::mvcc::MvccStore;
 use store::raft::log_store::LogStore;
 use store::raft::state_machine::StateMachine;
-use store::raft::{NodeId, TypeConfig};
+use store::raft::TypeConfig;
 
 struct Builder {
     rocks: bool,
@@ -21,7 +21,7 @@ struct Builder {
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
     async fn build(
         &self,
-    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("tempdir");
         let engine: Arc<dyn Engine> = if self.rocks {
             Arc::new(RocksEngine::open(&dir.path().join("db")).expect("open rocksdb"))
@@ -44,18 +44,22 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
                 store::auth::DEFAULT_BCRYPT_COST,
             )),
         );
-        // Member 1: the suite's entries of the term node 1 leads take the
-        // leader's early-acknowledged path, the others the plain one.
-        Ok((dir, LogStore::open(engine, 1)?, sm))
+        let log = LogStore::open(engine)
+            .map_err(|e| StorageError::from_io_error(ErrorSubject::Logs, ErrorVerb::Write, e))?;
+        Ok((dir, log, sm))
     }
 }
 
-#[test]
-fn openraft_suite_memory_engine() {
-    Suite::test_all(Builder { rocks: false }).expect("openraft storage suite (memory)");
+#[tokio::test]
+async fn openraft_suite_memory_engine() {
+    Suite::test_all(Builder { rocks: false })
+        .await
+        .expect("openraft storage suite (memory)");
 }
 
-#[test]
-fn openraft_suite_rocks_engine() {
-    Suite::test_all(Builder { rocks: true }).expect("openraft storage suite (rocksdb)");
+#[tokio::test]
+async fn openraft_suite_rocks_engine() {
+    Suite::test_all(Builder { rocks: true })
+        .await
+        .expect("openraft storage suite (rocksdb)");
 }

@@ -22,7 +22,7 @@
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot};
 
-use super::types::{Batch, CommandResponse, NodeId, Proposal};
+use super::types::{Batch, CommandResponse, NodeId, Proposal, TypeConfig};
 use super::Raft;
 use crate::batching;
 
@@ -55,6 +55,9 @@ pub enum BatchError {
     /// openraft refused the entry for another reason (a membership change
     /// in progress).
     NotCapable,
+    /// The entry was proposed but the leader lost leadership before it
+    /// committed; a later leader may still commit it.
+    Discarded,
     /// Raft stopped.
     Stopped,
 }
@@ -117,10 +120,7 @@ async fn run(raft: Raft, rx: mpsc::Receiver<Queued>) {
 
 fn answer_all(
     answers: Vec<Answer>,
-    result: Result<
-        Vec<CommandResponse>,
-        RaftError<NodeId, ClientWriteError<NodeId, super::MemberInfo>>,
-    >,
+    result: Result<Vec<CommandResponse>, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>,
 ) {
     match result {
         Ok(responses) => {
@@ -138,9 +138,14 @@ fn answer_all(
                 RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
                     BatchError::NotLeader(f.leader_id)
                 }
-                RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => {
-                    BatchError::NotCapable
-                }
+                // The leader lost leadership before the entry committed: it
+                // may still commit under the next leader (etcd answers the
+                // same uncertainty with a timeout).
+                RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => BatchError::Discarded,
+                RaftError::APIError(
+                    ClientWriteError::ChangeMembershipError(_)
+                    | ClientWriteError::PreconditionFailed(_),
+                ) => BatchError::NotCapable,
                 RaftError::Fatal(_) => BatchError::Stopped,
             };
             for answer in answers {

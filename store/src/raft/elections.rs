@@ -9,6 +9,7 @@
 //!   cannot leave them held;
 //! - campaigning repeatedly for a while (the target of a transfer).
 
+use openraft::async_runtime::WatchReceiver as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -116,7 +117,7 @@ impl ElectionControl {
                     .saturating_mul(u64::from(CAMPAIGN_RETRY_HEARTBEATS)),
             );
             loop {
-                let leading = raft.metrics().borrow().state == ServerState::Leader;
+                let leading = raft.metrics().borrow_watched().state == ServerState::Leader;
                 {
                     let mut current = lock(&campaign_until);
                     if leading || current.is_none_or(|until| Instant::now() >= until) {
@@ -124,7 +125,10 @@ impl ElectionControl {
                         return;
                     }
                 }
-                if let Err(error) = raft.trigger().elect().await {
+                // A real election, no pre-vote round: the other voters hold
+                // their elections but their leases of the old leader would
+                // refuse a pre-vote (etcd's MoveLeader skips it too).
+                if let Err(error) = raft.trigger().elect(false).await {
                     tracing::warn!(%error, "leadership transfer: cannot campaign");
                     *lock(&campaign_until) = None;
                     return;

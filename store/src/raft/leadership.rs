@@ -21,14 +21,18 @@
 //! metrics report and, between reports, every [`LEADER_CHECKS_PER_TIMEOUT`]th
 //! of an election timeout, since staleness sets in without any report.
 
+use openraft::async_runtime::WatchReceiver as _;
+use openraft::Instant as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::{RaftMetrics, ServerState};
+use openraft::ServerState;
+
+use crate::raft::RaftMetrics;
 use tokio::time::Instant;
 
-use super::{MemberInfo, NodeId, Raft};
+use super::{NodeId, Raft};
 use crate::metrics;
 
 /// No quorum acknowledgement recorded yet.
@@ -71,7 +75,7 @@ impl Leadership {
     /// leader, or a leader that no quorum acknowledged for an election
     /// timeout.
     pub fn leader(&self) -> Option<NodeId> {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics().borrow_watched().clone();
         match m.current_leader {
             Some(id) if id == m.id && !self.quorum_fresh(&m) => None,
             other => other,
@@ -85,13 +89,13 @@ impl Leadership {
 
     /// True when this member leads with a quorum behind it.
     pub fn is_leader(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics().borrow_watched().clone();
         m.state == ServerState::Leader && self.leader() == Some(m.id)
     }
 
     /// True when this member is a learner (not a voter).
     pub fn is_learner(&self) -> bool {
-        is_learner(&self.raft.metrics().borrow())
+        is_learner(&self.raft.metrics().borrow_watched())
     }
 
     /// How long until this member's leadership turns stale, if it leads
@@ -106,7 +110,7 @@ impl Leadership {
         (stale_at > now).then(|| Duration::from_millis(stale_at - now))
     }
 
-    fn quorum_fresh(&self, m: &RaftMetrics<NodeId, MemberInfo>) -> bool {
+    fn quorum_fresh(&self, m: &RaftMetrics) -> bool {
         if m.membership_config.membership().voter_ids().count() <= 1 {
             return true;
         }
@@ -120,7 +124,7 @@ impl Leadership {
 }
 
 /// True when `m`'s member is in the membership as a learner only.
-pub fn is_learner(m: &RaftMetrics<NodeId, MemberInfo>) -> bool {
+pub fn is_learner(m: &RaftMetrics) -> bool {
     let membership = m.membership_config.membership();
     membership.learner_ids().any(|id| id == m.id) && !membership.voter_ids().any(|id| id == m.id)
 }
@@ -147,10 +151,14 @@ async fn watch(leadership: Leadership) {
     }
 }
 
-fn record_quorum_ack(state: &State, m: &RaftMetrics<NodeId, MemberInfo>) {
+fn record_quorum_ack(state: &State, m: &RaftMetrics) {
     let now = state.base.elapsed().as_millis() as u64;
     let previous = state.quorum_ack_ms.load(Ordering::Relaxed);
-    let acked = match (m.state, m.millis_since_quorum_ack) {
+    let since_ack = m
+        .last_quorum_acked
+        .as_ref()
+        .map(|at| at.elapsed().as_millis() as u64);
+    let acked = match (m.state, since_ack) {
         (ServerState::Leader, Some(ms)) => now.saturating_sub(ms),
         // A new leader has not heard back yet: it was acknowledged by the
         // quorum that elected it just now. Later reports without a time

@@ -4,32 +4,31 @@
 //! bincode of the openraft entry; [`Table::RaftState`] holds the vote, the
 //! last purged log id and the committed log id.
 //!
-//! Group commit: `append` writes the entries unsynced and hands the
+//! Group commit: `append` writes the entries unsynced and hands openraft's
 //! completion callback to one flusher thread. The flusher takes every
 //! callback queued so far (up to [`GROUP_COMMIT_MAX_PENDING`]), makes them
 //! durable with one `Engine::sync` (one fsync of the shared WAL), then
 //! completes them in order. While one fsync runs, the next appends queue up
-//! behind it, so under load many client writes share one fsync. A callback
-//! is only completed after the sync that covers its entries returns, so
-//! nothing is acknowledged before it is on disk.
+//! behind it, so under load many appends share one fsync. A callback is only
+//! completed after the sync that covers its entries returns, so openraft
+//! never counts an entry as stored before it is on disk.
 //!
-//! The exception is the leader's own entries: their callback completes as
-//! soon as they are written, so openraft replicates them while the fsync
-//! runs; what becomes durable is published through [`DurableLog`], and the
-//! state machine and the commit index sent to followers wait for it (the
-//! argument is in [`super::durable`]).
+//! openraft 0.10 does not wait for the callback before it replicates: the
+//! leader sends new entries to the followers while its own fsync runs (as
+//! etcd writes its WAL in parallel with sending), and counts itself towards
+//! the commit quorum only once the callback says its copy is durable.
 
 use std::borrow::Borrow;
 use std::fmt::Debug;
+use std::io;
 use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
-use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOError, Vote};
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::OptionalSend;
 
-use super::durable::DurableLog;
-use super::types::{NodeId, TypeConfig};
+use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::codec;
 use crate::engine::{Engine, Table, WriteBatch};
 use crate::limits::GROUP_COMMIT_MAX_PENDING;
@@ -42,15 +41,14 @@ fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 
-type Flushed = LogFlushed<TypeConfig>;
-
-/// An append waiting for the flusher's next sync: its last log id, and
-/// openraft's callback unless it was completed early (a leader's append).
+/// An append waiting for the flusher's next sync: openraft's callback.
 struct Pending {
-    last: LogId<NodeId>,
-    /// [`DurableLog`]'s truncation generation when it was appended.
-    generation: u64,
-    callback: Option<Flushed>,
+    callback: IOFlushed<TypeConfig>,
+}
+
+/// An engine failure as the storage error openraft takes, naming what failed.
+pub(crate) fn io_error(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
 }
 
 /// The Raft log storage. Cheap to clone (the reader is a clone).
@@ -58,11 +56,6 @@ struct Pending {
 pub struct LogStore {
     engine: Arc<dyn Engine>,
     flusher: Arc<Flusher>,
-    /// This member's id: entries of its own term are its own appends.
-    me: NodeId,
-    /// The vote last saved (or read at open), to recognise own-term entries.
-    vote: Arc<Mutex<Option<Vote<NodeId>>>>,
-    durable: Arc<DurableLog>,
 }
 
 /// The flusher thread's queue and handle. When the last log store clone
@@ -84,111 +77,89 @@ impl Drop for Flusher {
 }
 
 impl LogStore {
-    /// The log store of member `me` on `engine`, starting its flusher
-    /// thread. Syncs first, so everything the log holds counts as durable.
-    pub fn open(engine: Arc<dyn Engine>, me: NodeId) -> Result<Self, StorageError<NodeId>> {
-        engine.sync().map_err(|e| StorageIOError::write_logs(&e))?;
-        let vote = read_state(engine.as_ref(), KEY_VOTE)?;
-        let durable = DurableLog::new(last_entry_log_id(engine.as_ref())?);
+    /// The log store on `engine`, starting its flusher thread. Syncs first,
+    /// so everything the log holds is durable before openraft reads it.
+    pub fn open(engine: Arc<dyn Engine>) -> io::Result<Self> {
+        engine.sync().map_err(|e| io_error("syncing the raft log", e))?;
         let (queue, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
-        let (flush_engine, flush_durable) = (engine.clone(), durable.clone());
+        let flush_engine = engine.clone();
         let thread = std::thread::Builder::new()
             .name("raft-log-flusher".into())
-            .spawn(move || run_flusher(flush_engine, rx, flush_durable))
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+            .spawn(move || run_flusher(flush_engine, rx))?;
         Ok(Self {
             engine,
             flusher: Arc::new(Flusher {
                 queue: Some(queue),
                 thread: Some(thread),
             }),
-            me,
-            vote: Arc::new(Mutex::new(vote)),
-            durable,
         })
-    }
-
-    /// What of this log is durable; the state machine and the peer client
-    /// wait for and clamp to it.
-    pub fn durable(&self) -> Arc<DurableLog> {
-        self.durable.clone()
-    }
-
-    /// Whether `last` (the last of entries being appended) was proposed by
-    /// this member in the term it leads: its own append as leader.
-    fn is_own_append(&self, last: &LogId<NodeId>) -> bool {
-        let vote = self.vote.lock().expect("vote lock");
-        vote.is_some_and(|v| v.leader_id.node_id == self.me && v.leader_id == last.leader_id)
     }
 
     /// Writes `entries` and makes them durable at once, outside openraft's
     /// append protocol: for repairs made before Raft starts
     /// ([`super::recovery`]).
-    pub fn append_synced(&self, entries: &[Entry<TypeConfig>]) -> Result<(), StorageError<NodeId>> {
+    pub fn append_synced(&self, entries: &[Entry]) -> io::Result<()> {
         let (b, _) = entries_batch(entries);
         self.engine
             .write(b, true)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
-        self.durable
-            .truncated_to(last_entry_log_id(self.engine.as_ref())?);
-        Ok(())
+            .map_err(|e| io_error("writing raft log entries", e))
     }
 }
 
 fn read_state<T: serde::de::DeserializeOwned>(
     engine: &dyn Engine,
     key: &[u8],
-) -> Result<Option<T>, StorageError<NodeId>> {
+) -> io::Result<Option<T>> {
     let Some(bytes) = engine
         .get(Table::RaftState, key)
-        .map_err(|e| StorageIOError::read(&e))?
+        .map_err(|e| io_error("reading raft state", e))?
     else {
         return Ok(None);
     };
     codec::decode(&bytes)
         .map(Some)
-        .map_err(|e| StorageIOError::read(&e).into())
+        .map_err(|e| io_error("decoding raft state", e))
 }
 
-fn last_entry_log_id(engine: &dyn Engine) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+fn last_entry_log_id(engine: &dyn Engine) -> io::Result<Option<LogId>> {
     let mut last = None;
     engine
         .scan_reverse(Table::RaftLog, &[], None, &mut |_, v| {
             last = Some(v.to_vec());
             ControlFlow::Break(())
         })
-        .map_err(|e| StorageIOError::read_logs(&e))?;
+        .map_err(|e| io_error("reading the raft log", e))?;
     match last {
         None => Ok(None),
         Some(bytes) => {
-            let entry: Entry<TypeConfig> =
-                codec::decode(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
-            Ok(Some(*entry.get_log_id()))
+            let entry: Entry =
+                codec::decode(&bytes).map_err(|e| io_error("decoding a raft log entry", e))?;
+            Ok(Some(entry.log_id))
         }
     }
 }
 
 /// One engine batch writing `entries` to the log, and the last one's id.
-fn entries_batch<E: Borrow<Entry<TypeConfig>>>(
+fn entries_batch<E: Borrow<Entry>>(
     entries: impl IntoIterator<Item = E>,
-) -> (WriteBatch, Option<LogId<NodeId>>) {
+) -> (WriteBatch, Option<LogId>) {
     let mut b = WriteBatch::new();
     let mut last = None;
     for entry in entries {
         let entry = entry.borrow();
-        last = Some(*entry.get_log_id());
+        last = Some(entry.log_id);
         b.put(
             Table::RaftLog,
-            index_key(entry.get_log_id().index).to_vec(),
+            index_key(entry.log_id.index).to_vec(),
             codec::encode(entry),
         );
     }
     (b, last)
 }
 
-/// The flusher loop: batch appends, one sync per batch, publish the new
-/// durable end, then complete the callbacks in order.
-fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Pending>, durable: Arc<DurableLog>) {
+/// The flusher loop: batch appends, one sync per batch, then complete the
+/// callbacks in order.
+fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Pending>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < GROUP_COMMIT_MAX_PENDING {
@@ -203,22 +174,14 @@ fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Pending>, durable: Arc<Dura
             .disk
             .wal_fsync
             .observe(started.elapsed().as_secs_f64());
-        match &result {
-            Ok(()) => {
-                let newest = batch.last().expect("non-empty batch");
-                durable.advance(newest.last, newest.generation)
-            }
-            Err(_) => durable.fail(),
-        }
-        for cb in batch.into_iter().filter_map(|p| p.callback) {
+        for pending in batch {
             let r = match &result {
                 Ok(()) => Ok(()),
-                Err(e) => Err(std::io::Error::other(e.to_string())),
+                Err(e) => Err(io_error("syncing the raft log", e)),
             };
-            cb.log_io_completed(r);
+            pending.callback.io_completed(r);
         }
     }
-    durable.close();
 }
 
 fn bound_start(b: Bound<&u64>) -> u64 {
@@ -241,7 +204,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+    ) -> io::Result<Vec<Entry>> {
         let start = index_key(bound_start(range.start_bound()));
         let end = bound_end(range.end_bound()).map(index_key);
         let mut entries = Vec::new();
@@ -252,7 +215,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 &start,
                 end.as_ref().map(|e| &e[..]),
                 &mut |_, v| {
-                    match codec::decode::<Entry<TypeConfig>>(v) {
+                    match codec::decode::<Entry>(v) {
                         Ok(e) => entries.push(e),
                         Err(e) => {
                             failure = Some(e);
@@ -262,20 +225,24 @@ impl RaftLogReader<TypeConfig> for LogStore {
                     ControlFlow::Continue(())
                 },
             )
-            .map_err(|e| StorageIOError::read_logs(&e))?;
+            .map_err(|e| io_error("reading the raft log", e))?;
         if let Some(e) = failure {
-            return Err(StorageIOError::read_logs(&e).into());
+            return Err(io_error("decoding a raft log entry", e));
         }
         Ok(entries)
+    }
+
+    async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
+        read_state(self.engine.as_ref(), KEY_VOTE)
     }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+    async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
         let engine = self.engine.as_ref();
-        let last_purged_log_id: Option<LogId<NodeId>> = read_state(engine, KEY_LAST_PURGED)?;
+        let last_purged_log_id: Option<LogId> = read_state(engine, KEY_LAST_PURGED)?;
         let last_log_id = last_entry_log_id(engine)?.or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
@@ -287,24 +254,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+    async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
         let mut b = WriteBatch::new();
         b.put(Table::RaftState, KEY_VOTE.to_vec(), codec::encode(vote));
         self.engine
             .write(b, true)
-            .map_err(|e| StorageIOError::write_vote(&e))?;
-        *self.vote.lock().expect("vote lock") = Some(*vote);
-        Ok(())
+            .map_err(|e| io_error("saving the vote", e))
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        read_state(self.engine.as_ref(), KEY_VOTE)
-    }
-
-    async fn save_committed(
-        &mut self,
-        committed: Option<LogId<NodeId>>,
-    ) -> Result<(), StorageError<NodeId>> {
+    async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
         let mut b = WriteBatch::new();
         b.put(
             Table::RaftState,
@@ -314,70 +272,46 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Not synced: losing it only means re-applying from the last applied.
         self.engine
             .write(b, false)
-            .map_err(|e| StorageIOError::write(&e).into())
+            .map_err(|e| io_error("saving the commit index", e))
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        Ok(read_state::<Option<LogId<NodeId>>>(self.engine.as_ref(), KEY_COMMITTED)?.flatten())
+    async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        Ok(read_state::<Option<LogId>>(self.engine.as_ref(), KEY_COMMITTED)?.flatten())
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError<NodeId>>
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let (b, last) = entries_batch(entries);
-        let Some(last) = last else {
-            callback.log_io_completed(Ok(()));
+        if last.is_none() {
+            callback.io_completed(Ok(()));
             return Ok(());
-        };
+        }
         self.engine
             .write(b, false)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
-        // A leader's own entries are acknowledged now and synced by the
-        // flusher meanwhile; anyone else's after the sync.
-        let (now, after_sync) = if self.is_own_append(&last) {
-            (Some(callback), None)
-        } else {
-            (None, Some(callback))
-        };
+            .map_err(|e| io_error("writing raft log entries", e))?;
         let queue = self.flusher.queue.as_ref().expect("open until dropped");
         queue
-            .send(Pending {
-                last,
-                generation: self.durable.current().generation,
-                callback: after_sync,
-            })
-            .map_err(|_| {
-                StorageIOError::write_logs(&std::io::Error::other("log flusher stopped"))
-            })?;
-        if let Some(cb) = now {
-            cb.log_io_completed(Ok(()));
-        }
-        Ok(())
+            .send(Pending { callback })
+            .map_err(|_| io::Error::other("the raft log flusher stopped"))
     }
 
-    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
+        let from = last_log_id.map_or(0, |l| l.index + 1);
         let mut b = WriteBatch::new();
         b.delete_range(
             Table::RaftLog,
-            index_key(log_id.index).to_vec(),
+            index_key(from).to_vec(),
             index_key(u64::MAX).to_vec(),
         );
         self.engine
             .write(b, true)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
-        // The write was synced, so all that remains is durable.
-        self.durable
-            .truncated_to(last_entry_log_id(self.engine.as_ref())?);
-        Ok(())
+            .map_err(|e| io_error("truncating the raft log", e))
     }
 
-    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+    async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
         let mut b = WriteBatch::new();
         b.put(
             Table::RaftState,
@@ -391,6 +325,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         self.engine
             .write(b, false)
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+            .map_err(|e| io_error("purging the raft log", e))
     }
 }

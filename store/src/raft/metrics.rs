@@ -1,10 +1,11 @@
 //! Reading openraft's metrics: a member's replication progress, and
 //! waiting (with a deadline) until the metrics satisfy a condition.
 
-use openraft::RaftMetrics;
+use openraft::async_runtime::WatchReceiver as _;
+use crate::raft::RaftMetrics;
 use tokio::time::Instant;
 
-use super::{MemberInfo, NodeId, Raft};
+use super::{NodeId, Raft};
 
 /// Why [`wait_until`] gave up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub enum WaitError {
 pub async fn wait_until(
     raft: &Raft,
     deadline: Instant,
-    mut done: impl FnMut(&RaftMetrics<NodeId, MemberInfo>) -> bool,
+    mut done: impl FnMut(&RaftMetrics) -> bool,
 ) -> Result<(), WaitError> {
     let mut rx = raft.metrics();
     loop {
@@ -36,7 +37,7 @@ pub async fn wait_until(
 
 /// A member's matched log index, as the leader's metrics report it (0 if
 /// unknown or if this member does not lead).
-pub fn matched_index(m: &RaftMetrics<NodeId, MemberInfo>, id: NodeId) -> u64 {
+pub fn matched_index(m: &RaftMetrics, id: NodeId) -> u64 {
     m.replication
         .as_ref()
         .and_then(|r| r.get(&id).cloned().flatten())

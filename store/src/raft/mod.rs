@@ -1,10 +1,8 @@
-//! Raft replication with openraft 0.9.
+//! Raft replication with openraft 0.10.
 //!
 //! - [`types`]: the openraft type configuration, the replicated
 //!   [`Command`]s and their [`CommandResponse`]s, and member identities.
 //! - [`log_store`]: the Raft log and vote in the engine, with group commit.
-//! - [`durable`]: the durable end of the local log: the leader replicates
-//!   while its own fsync runs; apply and followers' commit index wait for it.
 //! - [`state_machine`]: applies committed commands to the MVCC store, builds
 //!   and installs snapshots.
 //! - [`network`]: the client side of the peer protocol (the server side is
@@ -18,12 +16,7 @@
 //! - [`recovery`]: `--force-new-cluster`, a one-member restart of the
 //!   stored log.
 
-// openraft's storage traits fix `StorageError` (a large enum) as the error
-// type; our helpers return the same type rather than boxing and unboxing it.
-#![allow(clippy::result_large_err)]
-
 pub mod batcher;
-pub mod durable;
 pub mod elections;
 pub mod leadership;
 pub mod log_store;
@@ -34,7 +27,11 @@ pub mod recovery;
 pub mod state_machine;
 pub mod types;
 
-pub use types::{Batch, Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
+pub use types::{
+    Batch, Command, CommandResponse, Entry, LeaderId, LogId, MemberInfo, Membership, NodeId,
+    Proposal, RaftMetrics, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+    Vote,
+};
 
-/// openraft's handle for our configuration.
-pub type Raft = openraft::Raft<TypeConfig>;
+/// openraft's handle for our configuration and state machine.
+pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;

@@ -1,45 +1,52 @@
 //! The client side of the peer protocol (`storepeer.RaftPeer`).
 //!
-//! openraft asks for one [`PeerNetwork`] per target member; each holds a
-//! lazily connected tonic channel to the target's first peer URL. Payloads
-//! are bincode (see [`crate::codec`]); a remote Raft error comes back inside
-//! the payload as `Err(..)` and is surfaced as `RPCError::RemoteError`,
-//! while transport failures are `Unreachable` so openraft backs off.
+//! openraft asks for one [`PeerNetwork`] per target member and purpose
+//! (replication, heartbeats, snapshots); each holds a clone of one lazily
+//! connected tonic channel per target, so all of them share one HTTP/2
+//! connection. Payloads are bincode (see [`crate::codec`]).
+//!
+//! Replication is pipelined: openraft hands [`PeerNetwork::stream_append`]
+//! a stream of AppendEntries requests and reads the answers from another
+//! stream; both travel over one bidirectional gRPC stream, so the leader
+//! sends the next entries while the follower is still writing the previous
+//! ones (etcd's rafthttp pipelines its appends the same way). A Raft error
+//! on the receiving member comes back as text inside the answer and is
+//! surfaced as `RPCError::Network`; transport failures are `Unreachable`,
+//! so openraft backs off.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use etcd_proto::storepeer::RaftMessage;
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
     VoteRequest, VoteResponse,
 };
+use openraft::{OptionalSend, RaftNetworkV2};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use super::durable::DurableLog;
-use super::types::{MemberInfo, NodeId, TypeConfig};
+use super::types::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
-use crate::limits::PEER_RPC_TIMEOUT_MS;
+use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES};
 
 /// Builds peer clients for openraft. Channels are cached per member and
 /// peer URL: openraft asks for a new client per replication stream and per
-/// ReadIndex round, and a tonic channel multiplexes all of them over one
+/// heartbeat worker, and a tonic channel multiplexes all of them over one
 /// HTTP/2 connection, so no round pays for a new connection.
 #[derive(Clone, Default)]
 pub struct PeerNetworkFactory {
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     tls: Option<ClientTlsConfig>,
-    /// The local log's durable end; the commit index sent to followers is
-    /// clamped to it (see [`crate::raft::durable`]).
-    durable: Arc<OnceLock<Arc<DurableLog>>>,
 }
 
 impl PeerNetworkFactory {
@@ -48,14 +55,7 @@ impl PeerNetworkFactory {
         Self {
             channels: Arc::default(),
             tls,
-            durable: Arc::default(),
         }
-    }
-
-    /// Clamps the commit index of every AppendEntries (from all clones of
-    /// this factory) to `log`'s durable end. Set once, before Raft starts.
-    pub fn clamp_commit_to(&self, log: Arc<DurableLog>) {
-        let _ = self.durable.set(log);
     }
 
     /// The cached channel to `target` at its first peer URL (a new one if
@@ -113,27 +113,33 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
 
     async fn new_client(&mut self, target: NodeId, node: &MemberInfo) -> Self::Network {
         PeerNetwork {
-            target,
-            durable: self.durable.get().cloned(),
             client: self.channel(target, node).map(peer_client),
-            counters: PeerCounters::new(target),
+            counters: Arc::new(PeerCounters::new(target)),
         }
     }
 }
 
+/// The first message of an InstallSnapshot stream; the snapshot's bytes
+/// follow in raw chunks of at most [`SNAPSHOT_CHUNK_BYTES`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SnapshotHeader {
+    /// The sending leader's vote.
+    pub vote: Vote,
+    /// What the snapshot covers.
+    pub meta: SnapshotMeta,
+}
+
 /// The connection to one member.
 pub struct PeerNetwork {
-    target: NodeId,
-    durable: Option<Arc<DurableLog>>,
     client: Result<RaftPeerClient<Channel>, String>,
-    counters: PeerCounters,
+    counters: Arc<PeerCounters>,
 }
 
 /// This connection's `etcd_network_peer_sent_bytes_total` (requests),
 /// `etcd_network_peer_received_bytes_total` (their answers) and
 /// `etcd_network_peer_round_trip_time_seconds` (labels `To` / `From`: the
 /// peer's id in hex), looked up once per connection. The round trip is
-/// that of each Raft RPC (etcd measures it with a separate prober).
+/// that of each unary Raft RPC (etcd measures it with a separate prober).
 struct PeerCounters {
     sent: prometheus_client::metrics::counter::Counter,
     received: prometheus_client::metrics::counter::Counter,
@@ -153,28 +159,47 @@ impl PeerCounters {
     }
 }
 
-type RpcResult<T, E> = Result<T, RPCError<NodeId, MemberInfo, RaftError<NodeId, E>>>;
+type RpcResult<T> = Result<T, RPCError<TypeConfig>>;
+
+/// A failed gRPC call as openraft's error: a transport failure makes
+/// openraft back off and retry; anything else is a network error.
+fn status_error(status: tonic::Status) -> RPCError<TypeConfig> {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            RPCError::Unreachable(Unreachable::new(&status))
+        }
+        _ => RPCError::Network(NetworkError::new(&status)),
+    }
+}
+
+/// An answer's payload: the value, or the remote member's error text.
+fn decode_answer<T: DeserializeOwned>(payload: &[u8]) -> RpcResult<T> {
+    let answer: Result<T, String> =
+        codec::decode(payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+    answer.map_err(|e| RPCError::Network(NetworkError::from_string(e)))
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    Append,
+    Vote,
+    PreVote,
+}
 
 impl PeerNetwork {
-    async fn call<Req, Resp, E>(
+    fn client(&self) -> RpcResult<RaftPeerClient<Channel>> {
+        self.client
+            .clone()
+            .map_err(|e| RPCError::Unreachable(Unreachable::from_string(e)))
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &mut self,
         kind: Rpc,
         req: &Req,
         timeout: Duration,
-    ) -> RpcResult<Resp, E>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    {
-        let client = match &mut self.client {
-            Ok(c) => c,
-            Err(e) => {
-                return Err(RPCError::Unreachable(Unreachable::new(
-                    &std::io::Error::other(e.clone()),
-                )))
-            }
-        };
+    ) -> RpcResult<Resp> {
+        let mut client = self.client()?;
         let payload = codec::encode(req);
         self.counters.sent.inc_by(payload.len() as u64);
         let mut request = tonic::Request::new(RaftMessage { payload });
@@ -183,57 +208,137 @@ impl PeerNetwork {
         let reply = match kind {
             Rpc::Append => client.append_entries(request).await,
             Rpc::Vote => client.vote(request).await,
-            Rpc::Snapshot => client.install_snapshot(request).await,
-        };
-        if reply.is_ok() {
-            self.counters.rtt.observe(started.elapsed().as_secs_f64());
+            Rpc::PreVote => client.pre_vote(request).await,
         }
-        let reply = reply.map_err(|status| match status.code() {
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                RPCError::Unreachable(Unreachable::new(&status))
-            }
-            _ => RPCError::Network(NetworkError::new(&status)),
-        })?;
+        .map_err(status_error)?;
+        self.counters.rtt.observe(started.elapsed().as_secs_f64());
         let payload = reply.into_inner().payload;
         self.counters.received.inc_by(payload.len() as u64);
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            codec::decode(&payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        decode_answer(&payload)
+    }
+
+    /// Opens the bidirectional append stream: `input` encoded on the way
+    /// out, each answer decoded on the way back.
+    async fn open_append_stream<S>(
+        &mut self,
+        input: S,
+    ) -> RpcResult<BoxStream<'static, RpcResult<StreamAppendResult<TypeConfig>>>>
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        let mut client = self.client()?;
+        let counters = self.counters.clone();
+        let outgoing = input.map(move |req| {
+            let payload = codec::encode(&req);
+            counters.sent.inc_by(payload.len() as u64);
+            RaftMessage { payload }
+        });
+        let answers = client
+            .stream_append(outgoing)
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        let counters = self.counters.clone();
+        let decoded = answers.map(move |answer| {
+            let payload = answer.map_err(status_error)?.payload;
+            counters.received.inc_by(payload.len() as u64);
+            decode_answer(&payload)
+        });
+        Ok(decoded.boxed())
+    }
+
+    /// Sends `snapshot` as a header and raw chunks on one client stream.
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+    ) -> RpcResult<SnapshotResponse<TypeConfig>> {
+        let mut client = self.client()?;
+        let header = codec::encode(&SnapshotHeader {
+            vote,
+            meta: snapshot.meta,
+        });
+        let data = snapshot.snapshot.into_inner();
+        let sent = header.len() + data.len();
+        let chunks: Vec<RaftMessage> = std::iter::once(header)
+            .chain(
+                data.chunks(SNAPSHOT_CHUNK_BYTES as usize)
+                    .map(<[u8]>::to_vec),
+            )
+            .map(|payload| RaftMessage { payload })
+            .collect();
+        self.counters.sent.inc_by(sent as u64);
+        let reply = client
+            .install_snapshot(futures::stream::iter(chunks))
+            .await
+            .map_err(status_error)?;
+        let payload = reply.into_inner().payload;
+        self.counters.received.inc_by(payload.len() as u64);
+        decode_answer(&payload)
     }
 }
 
-#[derive(Clone, Copy)]
-enum Rpc {
-    Append,
-    Vote,
-    Snapshot,
+/// A failed snapshot send as openraft's streaming error.
+fn streaming_error(e: RPCError<TypeConfig>) -> StreamingError<TypeConfig> {
+    match e {
+        RPCError::Timeout(t) => StreamingError::Timeout(t),
+        RPCError::Unreachable(u) => StreamingError::Unreachable(u),
+        RPCError::Network(n) => StreamingError::Network(n),
+        RPCError::RemoteError(r) => StreamingError::Network(NetworkError::new(&r)),
+    }
 }
 
-impl RaftNetwork<TypeConfig> for PeerNetwork {
+impl RaftNetworkV2<TypeConfig> for PeerNetwork {
+    type SnapshotData = SnapshotData;
+
     async fn append_entries(
         &mut self,
-        mut rpc: AppendEntriesRequest<TypeConfig>,
+        rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        if let Some(durable) = &self.durable {
-            rpc.leader_commit = durable.clamp_commit(rpc.leader_commit);
-        }
+    ) -> RpcResult<AppendEntriesResponse<TypeConfig>> {
         self.call(Rpc::Append, &rpc, option.hard_ttl()).await
     }
 
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call(Rpc::Snapshot, &rpc, option.hard_ttl()).await
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        _option: RPCOption,
+    ) -> BoxFuture<'s, RpcResult<BoxStream<'s, RpcResult<StreamAppendResult<TypeConfig>>>>>
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        Box::pin(async move {
+            let answers: BoxStream<'s, _> = self.open_append_stream(input).await?;
+            Ok(answers)
+        })
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+    ) -> RpcResult<VoteResponse<TypeConfig>> {
         self.call(Rpc::Vote, &rpc, option.hard_ttl()).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<TypeConfig>> {
+        self.call(Rpc::PreVote, &rpc, option.hard_ttl()).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            sent = self.send_snapshot(vote, snapshot) => sent.map_err(streaming_error),
+        }
     }
 }

@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::error::{LinearizableReadError, RaftError};
+use openraft::ReadPolicy;
 use tokio::sync::{mpsc, oneshot};
 
 use super::elections::TransferGate;
@@ -82,12 +83,14 @@ async fn run_rounds(
 }
 
 async fn confirm(raft: &Raft) -> Result<u64, ReadIndexError> {
-    match raft.get_read_log_id().await {
-        Ok((read_log_id, _applied)) => Ok(read_log_id.map_or(0, |l| l.index)),
-        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+    // ReadIndex: the answer comes once a quorum acknowledged a heartbeat
+    // sent after the request (no lease-based shortcut).
+    match raft.get_read_log_id(ReadPolicy::ReadIndex).await {
+        Ok((read_log_id, _applied)) => Ok(read_log_id.index()),
+        Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
             Err(ReadIndexError::NotLeader(f.leader_id))
         }
-        Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
+        Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
             Err(ReadIndexError::Timeout)
         }
         Err(RaftError::Fatal(_)) => Err(ReadIndexError::Stopped),

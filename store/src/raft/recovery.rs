@@ -28,11 +28,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use openraft::storage::{RaftLogReader, RaftLogStorage};
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, StorageError, Vote};
+use openraft::EntryPayload;
 
 use super::log_store::LogStore;
 use super::state_machine::{read_meta, KEY_MEMBERSHIP};
-use super::types::{MemberInfo, NodeId, TypeConfig};
+use super::types::{Entry, LeaderId, LogId, MemberInfo, Membership, NodeId, StoredMembership, Vote};
 use crate::engine::EngineRead;
 
 /// Log entries read per step while looking backwards for the last
@@ -44,19 +44,13 @@ const MEMBERSHIP_SCAN_STEP_ENTRIES: u64 = 256;
 pub enum RecoveryError {
     /// Reading or writing the log or state failed.
     #[error("force-new-cluster: storage: {0}")]
-    Storage(Box<StorageError<NodeId>>),
+    Storage(#[from] std::io::Error),
     /// No membership is stored (a fresh data directory never forms one).
     #[error("force-new-cluster: the data directory holds no cluster membership")]
     NoMembership,
     /// This member is not in the stored membership.
     #[error("force-new-cluster: member {0:x} is not in the stored membership")]
     NotAMember(NodeId),
-}
-
-impl From<StorageError<NodeId>> for RecoveryError {
-    fn from(e: StorageError<NodeId>) -> Self {
-        Self::Storage(Box::new(e))
-    }
 }
 
 /// What the forced restart changed, for the log.
@@ -92,9 +86,10 @@ pub async fn force_new_cluster(
     .unwrap_or(0)
         + 1;
     let index = last.map_or(0, |l| l.index + 1);
-    let membership = Membership::new(vec![BTreeSet::from([me])], BTreeMap::from([(me, info)]));
-    let entry = Entry::<TypeConfig> {
-        log_id: LogId::new(CommittedLeaderId::new(term, me), index),
+    let membership = Membership::new(vec![BTreeSet::from([me])], BTreeMap::from([(me, info)]))
+        .expect("the one voter is among the nodes");
+    let entry = Entry {
+        log_id: LogId::new(LeaderId { term, node_id: me }, index),
         payload: EntryPayload::Membership(membership),
     };
     log.append_synced(&[entry])?;
@@ -111,8 +106,8 @@ pub async fn force_new_cluster(
 async fn last_membership(
     log: &mut LogStore,
     meta: &dyn EngineRead,
-    upto: Option<LogId<NodeId>>,
-    purged: Option<LogId<NodeId>>,
+    upto: Option<LogId>,
+    purged: Option<LogId>,
 ) -> Result<(BTreeSet<NodeId>, BTreeMap<NodeId, MemberInfo>), RecoveryError> {
     let floor = purged.map_or(0, |p| p.index + 1);
     let mut end = upto.map_or(0, |u| u.index + 1);
@@ -127,7 +122,7 @@ async fn last_membership(
         }
         end = start;
     }
-    let stored: Option<openraft::StoredMembership<NodeId, MemberInfo>> =
+    let stored: Option<StoredMembership> =
         read_meta(meta, KEY_MEMBERSHIP)?;
     match stored {
         Some(s) if s.log_id().is_some() => Ok(split(s.membership())),
@@ -135,7 +130,7 @@ async fn last_membership(
     }
 }
 
-fn split(m: &Membership<NodeId, MemberInfo>) -> (BTreeSet<NodeId>, BTreeMap<NodeId, MemberInfo>) {
+fn split(m: &Membership) -> (BTreeSet<NodeId>, BTreeMap<NodeId, MemberInfo>) {
     let ids = m.nodes().map(|(id, _)| *id).collect();
     let info = m.nodes().map(|(id, n)| (*id, n.clone())).collect();
     (ids, info)

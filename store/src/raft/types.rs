@@ -19,19 +19,41 @@ use crate::errors::EtcdError;
 pub type NodeId = u64;
 
 openraft::declare_raft_types!(
-    /// The store's openraft configuration.
+    /// The store's openraft configuration: etcd's 64-bit member ids, terms
+    /// as u64, and openraft's default ("advanced") leader id, a
+    /// `(term, node id)` pair, so its layout on disk is that of openraft 0.9.
     pub TypeConfig:
         D = Batch,
         R = Vec<CommandResponse>,
         NodeId = NodeId,
         Node = MemberInfo,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        Term = u64,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// A leader id: `(term, member id)`.
+pub type LeaderId = openraft::alias::LeaderIdOf<TypeConfig>;
+/// A log entry's position: its leader id and index.
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+/// A vote: a leader id and whether a quorum granted it.
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+/// A log entry.
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+/// A membership config and the log id it was stored at.
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+/// A membership config.
+pub type Membership = openraft::Membership<NodeId, MemberInfo>;
+/// What a snapshot covers.
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+/// A snapshot's bytes: the state machine's serialized form.
+pub type SnapshotData = Cursor<Vec<u8>>;
+/// A snapshot with its metadata.
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+/// openraft's metrics.
+pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
+
 /// What the cluster knows about a member (kept in Raft membership).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct MemberInfo {
     /// `--name`; empty until a member added with MemberAdd starts.
     pub name: String,
@@ -57,6 +79,12 @@ pub struct Proposal {
     pub by: Option<AuthInfo>,
     /// The command.
     pub cmd: Command,
+}
+
+impl fmt::Display for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batch of {} proposal(s)", self.proposals.len())
+    }
 }
 
 /// What a log entry carries: the proposals the leader batched into it

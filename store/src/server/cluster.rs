@@ -12,6 +12,7 @@
 //! - MemberList: Raft membership plus the name and client URLs each member
 //!   publishes after it starts.
 
+use openraft::async_runtime::WatchReceiver as _;
 use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::cluster_server::Cluster;
@@ -41,7 +42,7 @@ impl ClusterService {
     }
 
     fn members(&self) -> Result<Vec<Member>, Status> {
-        let metrics = self.core.raft.metrics().borrow().clone();
+        let metrics = self.core.raft.metrics().borrow_watched().clone();
         let membership = metrics.membership_config.membership();
         let published = published_members(self.core.mvcc.engine().as_ref())?;
         let voters: Vec<u64> = membership.voter_ids().collect();
@@ -195,7 +196,7 @@ impl Cluster for ClusterService {
         self.core.check_admin(&r).await?;
         let r = r.into_inner();
         check_peer_urls(&r.peer_ur_ls)?;
-        let metrics = self.core.raft.metrics().borrow().clone();
+        let metrics = self.core.raft.metrics().borrow_watched().clone();
         let mut info = metrics
             .membership_config
             .membership()

@@ -11,6 +11,7 @@
 //! quorum -> commit -> apply on the leader's state machine -> the typed
 //! answer back along the same path.
 
+use openraft::async_runtime::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,7 +136,7 @@ impl Core {
             cluster_id: self.config.cluster_id,
             member_id: self.config.member_id,
             revision,
-            raft_term: self.raft.metrics().borrow().current_term,
+            raft_term: self.raft.metrics().borrow_watched().current_term,
         }
     }
 
@@ -154,7 +155,7 @@ impl Core {
 
     /// The current leader, if known.
     pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
+        self.raft.metrics().borrow_watched().current_leader
     }
 
     /// A client for member `id`. A member missing from this member's view
@@ -162,7 +163,7 @@ impl Core {
     /// learned) is answered as "not leader", so callers retry once the
     /// leader is re-learned instead of failing the request.
     pub(crate) fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, ForwardError> {
-        let metrics = self.raft.metrics().borrow().clone();
+        let metrics = self.raft.metrics().borrow_watched().clone();
         let node = metrics
             .membership_config
             .membership()
@@ -292,6 +293,13 @@ impl Core {
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(ForwardError::NotLeader(f.leader_id))
             }
+            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => {
+                Err(ForwardError::Etcd(EtcdError::TimeoutDueToLeaderFail))
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::PreconditionFailed(e)))) => {
+                tracing::warn!(error = %e, "membership change refused");
+                Err(ForwardError::Etcd(EtcdError::NotCapable))
+            }
             Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
                 tracing::warn!(error = %e, "membership change refused");
                 Err(ForwardError::Etcd(EtcdError::MemberNotFound))
@@ -303,7 +311,7 @@ impl Core {
     /// etcd's `isLearnerReady`: the learner's matched log index is at
     /// least [`LEARNER_READY_PERCENT`] of the leader's last log index.
     fn check_learner_ready(&self, id: NodeId) -> Result<(), ForwardError> {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         if membership.get_node(&id).is_none() {
             return Err(ForwardError::Etcd(EtcdError::MemberNotFound));
@@ -339,6 +347,10 @@ impl Core {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(BatchError::NotLeader(leader))) => Err(ForwardError::NotLeader(leader)),
             Ok(Err(BatchError::NotCapable)) => Err(ForwardError::Etcd(EtcdError::NotCapable)),
+            // Unknown outcome: etcd's answer when the leader fails under a proposal.
+            Ok(Err(BatchError::Discarded)) => {
+                Err(ForwardError::Etcd(EtcdError::TimeoutDueToLeaderFail))
+            }
             Ok(Err(BatchError::Stopped)) => Err(ForwardError::Etcd(EtcdError::Stopped)),
         }
     }

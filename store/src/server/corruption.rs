@@ -24,6 +24,7 @@
 //!   recorded at each compaction; the revision compared differs, the
 //!   verdict on diverged members does not).
 
+use openraft::async_runtime::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,7 +76,7 @@ async fn known_members(core: &Core) -> Vec<NodeId> {
         .await;
     let metrics = match loaded {
         Ok(m) => m,
-        Err(_) => core.raft.metrics().borrow().clone(),
+        Err(_) => core.raft.metrics().borrow_watched().clone(),
     };
     metrics
         .membership_config

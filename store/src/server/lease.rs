@@ -5,6 +5,7 @@
 //! peer protocol (as etcd forwards them over HTTP). Leases lists the local
 //! lease table.
 
+use openraft::async_runtime::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,7 +181,7 @@ pub fn spawn_lease_tasks(
     tokio::spawn(async move {
         let mut metrics = leader_core.raft.metrics();
         loop {
-            let leading = metrics.borrow().state == ServerState::Leader;
+            let leading = metrics.borrow_watched().state == ServerState::Leader;
             if leading && !leader_core.lessor.is_primary() {
                 leader_core.lessor.promote(election_timeout);
             } else if !leading && leader_core.lessor.is_primary() {

@@ -4,6 +4,7 @@
 //! HashKV, Snapshot and MoveLeader (leadership transfer, in
 //! [`super::transfer`]). Downgrade answers `Unimplemented`.
 
+use openraft::async_runtime::WatchReceiver as _;
 use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::maintenance_server::Maintenance;
@@ -124,7 +125,7 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
-        let m = self.core.raft.metrics().borrow().clone();
+        let m = self.core.raft.metrics().borrow_watched().clone();
         let engine = self.core.mvcc.engine();
         let is_learner = !m
             .membership_config

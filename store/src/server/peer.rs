@@ -3,20 +3,23 @@
 //! requests and ReadIndex on the leader, and takes leadership-transfer
 //! messages.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use etcd_proto::storepeer::raft_peer_server::RaftPeer;
 use etcd_proto::storepeer::RaftMessage;
+use futures::{Stream, StreamExt};
 use tokio::time::Instant;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use super::core::Core;
 use super::corruption::own_hash;
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
 use super::transfer;
 use crate::codec;
-use crate::raft::{NodeId, TypeConfig};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use crate::raft::network::{SnapshotHeader, MAX_PEER_MESSAGE_BYTES};
+use crate::raft::{NodeId, Snapshot, TypeConfig};
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
 
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
@@ -58,9 +61,20 @@ fn counted_reply<T: serde::Serialize>(
 }
 
 fn decode<T: serde::de::DeserializeOwned>(req: Request<RaftMessage>) -> Result<T, Status> {
-    codec::decode(&req.into_inner().payload)
-        .map_err(|e| Status::invalid_argument(format!("bad peer payload: {e}")))
+    decode_payload(&req.into_inner().payload)
 }
+
+fn decode_payload<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
+    codec::decode(payload).map_err(|e| Status::invalid_argument(format!("bad peer payload: {e}")))
+}
+
+/// A Raft answer on the wire: the value, or the error's text.
+fn answer<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, String> {
+    result.map_err(|e| e.to_string())
+}
+
+/// The answers of one append stream, as gRPC sends them.
+type AnswerStream = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send + 'static>>;
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
     Ok(Response::new(RaftMessage {
@@ -76,28 +90,90 @@ impl RaftPeer for PeerService {
     ) -> Result<Response<RaftMessage>, Status> {
         let bytes = req.get_ref().payload.len();
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
-        let from = rpc.vote.leader_id().voted_for();
+        let from = Some(rpc.vote.leader_id.node_id);
         count_received(from, bytes);
-        counted_reply(from, &self.core.raft.append_entries(rpc).await)
+        counted_reply(from, &answer(self.core.raft.append_entries(rpc).await))
+    }
+
+    type StreamAppendStream = AnswerStream;
+
+    /// Feeds the requests to openraft's pipelined append as they arrive
+    /// and sends its answers back in order. A request that does not decode
+    /// ends the stream with an error.
+    async fn stream_append(
+        &self,
+        req: Request<Streaming<RaftMessage>>,
+    ) -> Result<Response<AnswerStream>, Status> {
+        let (bad_tx, bad_rx) = tokio::sync::oneshot::channel::<Status>();
+        let mut bad_tx = Some(bad_tx);
+        let requests = req.into_inner().scan((), move |_, message| {
+            let request = message.and_then(|m| {
+                let from: AppendEntriesRequest<TypeConfig> = decode_payload(&m.payload)?;
+                count_received(Some(from.vote.leader_id.node_id), m.payload.len());
+                Ok(from)
+            });
+            std::future::ready(match request {
+                Ok(r) => Some(r),
+                Err(status) => {
+                    if let Some(tx) = bad_tx.take() {
+                        let _ = tx.send(status);
+                    }
+                    None
+                }
+            })
+        });
+        let answers = self.core.raft.stream_append(requests).map(|result| {
+            Ok(RaftMessage {
+                payload: codec::encode(&answer(result)),
+            })
+        });
+        // After the last answer: the decode failure that ended the input, if any.
+        let failure = futures::stream::once(bad_rx).filter_map(|r| async move { r.ok().map(Err) });
+        Ok(Response::new(Box::pin(answers.chain(failure))))
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let bytes = req.get_ref().payload.len();
-        let rpc: VoteRequest<NodeId> = decode(req)?;
-        let from = rpc.vote.leader_id().voted_for();
+        let rpc: VoteRequest<TypeConfig> = decode(req)?;
+        let from = Some(rpc.vote.leader_id.node_id);
         count_received(from, bytes);
-        counted_reply(from, &self.core.raft.vote(rpc).await)
+        counted_reply(from, &answer(self.core.raft.vote(rpc).await))
     }
 
+    async fn pre_vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let bytes = req.get_ref().payload.len();
+        let rpc: VoteRequest<TypeConfig> = decode(req)?;
+        let from = Some(rpc.vote.leader_id.node_id);
+        count_received(from, bytes);
+        counted_reply(from, &answer(self.core.raft.pre_vote(rpc).await))
+    }
+
+    /// Collects a snapshot (a header, then raw chunks) and installs it.
     async fn install_snapshot(
         &self,
-        req: Request<RaftMessage>,
+        req: Request<Streaming<RaftMessage>>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let bytes = req.get_ref().payload.len();
-        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req)?;
-        let from = rpc.vote.leader_id().voted_for();
-        count_received(from, bytes);
-        counted_reply(from, &self.core.raft.install_snapshot(rpc).await)
+        let mut chunks = req.into_inner();
+        let first = chunks
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        let header: SnapshotHeader = decode_payload(&first.payload)?;
+        let from = Some(header.vote.leader_id.node_id);
+        let mut data = Vec::new();
+        while let Some(chunk) = chunks.message().await? {
+            if data.len() + chunk.payload.len() > MAX_PEER_MESSAGE_BYTES {
+                return Err(Status::resource_exhausted("snapshot larger than the peer limit"));
+            }
+            data.extend_from_slice(&chunk.payload);
+        }
+        count_received(from, first.payload.len() + data.len());
+        let snapshot = Snapshot {
+            meta: header.meta,
+            snapshot: std::io::Cursor::new(data),
+        };
+        let result = self.core.raft.install_full_snapshot(header.vote, snapshot).await;
+        counted_reply(from, &answer(result))
     }
 
     async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {

@@ -16,6 +16,7 @@
 //! clients retry for reads) instead of waiting for an answer from a leader
 //! that may be stopped or cut off until the request times out.
 
+use openraft::async_runtime::WatchReceiver as _;
 use etcd_proto::storepeer::RaftMessage;
 use tokio::time::Instant;
 
@@ -103,7 +104,7 @@ impl Core {
         let applied = self
             .raft
             .metrics()
-            .borrow()
+            .borrow_watched()
             .last_applied
             .map_or(0, |l| l.index);
         if applied >= index {

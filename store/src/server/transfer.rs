@@ -58,11 +58,12 @@
 //! Safety never depends on any of this: T wins an ordinary Raft election.
 //! The steps only arrange that T is the one that can win it, soon.
 
+use openraft::async_runtime::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_proto::storepeer::RaftMessage;
-use openraft::RaftMetrics;
+use crate::raft::RaftMetrics;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -193,7 +194,7 @@ pub async fn move_leader(core: &Arc<Core>, target: NodeId) -> Result<(), EtcdErr
 /// the target already leads.
 fn admit(core: &Core, target: NodeId) -> Result<bool, EtcdError> {
     let me = core.config.member_id;
-    let m = core.raft.metrics().borrow().clone();
+    let m = core.raft.metrics().borrow_watched().clone();
     if m.current_leader != Some(me) {
         return Err(EtcdError::NotLeader);
     }
@@ -226,7 +227,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
     );
 
     // 1. Catch up to the log as it is now, writes still flowing.
-    let goal = core.raft.metrics().borrow().last_log_index.unwrap_or(0);
+    let goal = core.raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
     wait_for(&core.raft, deadline, |m| {
         m.current_leader != Some(me) || matched_index(m, target) >= goal
     })
@@ -249,7 +250,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
 
     // 4 and 5. Campaign, wait; lift the holds whatever happened.
     let others: Vec<(NodeId, MemberInfo)> = {
-        let m = core.raft.metrics().borrow().clone();
+        let m = core.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         membership
             .voter_ids()
@@ -337,7 +338,7 @@ fn finished(core: &Core, target: NodeId) -> Result<(), EtcdError> {
 async fn wait_for(
     raft: &Raft,
     deadline: Instant,
-    done: impl FnMut(&RaftMetrics<NodeId, MemberInfo>) -> bool,
+    done: impl FnMut(&RaftMetrics) -> bool,
 ) -> Result<(), EtcdError> {
     metrics::wait_until(raft, deadline, done)
         .await
@@ -424,7 +425,7 @@ pub fn serve_peer(core: &Core, message: TransferMessage) -> Result<(), TransferR
         }
         TransferMessage::Campaign { duration_ms } => {
             let me = core.config.member_id;
-            let m = core.raft.metrics().borrow().clone();
+            let m = core.raft.metrics().borrow_watched().clone();
             if !m
                 .membership_config
                 .membership()

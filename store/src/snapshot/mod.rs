@@ -35,7 +35,7 @@ use bolt::etcd as schema;
 use etcd_proto::authpb;
 use etcd_proto::etcdserverpb::AlarmMember;
 use etcd_proto::mvccpb::KeyValue;
-use openraft::{LogId, StoredMembership};
+use crate::raft::{LogId, StoredMembership};
 use prost::Message;
 
 use crate::alarm::alarms;
@@ -47,7 +47,6 @@ use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::mvcc::{META_CURRENT_REV, META_FINISHED_COMPACT_REV, META_SCHEDULED_COMPACT_REV};
 use crate::raft::state_machine::{KEY_APPLIED, KEY_MEMBERSHIP};
-use crate::raft::types::{MemberInfo, NodeId};
 
 /// The cluster version written into `cluster/clusterVersion`.
 pub const CLUSTER_VERSION: &str = "3.5.0";
@@ -300,7 +299,7 @@ pub fn write_db<W: Write + Seek>(
     w.write_sorted(schema::BUCKET_LEASE, lease_pairs)?;
 
     // members, members_removed, meta
-    let membership: StoredMembership<NodeId, MemberInfo> =
+    let membership: StoredMembership =
         match view.get(Table::Meta, KEY_MEMBERSHIP)? {
             Some(b) => {
                 codec::decode(&b).map_err(|e| EngineError::corrupt(format!("membership: {e}")))?
@@ -328,7 +327,7 @@ pub fn write_db<W: Write + Seek>(
     w.write_unsorted(schema::BUCKET_MEMBERS, members)?;
     w.write_sorted(schema::BUCKET_MEMBERS_REMOVED, Pairs::new())?;
 
-    let applied: Option<LogId<NodeId>> = match view.get(Table::Meta, KEY_APPLIED)? {
+    let applied: Option<LogId> = match view.get(Table::Meta, KEY_APPLIED)? {
         Some(b) => codec::decode(&b).map_err(|e| EngineError::corrupt(format!("applied: {e}")))?,
         None => None,
     };

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use openraft::{CommittedLeaderId, Membership};
+use crate::raft::{LeaderId, MemberInfo, Membership, NodeId};
 
 use super::*;
 use crate::engine::memory::MemoryEngine;
@@ -126,7 +126,13 @@ fn sample() -> MemoryEngine {
         AUTH_STATE_KEY.to_vec(),
         codec::encode(&sample_auth()),
     );
-    let applied = LogId::new(CommittedLeaderId::new(4, MEMBER), 42);
+    let applied = LogId::new(
+        LeaderId {
+            term: 4,
+            node_id: MEMBER,
+        },
+        42,
+    );
     b.put(
         Table::Meta,
         KEY_APPLIED.to_vec(),
@@ -153,7 +159,7 @@ fn sample() -> MemoryEngine {
     .into();
     let membership = StoredMembership::new(
         Some(applied),
-        Membership::new(vec![BTreeSet::from([MEMBER])], nodes),
+        Membership::new(vec![BTreeSet::from([MEMBER])], nodes).expect("the voter is a node"),
     );
     b.put(
         Table::Meta,

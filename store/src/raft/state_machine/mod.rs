@@ -36,17 +36,18 @@ use etcd_proto::etcdserverpb::{
     CompactionResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
     LeaseRevokeResponse, ResponseHeader,
 };
-use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{
-    Entry, EntryPayload, LogId, OptionalSend, RaftLogId, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership,
-};
+use futures::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend};
 use tokio::sync::mpsc;
 
 use self::members::member_attributes_key;
 use self::snapshot_file::{decode_records, save_snapshot, snapshot_paths, SnapshotBuilder};
-use super::durable::DurableLog;
-use super::types::{Batch, Command, CommandResponse, MemberInfo, NodeId, Proposal, TypeConfig};
+use super::log_store::io_error;
+use super::types::{
+    Batch, Command, CommandResponse, Entry, LogId, Proposal, Snapshot, SnapshotData, SnapshotMeta,
+    StoredMembership, TypeConfig,
+};
 use crate::alarm::{self, apply_alarm};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
 use crate::codec;
@@ -75,7 +76,7 @@ pub const KEY_APPLIED_PART: &[u8] = b"sm/applied_part";
 /// skips the proposals already applied, so each is applied exactly once.
 #[derive(Debug, Clone, Copy)]
 struct At {
-    log_id: LogId<NodeId>,
+    log_id: LogId,
     /// The proposal's position in its entry.
     position: usize,
     /// The entry's number of proposals.
@@ -91,12 +92,10 @@ impl At {
 /// The value of `sm/applied_part`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Partial {
-    log_id: LogId<NodeId>,
+    log_id: LogId,
     /// Proposals of the entry applied (a prefix).
     applied: usize,
 }
-
-type Membership = StoredMembership<NodeId, MemberInfo>;
 
 /// The state machine. `apply` runs on openraft's state machine task; reads
 /// go straight to the shared [`MvccStore`].
@@ -109,26 +108,28 @@ pub struct StateMachine {
     auth: Arc<AuthStore>,
     /// The interrupted entry's progress, read at start-up (see [`At`]).
     partial: Option<Partial>,
-    /// The local log's durable end: nothing is applied beyond it (see
-    /// [`crate::raft::durable`]). None only in storage-level tests.
-    durable: Option<Arc<DurableLog>>,
     /// The in-memory copy of the raised alarms the member's write checks
     /// read, refreshed after every write that changes the alarm table.
     alarms: Option<Arc<alarm::RaisedCache>>,
 }
 
-fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
-    StorageIOError::read_state_machine(&e).into()
+fn sm_read_err(e: impl std::fmt::Display) -> std::io::Error {
+    io_error("reading the state machine", e)
 }
 
-fn sm_write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
-    StorageIOError::write_state_machine(&e).into()
+fn sm_write_err(e: impl std::fmt::Display) -> std::io::Error {
+    io_error("writing the state machine", e)
+}
+
+/// An error applying the entry at `log_id`.
+fn apply_err(log_id: &LogId, e: impl std::fmt::Display) -> std::io::Error {
+    io_error(&format!("applying log entry {log_id}"), e)
 }
 
 pub(crate) fn read_meta<T: serde::de::DeserializeOwned>(
     reader: &dyn EngineRead,
     key: &[u8],
-) -> Result<Option<T>, StorageError<NodeId>> {
+) -> Result<Option<T>, std::io::Error> {
     match reader.get(Table::Meta, key).map_err(sm_read_err)? {
         Some(bytes) => codec::decode(&bytes).map(Some).map_err(sm_read_err),
         None => Ok(None),
@@ -156,7 +157,6 @@ impl StateMachine {
             lessor,
             auth,
             partial: None,
-            durable: None,
             alarms: None,
         }
     }
@@ -169,25 +169,18 @@ impl StateMachine {
     }
 
     /// Reads the alarm table into the member's cache after it changed.
-    fn refresh_alarms(&self) -> Result<(), StorageError<NodeId>> {
+    fn refresh_alarms(&self) -> Result<(), std::io::Error> {
         match &self.alarms {
             Some(cache) => cache.refresh(self.engine().as_ref()).map_err(sm_read_err),
             None => Ok(()),
         }
     }
 
-    /// Applies nothing beyond the durable end of `log` (the member's own
-    /// log store's, see [`crate::raft::durable`]).
-    pub fn applying_only_durable(mut self, log: Arc<DurableLog>) -> Self {
-        self.durable = Some(log);
-        self
-    }
-
     fn engine(&self) -> &Arc<dyn Engine> {
         self.mvcc.engine()
     }
 
-    fn applied_batch(log_id: &LogId<NodeId>, membership: Option<&Membership>) -> WriteBatch {
+    fn applied_batch(log_id: &LogId, membership: Option<&StoredMembership>) -> WriteBatch {
         let mut b = WriteBatch::new();
         b.put(
             Table::Meta,
@@ -221,7 +214,7 @@ impl StateMachine {
 
     /// Records the proposal at `at` as applied without changing anything
     /// else, and answers `err` (a refused command).
-    fn refuse(&self, at: &At, err: EtcdError) -> Result<CommandResponse, StorageError<NodeId>> {
+    fn refuse(&self, at: &At, err: EtcdError) -> Result<CommandResponse, std::io::Error> {
         self.engine()
             .write(Self::progress_batch(at), false)
             .map_err(sm_write_err)?;
@@ -236,9 +229,9 @@ impl StateMachine {
     /// skipped (their answers went to clients of a leader that is gone).
     fn apply_batch(
         &mut self,
-        log_id: &LogId<NodeId>,
+        log_id: &LogId,
         batch: &Batch,
-    ) -> Result<Vec<CommandResponse>, StorageError<NodeId>> {
+    ) -> Result<Vec<CommandResponse>, std::io::Error> {
         let resume_at = match self.partial.take() {
             Some(p) if p.log_id == *log_id => p.applied,
             _ => 0,
@@ -279,7 +272,7 @@ impl StateMachine {
         last: &At,
         group: &[Proposal],
         answers: &mut Vec<CommandResponse>,
-    ) -> Result<(), StorageError<NodeId>> {
+    ) -> Result<(), std::io::Error> {
         // Alarms change only by Alarm proposals, which are applied alone.
         let raised = alarm::raised(self.engine().as_ref()).map_err(sm_read_err)?;
         let mut txn = self.mvcc.write();
@@ -290,7 +283,7 @@ impl StateMachine {
             let started = std::time::Instant::now();
             let answer = self
                 .apply_grouped(&mut txn, &mut extra, raised, proposal, &mut compactions)
-                .map_err(|e| StorageIOError::apply(last.log_id, &e))?;
+                .map_err(|e| apply_err(&last.log_id, e))?;
             answers.push(answer);
             let (revision, events) = txn.seal();
             if !events.is_empty() {
@@ -303,7 +296,7 @@ impl StateMachine {
             }
         }
         txn.commit(extra)
-            .map_err(|e| StorageIOError::apply(last.log_id, &e))?;
+            .map_err(|e| apply_err(&last.log_id, e))?;
         if group.iter().any(|p| matches!(p.cmd, Command::Alarm(_))) {
             self.refresh_alarms()?;
         }
@@ -336,7 +329,7 @@ impl StateMachine {
         at: &At,
         cmd: &AuthCommand,
         by: Option<&AuthInfo>,
-    ) -> Result<CommandResponse, StorageError<NodeId>> {
+    ) -> Result<CommandResponse, std::io::Error> {
         let mut batch = Self::progress_batch(at);
         // A simple token names its entry's log index (tokens of one entry
         // differ in their random prefix).
@@ -454,11 +447,20 @@ impl StateMachine {
         Ok(CommandResponse::LeaseRevoke(LeaseRevokeResponse { header }))
     }
 
-    fn apply_entry(
+    /// Applies `entries` in order: each entry's answers, one per proposal
+    /// (what openraft's `apply` hands to the proposers).
+    pub fn apply_entries(
         &mut self,
-        entry: &Entry<TypeConfig>,
-    ) -> Result<Vec<CommandResponse>, StorageError<NodeId>> {
-        let log_id = entry.get_log_id();
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> std::io::Result<Vec<Vec<CommandResponse>>> {
+        entries
+            .into_iter()
+            .map(|entry| self.apply_entry(&entry))
+            .collect()
+    }
+
+    fn apply_entry(&mut self, entry: &Entry) -> std::io::Result<Vec<CommandResponse>> {
+        let log_id = &entry.log_id;
         match &entry.payload {
             EntryPayload::Normal(batch) => self.apply_batch(log_id, batch),
             EntryPayload::Blank => {
@@ -483,20 +485,19 @@ impl StateMachine {
 
     fn replace_state(
         &self,
-        meta: &SnapshotMeta<NodeId, MemberInfo>,
+        meta: &SnapshotMeta,
         data: &[u8],
-    ) -> Result<(), StorageError<NodeId>> {
+    ) -> std::io::Result<()> {
         let mut batch = WriteBatch::new();
         for t in Table::STATE_MACHINE {
             batch.delete_range(t, Vec::new(), vec![0xff; 32]);
         }
-        decode_records(data, &mut batch).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        decode_records(data, &mut batch).map_err(|e| io_error("reading a snapshot", e))?;
         let Some(last_log_id) = meta.last_log_id.as_ref() else {
-            let e = std::io::Error::new(
+            return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 "an installed snapshot has no last log id",
-            );
-            return Err(StorageIOError::read_snapshot(Some(meta.signature()), &e).into());
+            ));
         };
         batch.extend(Self::applied_batch(
             last_log_id,
@@ -572,38 +573,30 @@ fn refused_when_corrupt(cmd: &Command) -> bool {
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    async fn applied_state(&mut self) -> std::io::Result<(Option<LogId>, StoredMembership)> {
         let engine = self.engine().clone();
-        let applied = read_meta::<Option<LogId<NodeId>>>(engine.as_ref(), KEY_APPLIED)?.flatten();
+        let applied = read_meta::<Option<LogId>>(engine.as_ref(), KEY_APPLIED)?.flatten();
         let membership = read_meta(engine.as_ref(), KEY_MEMBERSHIP)?.unwrap_or_default();
         self.partial = read_meta(engine.as_ref(), KEY_APPLIED_PART)?;
         Ok((applied, membership))
     }
 
-    async fn apply<I>(
-        &mut self,
-        entries: I,
-    ) -> Result<Vec<Vec<CommandResponse>>, StorageError<NodeId>>
+    /// Applies the entries in order, answering each client's proposal as
+    /// soon as its entry is applied.
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> std::io::Result<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: Stream<Item = std::io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
-        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
-        if let (Some(durable), Some(last)) = (&self.durable, entries.last()) {
-            durable
-                .wait(last.log_id.index)
-                .await
-                .map_err(sm_write_err)?;
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let answers = self.apply_entry(&entry)?;
+            if let Some(responder) = responder {
+                responder.send(answers);
+            }
         }
-        let mut responses = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            responses.push(self.apply_entry(entry)?);
-        }
-        Ok(responses)
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -613,42 +606,31 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, MemberInfo>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<NodeId>> {
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> std::io::Result<()> {
         let data = snapshot.into_inner();
         self.replace_state(meta, &data)?;
         self.partial = None;
         save_snapshot(&self.snapshot_dir, meta, &data)
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        tracing::info!(id = %meta.snapshot_id, bytes = data.len(), "installed snapshot");
+            .map_err(|e| io_error("saving the installed snapshot", e))?;
+        tracing::info!(meta = %meta, bytes = data.len(), "installed snapshot");
         Ok(())
     }
 
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(&mut self) -> std::io::Result<Option<Snapshot>> {
         let (data_path, meta_path) = self.snapshot_paths();
         if !meta_path.exists() {
             return Ok(None);
         }
-        let read_err =
-            |e: std::io::Error| StorageError::from(StorageIOError::read_snapshot(None, &e));
-        let meta_bytes = std::fs::read(&meta_path).map_err(read_err)?;
-        let meta: SnapshotMeta<NodeId, MemberInfo> =
-            codec::decode(&meta_bytes).map_err(sm_read_err)?;
-        let data = std::fs::read(&data_path).map_err(read_err)?;
+        let meta_bytes = std::fs::read(&meta_path)?;
+        let meta: SnapshotMeta = codec::decode(&meta_bytes).map_err(sm_read_err)?;
+        let data = std::fs::read(&data_path)?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Cursor::new(data),
         }))
     }
 }

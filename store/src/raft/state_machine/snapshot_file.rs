@@ -12,13 +12,15 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use openraft::storage::{RaftSnapshotBuilder, Snapshot};
-use openraft::{LogId, SnapshotMeta, StorageError, StorageIOError};
+use openraft::storage::RaftSnapshotBuilder;
 
-use super::{read_meta, Membership, KEY_APPLIED, KEY_MEMBERSHIP};
+use super::{read_meta, KEY_APPLIED, KEY_MEMBERSHIP};
 use crate::codec;
 use crate::engine::{EngineError, EngineRead, Table, WriteBatch};
-use crate::raft::types::{MemberInfo, NodeId, TypeConfig};
+use crate::raft::log_store::io_error;
+use crate::raft::types::{
+    LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+};
 
 const SNAPSHOT_DATA_FILE: &str = "current.snap";
 const SNAPSHOT_META_FILE: &str = "current.meta";
@@ -32,7 +34,7 @@ pub(super) fn snapshot_paths(dir: &Path) -> (PathBuf, PathBuf) {
 /// older data).
 pub(super) fn save_snapshot(
     dir: &Path,
-    meta: &SnapshotMeta<NodeId, MemberInfo>,
+    meta: &SnapshotMeta,
     data: &[u8],
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
@@ -104,28 +106,25 @@ pub struct SnapshotBuilder {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let applied: Option<LogId<NodeId>> =
-            read_meta::<Option<LogId<NodeId>>>(self.view.as_ref(), KEY_APPLIED)?.flatten();
-        let membership: Membership =
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> std::io::Result<Snapshot> {
+        let applied: Option<LogId> =
+            read_meta::<Option<LogId>>(self.view.as_ref(), KEY_APPLIED)?.flatten();
+        let membership: StoredMembership =
             read_meta(self.view.as_ref(), KEY_MEMBERSHIP)?.unwrap_or_default();
         let data = encode_records(self.view.as_ref())
-            .map_err(|e| StorageIOError::read_state_machine(&e))?;
-        let snapshot_id = match &applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
-            None => format!("empty-{}", data.len()),
-        };
+            .map_err(|e| io_error("reading the state machine", e))?;
         let meta = SnapshotMeta {
             last_log_id: applied,
             last_membership: membership,
-            snapshot_id,
         };
         save_snapshot(&self.snapshot_dir, &meta, &data)
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        tracing::info!(dir = %self.snapshot_dir.display(), id = %meta.snapshot_id, bytes = data.len(), "built snapshot");
+            .map_err(|e| io_error("saving a snapshot", e))?;
+        tracing::info!(dir = %self.snapshot_dir.display(), meta = %meta, bytes = data.len(), "built snapshot");
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Cursor::new(data),
         })
     }
 }

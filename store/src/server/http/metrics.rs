@@ -2,6 +2,7 @@
 //! setting the gauges that describe state rather than count events from
 //! that state (leadership, Raft indexes, database size, live keys).
 
+use openraft::async_runtime::WatchReceiver as _;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -55,7 +56,7 @@ pub fn refresh(s: &HttpState) {
 /// index a quorum of voters has matched; elsewhere the applied index
 /// (which trails the commit index by the entries being applied).
 fn raft_indexes(s: &HttpState) -> (u64, u64) {
-    let m = s.core.raft.metrics().borrow().clone();
+    let m = s.core.raft.metrics().borrow_watched().clone();
     let applied = m.last_applied.map_or(0, |l| l.index);
     let voters: Vec<_> = m.membership_config.membership().voter_ids().collect();
     if m.replication.is_none() || voters.is_empty() {
