@@ -46,8 +46,7 @@ use crate::identity::cluster_id;
 use crate::lease::Lessor;
 use crate::limits::{
     GRPC_OVERHEAD_BYTES, MAX_APPEND_ENTRIES_PER_RPC, MAX_SEND_BYTES, PEER_RPC_TIMEOUT_MS,
-    REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES,
-    TRANSPORT_MAX_DECODE_BYTES,
+    REQUEST_TIMEOUT_BASE_MS, SNAPSHOT_CATCH_UP_ENTRIES, TRANSPORT_MAX_DECODE_BYTES,
 };
 use crate::mvcc::compactor::spawn_compactor;
 use crate::mvcc::MvccStore;
@@ -356,6 +355,7 @@ impl Member {
                 request_timeout: Duration::from_millis(
                     REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout,
                 ),
+                election_timeout,
                 max_request_bytes: config.max_request_bytes,
                 max_txn_ops: config.max_txn_ops,
                 quota_bytes: config.quota_bytes(),

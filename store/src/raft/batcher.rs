@@ -141,7 +141,9 @@ fn answer_all(
                 // The leader lost leadership before the entry committed: it
                 // may still commit under the next leader (etcd answers the
                 // same uncertainty with a timeout).
-                RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => BatchError::Discarded,
+                RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => {
+                    BatchError::Discarded
+                }
                 RaftError::APIError(
                     ClientWriteError::ChangeMembershipError(_)
                     | ClientWriteError::PreconditionFailed(_),

@@ -3,15 +3,18 @@
 //! etcd runs Raft with CheckQuorum: a leader that hears from no quorum for
 //! an election timeout steps down, so "has a leader" turns false on every
 //! member of a cluster that lost its quorum within about one election
-//! timeout. openraft 0.9 keeps such a leader in place, so this module
+//! timeout. openraft keeps such a leader in place, so this module
 //! applies etcd's rule on top of it: a member that leads counts as
 //! having a leader only while a quorum acknowledged it within the last
 //! election timeout. openraft reports `millis_since_quorum_ack` only when
 //! it publishes metrics (which it does not when nothing happens), so a
 //! watcher task turns every report into the instant of the last quorum
 //! acknowledgement; the staleness is measured against the clock when
-//! asked. Followers and candidates use openraft's own view (a follower
-//! forgets its leader when it campaigns, after an election timeout).
+//! asked. A follower counts its leader only while it heard from it within
+//! the last election timeout ([`LeaderContact`]): etcd's follower forgets
+//! its leader when it starts a pre-vote, while openraft's pre-vote leaves a
+//! follower's view unchanged until a real election starts, which without
+//! a quorum never happens.
 //!
 //! The watcher also counts leader changes the way etcd does
 //! (`etcd_server_leader_changes_seen_total`: each time a leader is known
@@ -47,6 +50,58 @@ const LEADER_CHECKS_PER_TIMEOUT: u32 = 4;
 pub struct Leadership {
     raft: Raft,
     state: Arc<State>,
+    contact: LeaderContact,
+}
+
+/// When this member last heard from the leader it follows: an
+/// AppendEntries, heartbeat or snapshot that it accepted (the peer service
+/// records them). Cheap to clone; clones share the record.
+#[derive(Clone)]
+pub struct LeaderContact {
+    /// Origin of the millisecond clock below.
+    base: Instant,
+    /// Last contact in milliseconds since `base` ([`NEVER`] if none).
+    last_ms: Arc<AtomicU64>,
+    /// How long a contact counts: the election timeout.
+    timeout: Duration,
+}
+
+impl LeaderContact {
+    /// A record with no contact yet; contacts count for `election_timeout`.
+    pub fn new(election_timeout: Duration) -> Self {
+        Self {
+            base: Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(NEVER)),
+            timeout: election_timeout,
+        }
+    }
+
+    /// Records a message from the leader, now.
+    pub fn record(&self) {
+        let now = self.base.elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// Time left until the last contact is too old (`None`: none, or stale).
+    pub fn until_stale(&self) -> Option<Duration> {
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if last == NEVER {
+            return None;
+        }
+        let stale_at = last + self.timeout.as_millis() as u64 + 1;
+        let now = self.base.elapsed().as_millis() as u64;
+        (stale_at > now).then(|| Duration::from_millis(stale_at - now))
+    }
+
+    /// The leader as this member sees it: openraft's, except that a
+    /// follower that has not heard from its leader for an election timeout
+    /// has none (as etcd's follower once it starts a pre-vote).
+    pub fn leader(&self, m: &RaftMetrics) -> Option<NodeId> {
+        match m.current_leader {
+            Some(id) if id != m.id && self.until_stale().is_none() => None,
+            other => other,
+        }
+    }
 }
 
 struct State {
@@ -59,26 +114,31 @@ struct State {
 }
 
 impl Leadership {
-    /// Starts watching `raft`; the watcher ends when Raft stops.
-    pub fn spawn(raft: Raft, election_timeout: Duration) -> Self {
+    /// Starts watching `raft`; the watcher ends when Raft stops. `contact`
+    /// is the member's record of messages from its leader.
+    pub fn spawn(raft: Raft, contact: LeaderContact, election_timeout: Duration) -> Self {
         let state = Arc::new(State {
             base: Instant::now(),
             quorum_ack_ms: AtomicU64::new(NEVER),
             election_timeout,
         });
-        let leadership = Leadership { raft, state };
+        let leadership = Leadership {
+            raft,
+            state,
+            contact,
+        };
         tokio::spawn(watch(leadership.clone()));
         leadership
     }
 
     /// The leader, or `None` when there is none: a follower that knows no
-    /// leader, or a leader that no quorum acknowledged for an election
-    /// timeout.
+    /// leader or has not heard from it for an election timeout, or a leader
+    /// that no quorum acknowledged for an election timeout.
     pub fn leader(&self) -> Option<NodeId> {
         let m = self.raft.metrics().borrow_watched().clone();
         match m.current_leader {
             Some(id) if id == m.id && !self.quorum_fresh(&m) => None,
-            other => other,
+            _ => self.contact.leader(&m),
         }
     }
 
@@ -144,7 +204,10 @@ async fn watch(leadership: Leadership) {
         last_leader = leader;
         // Wake when the leadership would turn stale, so a leaderless
         // spell is seen however short it is.
-        let wait = leadership.until_stale().map_or(pause, |d| d.min(pause));
+        let wait = [leadership.until_stale(), leadership.contact.until_stale()]
+            .into_iter()
+            .flatten()
+            .fold(pause, Duration::min);
         if let Ok(Err(_)) = tokio::time::timeout(wait, rx.changed()).await {
             return;
         }

@@ -80,7 +80,9 @@ impl LogStore {
     /// The log store on `engine`, starting its flusher thread. Syncs first,
     /// so everything the log holds is durable before openraft reads it.
     pub fn open(engine: Arc<dyn Engine>) -> io::Result<Self> {
-        engine.sync().map_err(|e| io_error("syncing the raft log", e))?;
+        engine
+            .sync()
+            .map_err(|e| io_error("syncing the raft log", e))?;
         let (queue, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
         let flush_engine = engine.clone();
         let thread = std::thread::Builder::new()

@@ -1,8 +1,8 @@
 //! Reading openraft's metrics: a member's replication progress, and
 //! waiting (with a deadline) until the metrics satisfy a condition.
 
-use openraft::async_runtime::WatchReceiver as _;
 use crate::raft::RaftMetrics;
+use openraft::async_runtime::WatchReceiver as _;
 use tokio::time::Instant;
 
 use super::{NodeId, Raft};

@@ -32,7 +32,9 @@ use openraft::EntryPayload;
 
 use super::log_store::LogStore;
 use super::state_machine::{read_meta, KEY_MEMBERSHIP};
-use super::types::{Entry, LeaderId, LogId, MemberInfo, Membership, NodeId, StoredMembership, Vote};
+use super::types::{
+    Entry, LeaderId, LogId, MemberInfo, Membership, NodeId, StoredMembership, Vote,
+};
 use crate::engine::EngineRead;
 
 /// Log entries read per step while looking backwards for the last
@@ -122,8 +124,7 @@ async fn last_membership(
         }
         end = start;
     }
-    let stored: Option<StoredMembership> =
-        read_meta(meta, KEY_MEMBERSHIP)?;
+    let stored: Option<StoredMembership> = read_meta(meta, KEY_MEMBERSHIP)?;
     match stored {
         Some(s) if s.log_id().is_some() => Ok(split(s.membership())),
         _ => Err(RecoveryError::NoMembership),

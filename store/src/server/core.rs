@@ -38,6 +38,7 @@ use crate::lease::Lessor;
 use crate::mvcc::MvccStore;
 use crate::raft::batcher::{BatchError, Batcher};
 use crate::raft::elections::ElectionControl;
+use crate::raft::leadership::LeaderContact;
 use crate::raft::metrics::{self, matched_index};
 use crate::raft::network::{peer_client, PeerNetworkFactory};
 use crate::raft::read_index::ReadRounds;
@@ -63,6 +64,8 @@ pub struct CoreConfig {
     pub cluster_token: String,
     /// How long a request may wait for Raft.
     pub request_timeout: Duration,
+    /// `--election-timeout`.
+    pub election_timeout: Duration,
     /// `--max-request-bytes`.
     pub max_request_bytes: usize,
     /// `--max-txn-ops`.
@@ -95,6 +98,9 @@ pub struct Core {
     /// Election control for leadership transfer (MoveLeader), see
     /// [`super::transfer`].
     pub elections: ElectionControl,
+    /// When this member last heard from its leader (recorded by
+    /// [`super::peer`]).
+    pub leader_contact: LeaderContact,
 }
 
 impl Core {
@@ -115,7 +121,9 @@ impl Core {
             config.request_timeout,
         );
         let batcher = Batcher::spawn(raft.clone());
+        let leader_contact = LeaderContact::new(config.election_timeout);
         Arc::new(Self {
+            leader_contact,
             batcher,
             forwards: ForwardBatcher::spawn(),
             config,
@@ -153,9 +161,11 @@ impl Core {
         *header = Some(self.header(revision));
     }
 
-    /// The current leader, if known.
+    /// The current leader, if known (a follower that has not heard from
+    /// its leader for an election timeout knows none, as etcd's).
     pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow_watched().current_leader
+        self.leader_contact
+            .leader(&self.raft.metrics().borrow_watched())
     }
 
     /// A client for member `id`. A member missing from this member's view

@@ -19,7 +19,7 @@ use super::transfer;
 use crate::codec;
 use crate::raft::network::{SnapshotHeader, MAX_PEER_MESSAGE_BYTES};
 use crate::raft::{NodeId, Snapshot, TypeConfig};
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, VoteRequest};
 
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
@@ -92,7 +92,11 @@ impl RaftPeer for PeerService {
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
         let from = Some(rpc.vote.leader_id.node_id);
         count_received(from, bytes);
-        counted_reply(from, &answer(self.core.raft.append_entries(rpc).await))
+        let result = self.core.raft.append_entries(rpc).await;
+        if matches!(&result, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.core.leader_contact.record();
+        }
+        counted_reply(from, &answer(result))
     }
 
     type StreamAppendStream = AnswerStream;
@@ -122,7 +126,13 @@ impl RaftPeer for PeerService {
                 }
             })
         });
-        let answers = self.core.raft.stream_append(requests).map(|result| {
+        let contact = self.core.leader_contact.clone();
+        let answers = self.core.raft.stream_append(requests).map(move |result| {
+            // Accepted (or a log conflict with the same leader): the
+            // leader is alive.
+            if !matches!(result, Ok(Err(StreamAppendError::HigherVote(_))) | Err(_)) {
+                contact.record();
+            }
             Ok(RaftMessage {
                 payload: codec::encode(&answer(result)),
             })
@@ -163,7 +173,9 @@ impl RaftPeer for PeerService {
         let mut data = Vec::new();
         while let Some(chunk) = chunks.message().await? {
             if data.len() + chunk.payload.len() > MAX_PEER_MESSAGE_BYTES {
-                return Err(Status::resource_exhausted("snapshot larger than the peer limit"));
+                return Err(Status::resource_exhausted(
+                    "snapshot larger than the peer limit",
+                ));
             }
             data.extend_from_slice(&chunk.payload);
         }
@@ -172,7 +184,14 @@ impl RaftPeer for PeerService {
             meta: header.meta,
             snapshot: std::io::Cursor::new(data),
         };
-        let result = self.core.raft.install_full_snapshot(header.vote, snapshot).await;
+        let result = self
+            .core
+            .raft
+            .install_full_snapshot(header.vote, snapshot)
+            .await;
+        if result.is_ok() {
+            self.core.leader_contact.record();
+        }
         counted_reply(from, &answer(result))
     }
 

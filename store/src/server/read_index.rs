@@ -16,8 +16,8 @@
 //! clients retry for reads) instead of waiting for an answer from a leader
 //! that may be stopped or cut off until the request times out.
 
-use openraft::async_runtime::WatchReceiver as _;
 use etcd_proto::storepeer::RaftMessage;
+use openraft::async_runtime::WatchReceiver as _;
 use tokio::time::Instant;
 
 use super::core::Core;

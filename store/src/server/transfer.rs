@@ -62,8 +62,8 @@ use openraft::async_runtime::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_proto::storepeer::RaftMessage;
 use crate::raft::RaftMetrics;
+use etcd_proto::storepeer::RaftMessage;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -227,7 +227,12 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
     );
 
     // 1. Catch up to the log as it is now, writes still flowing.
-    let goal = core.raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
+    let goal = core
+        .raft
+        .metrics()
+        .borrow_watched()
+        .last_log_index
+        .unwrap_or(0);
     wait_for(&core.raft, deadline, |m| {
         m.current_leader != Some(me) || matched_index(m, target) >= goal
     })

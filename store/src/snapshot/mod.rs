@@ -31,11 +31,11 @@ use std::io::{Seek, Write};
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use crate::raft::{LogId, StoredMembership};
 use bolt::etcd as schema;
 use etcd_proto::authpb;
 use etcd_proto::etcdserverpb::AlarmMember;
 use etcd_proto::mvccpb::KeyValue;
-use crate::raft::{LogId, StoredMembership};
 use prost::Message;
 
 use crate::alarm::alarms;
@@ -299,13 +299,12 @@ pub fn write_db<W: Write + Seek>(
     w.write_sorted(schema::BUCKET_LEASE, lease_pairs)?;
 
     // members, members_removed, meta
-    let membership: StoredMembership =
-        match view.get(Table::Meta, KEY_MEMBERSHIP)? {
-            Some(b) => {
-                codec::decode(&b).map_err(|e| EngineError::corrupt(format!("membership: {e}")))?
-            }
-            None => StoredMembership::default(),
-        };
+    let membership: StoredMembership = match view.get(Table::Meta, KEY_MEMBERSHIP)? {
+        Some(b) => {
+            codec::decode(&b).map_err(|e| EngineError::corrupt(format!("membership: {e}")))?
+        }
+        None => StoredMembership::default(),
+    };
     let m = membership.membership();
     let voters: Vec<u64> = m.voter_ids().collect();
     let learners: Vec<u64> = m.learner_ids().collect();

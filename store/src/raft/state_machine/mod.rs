@@ -295,8 +295,7 @@ impl StateMachine {
                 crate::metrics::global().server.slow_apply.inc();
             }
         }
-        txn.commit(extra)
-            .map_err(|e| apply_err(&last.log_id, e))?;
+        txn.commit(extra).map_err(|e| apply_err(&last.log_id, e))?;
         if group.iter().any(|p| matches!(p.cmd, Command::Alarm(_))) {
             self.refresh_alarms()?;
         }
@@ -483,11 +482,7 @@ impl StateMachine {
         snapshot_paths(&self.snapshot_dir)
     }
 
-    fn replace_state(
-        &self,
-        meta: &SnapshotMeta,
-        data: &[u8],
-    ) -> std::io::Result<()> {
+    fn replace_state(&self, meta: &SnapshotMeta, data: &[u8]) -> std::io::Result<()> {
         let mut batch = WriteBatch::new();
         for t in Table::STATE_MACHINE {
             batch.delete_range(t, Vec::new(), vec![0xff; 32]);

@@ -32,11 +32,7 @@ pub(super) fn snapshot_paths(dir: &Path) -> (PathBuf, PathBuf) {
 /// Writes `data` and `meta` as the current snapshot in `dir` (atomically:
 /// synced temp files, then renames, data first so meta never points at
 /// older data).
-pub(super) fn save_snapshot(
-    dir: &Path,
-    meta: &SnapshotMeta,
-    data: &[u8],
-) -> std::io::Result<()> {
+pub(super) fn save_snapshot(dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let (data_path, meta_path) = snapshot_paths(dir);
     let tmp_data = data_path.with_extension("snap.tmp");

@@ -2,10 +2,10 @@
 //! setting the gauges that describe state rather than count events from
 //! that state (leadership, Raft indexes, database size, live keys).
 
-use openraft::async_runtime::WatchReceiver as _;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use openraft::async_runtime::WatchReceiver as _;
 
 use super::HttpState;
 use crate::metrics::{self, exposition};

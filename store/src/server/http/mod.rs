@@ -59,7 +59,11 @@ impl HttpState {
     /// [`Leadership`](crate::raft::leadership::Leadership)) and records the
     /// member's identity and quota in the metrics.
     pub fn start(core: Arc<Core>, election_timeout: Duration, quota_bytes: u64) -> Self {
-        let leadership = Leadership::spawn(core.raft.clone(), election_timeout);
+        let leadership = Leadership::spawn(
+            core.raft.clone(),
+            core.leader_contact.clone(),
+            election_timeout,
+        );
         crate::metrics::global().set_member(core.config.member_id, quota_bytes);
         crate::server::grpc_metrics::preregister();
         HttpState { core, leadership }
