@@ -125,9 +125,11 @@ pub fn parse_election_endpoints(text: &str) -> Result<(Vec<String>, bool), Strin
             None => (None, element),
         };
         let tls = match (scheme, tls) {
-            (None, None) => return Err(format!(
+            (None, None) => {
+                return Err(format!(
                 "election endpoints `{text}` need a scheme: etcd://HOST:PORT or etcds://HOST:PORT"
-            )),
+            ))
+            }
             (Some(first), Some(this)) if first != this => {
                 return Err(format!(
                     "election endpoints `{text}` mix TLS and plain schemes"

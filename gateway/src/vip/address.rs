@@ -15,8 +15,9 @@ use super::error::AddressError;
 pub const IP_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// The `ip` program (iproute2), looked up in `PATH`.
 const IP_PROGRAM: &str = "ip";
-/// What `ip addr del` says (EADDRNOTAVAIL) when the address is not there.
-const NOT_PRESENT_MESSAGE: &str = "Cannot assign requested address";
+/// What `ip addr del` says when the address is not there: the kernel's extended ack of newer
+/// kernels, or the text of EADDRNOTAVAIL of older ones.
+const NOT_PRESENT_MESSAGES: [&str; 2] = ["Address not found", "Cannot assign requested address"];
 
 /// An interface's index and hardware address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +85,11 @@ impl VipAddress {
         let cidr = self.cidr();
         match run_ip(&["-4", "addr", "del", &cidr, "dev", &self.interface]).await {
             Ok(_) => Ok(true),
-            Err(AddressError::Failed { stderr, .. }) if stderr.contains(NOT_PRESENT_MESSAGE) => {
+            Err(AddressError::Failed { stderr, .. })
+                if NOT_PRESENT_MESSAGES
+                    .iter()
+                    .any(|message| stderr.contains(message)) =>
+            {
                 Ok(false)
             }
             Err(error) => Err(error),

@@ -13,6 +13,7 @@
 //! bounded, doubling pause. A holder leaves the address *before* it resigns, so the next
 //! holder never overlaps with it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +55,8 @@ pub struct Controller {
     monitor: Arc<VipMonitor>,
     healthy: HealthProbe,
     stop: CancellationToken,
+    /// The store member a round starts with; a failed round moves to the next one.
+    first_endpoint: AtomicUsize,
 }
 
 impl Controller {
@@ -71,6 +74,7 @@ impl Controller {
             monitor,
             healthy,
             stop,
+            first_endpoint: AtomicUsize::new(0),
         }
     }
 
@@ -91,6 +95,7 @@ impl Controller {
                 Ok(Outcome::Again) => pause = RETRY_PAUSE_MIN,
                 Err(error) => {
                     self.record_error(&error);
+                    self.first_endpoint.fetch_add(1, Ordering::Relaxed);
                     tokio::select! {
                         _ = self.stop.cancelled() => break,
                         _ = tokio::time::sleep(pause) => {}
@@ -124,8 +129,9 @@ impl Controller {
 
     /// One candidacy: join, wait for the turn, hold.
     async fn round(&self) -> Result<Outcome, ElectionError> {
-        let client = connect(&self.config).await?;
-        let candidacy = Candidacy::join(client, &self.config).await?;
+        let first = self.first_endpoint.load(Ordering::Relaxed);
+        let clients = connect(&self.config, first).await?;
+        let candidacy = Candidacy::join(clients, &self.config).await?;
         self.monitor.set_lease(candidacy.lease_id());
         self.monitor.set_state(VipState::Candidate);
         let mut lease = candidacy.lease();
@@ -175,7 +181,7 @@ impl Controller {
         let LeaseState::Alive(proof) = *lease.borrow_and_update() else {
             return Ok(Outcome::Again);
         };
-        let mut own_key = candidacy.watch_own_key().await?;
+        let mut own_key = candidacy.watch_own_key(0).await?;
         let Some(lifetime) = address_lifetime(Instant::now(), proof) else {
             return Ok(Outcome::Again);
         };
@@ -226,6 +232,7 @@ impl Controller {
             HealthTick,
         }
         let mut health = tokio::time::interval(HEALTH_POLL_INTERVAL);
+        let mut watch_attempts = 0usize;
         loop {
             let event = tokio::select! {
                 biased;
@@ -252,7 +259,8 @@ impl Controller {
                 Event::KeyGone(Ok(())) => return ReleaseReason::KeyDeleted,
                 Event::KeyGone(Err(error)) => {
                     self.record_error(&error);
-                    match candidacy.watch_own_key().await {
+                    watch_attempts += 1;
+                    match candidacy.watch_own_key(watch_attempts).await {
                         Ok(watch) => *own_key = watch,
                         Err(error) => {
                             self.record_error(&error);

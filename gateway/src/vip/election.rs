@@ -55,8 +55,24 @@ pub enum LeaseState {
     Expired,
 }
 
-/// Connects a client to the configured store members (lazily: the first request dials).
-pub async fn connect(config: &VipConfig) -> Result<Client, ElectionError> {
+/// One client per configured store member (each dials lazily, on its first request), in
+/// order starting with member `first` (modulo their number).
+///
+/// One client per member rather than one balanced channel over all of them: a balanced channel
+/// keeps sending part of the requests to a member it cannot connect to (a blackholed member
+/// fails every one of them), while a candidate that moves to the next member after a failure
+/// converges on a member that works.
+pub async fn connect(config: &VipConfig, first: usize) -> Result<Vec<Client>, ElectionError> {
+    let count = config.endpoints.len();
+    let mut clients = Vec::with_capacity(count);
+    for offset in 0..count {
+        let endpoint = &config.endpoints[(first + offset) % count];
+        clients.push(connect_one(config, endpoint).await?);
+    }
+    Ok(clients)
+}
+
+async fn connect_one(config: &VipConfig, endpoint: &str) -> Result<Client, ElectionError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(CONNECT_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT)
@@ -72,7 +88,7 @@ pub async fn connect(config: &VipConfig) -> Result<Client, ElectionError> {
         }
         options = options.with_tls(tls_options);
     }
-    Client::connect(&config.endpoints, Some(options))
+    Client::connect([endpoint], Some(options))
         .await
         .map_err(|source| ElectionError::Store {
             operation: "connect to the store",
@@ -101,9 +117,11 @@ async fn request<T>(
         .map_err(|source| ElectionError::Store { operation, source })
 }
 
-/// One candidacy: a lease, its keep-alive task and the election key.
+/// One candidacy: a lease, its keep-alive task and the election key. Requests go to the first
+/// client; the keep-alive task and the own-key watch move through the others when one fails.
 pub struct Candidacy {
     client: Client,
+    clients: Vec<Client>,
     lease_id: i64,
     prefix: String,
     key: String,
@@ -120,7 +138,14 @@ impl Drop for Candidacy {
 
 impl Candidacy {
     /// Grants the lease, starts keeping it alive and creates the election key (steps 1 and 2).
-    pub async fn join(mut client: Client, config: &VipConfig) -> Result<Candidacy, ElectionError> {
+    pub async fn join(
+        clients: Vec<Client>,
+        config: &VipConfig,
+    ) -> Result<Candidacy, ElectionError> {
+        let mut client = clients
+            .first()
+            .cloned()
+            .ok_or(ElectionError::MalformedAnswer("connect: no store endpoint"))?;
         let ttl_seconds = i64::try_from(config.lease_ttl.as_secs()).unwrap_or(i64::MAX);
         let sent = Instant::now();
         let grant = request(
@@ -137,13 +162,14 @@ impl Candidacy {
         let proof = LeaseProof::new(sent, config.lease_ttl);
         let (state, lease) = watch::channel(LeaseState::Alive(proof));
         let keeper = tokio::spawn(keep_alive(
-            client.clone(),
+            clients.clone(),
             grant.id(),
             config.lease_ttl,
             state,
         ));
         let mut candidacy = Candidacy {
             client,
+            clients,
             lease_id: grant.id(),
             prefix: config.prefix.clone(),
             key: format!("{}/{:x}", config.prefix, grant.id()),
@@ -267,9 +293,10 @@ impl Candidacy {
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
     }
 
-    /// A watch that reports the deletion of the own key (from its creation on).
-    pub async fn watch_own_key(&self) -> Result<KeyWatch, ElectionError> {
-        let mut client = self.client.clone();
+    /// A watch that reports the deletion of the own key (from its creation on); `attempt`
+    /// picks the member (0: the first, then the next ones in turn).
+    pub async fn watch_own_key(&self, attempt: usize) -> Result<KeyWatch, ElectionError> {
+        let mut client = self.clients[attempt % self.clients.len()].clone();
         KeyWatch::open(&mut client, self.key.clone(), self.create_revision + 1).await
     }
 
@@ -347,11 +374,19 @@ impl KeyWatch {
 }
 
 /// Keeps lease `id` alive, one keep-alive every `TTL / RENEW_DIVISOR`, publishing each proof.
-/// A broken or silent stream is reopened (the balanced channel may pick another member) until
-/// the last proof runs out; then, or when the store answers TTL 0, the lease is `Expired`.
-async fn keep_alive(mut client: Client, id: i64, ttl: Duration, state: watch::Sender<LeaseState>) {
+/// A broken or silent stream is reopened on the next member until the last proof runs out;
+/// then, or when the store answers TTL 0, the lease is `Expired`.
+async fn keep_alive(
+    clients: Vec<Client>,
+    id: i64,
+    ttl: Duration,
+    state: watch::Sender<LeaseState>,
+) {
     let interval = renew_interval(ttl);
+    let mut attempt = 0usize;
     loop {
+        let mut client = clients[attempt % clients.len()].clone();
+        attempt += 1;
         let LeaseState::Alive(proof) = *state.borrow() else {
             return;
         };
