@@ -11,7 +11,10 @@
 #     etcd 3.4.23 (etcd-server, etcd-client) for the 3.4 etcdctl
 #   - nginx, haproxy, openssl, nghttp2-client (h2load), wrk: gateway tests and benches
 #   - iproute2 (ip): the robustness suite runs members in network namespaces
-#     it creates, to cut links between them (tests/src/netns.rs)
+#     it creates, to cut links between them (tests/src/netns.rs); the
+#     gateway's virtual IP adds and removes its address with it
+#   - keepalived: the gateway's VIP failover test measures keepalived's
+#     takeover in the same namespaces, for comparison (gateway/tests/vip.rs)
 #   - python-etcd3 (PyPI etcd3, with grpcio and protobuf 3) in its own
 #     virtualenv: its snapshot check against the store (tests/etcd_snapshot.rs)
 #   - etcd3gw (PyPI) in its own virtualenv (python3-venv): the JSON gateway's
@@ -36,9 +39,9 @@ ETCD3_VENV="${ETCD3_VENV:-/opt/python-etcd3-venv}"
 ETCD3_PACKAGES=(etcd3==0.12.0 protobuf==3.20.3 grpcio==1.85.1)
 BUILD_PACKAGES=(clang libclang-dev protobuf-compiler libprotobuf-dev)
 TEST_PACKAGES=(etcd-server etcd-client nginx-light haproxy openssl nghttp2-client wrk
-  python3-pip python3-venv iproute2 procps curl)
+  python3-pip python3-venv iproute2 procps curl keepalived)
 # Packages whose install would start (and enable) a system service.
-SERVICE_PACKAGES=(etcd-server:etcd nginx-light:nginx haproxy:haproxy)
+SERVICE_PACKAGES=(etcd-server:etcd nginx-light:nginx haproxy:haproxy keepalived:keepalived)
 
 build_only=false
 [[ "${1:-}" == "--build-only" ]] && build_only=true
@@ -86,7 +89,7 @@ if ((${#missing[@]})); then
   [[ $(id -u) == 0 ]] || die "must run as root to install ${missing[*]} (or install them first)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq || die "apt-get update failed (is a Debian mirror reachable?)"
-  # policy-rc.d keeps Debian from starting etcd/nginx/haproxy services on
+  # policy-rc.d keeps Debian from starting etcd/nginx/haproxy/keepalived services on
   # install. A policy the machine already has is left as it is.
   policy=/usr/sbin/policy-rc.d
   own_policy=false
@@ -146,7 +149,7 @@ if $need_etcd3; then
 fi
 "$ETCD3_VENV/bin/python" -c 'import etcd3' || die "python-etcd3 is missing from $ETCD3_VENV after set-up"
 for b in "$ETCD35_DIR/etcd" "$ETCD35_DIR/etcdctl" /usr/bin/etcdctl /usr/sbin/nginx /usr/sbin/haproxy \
-  /usr/bin/h2load /usr/bin/wrk /usr/bin/openssl /usr/sbin/ip; do
+  /usr/bin/h2load /usr/bin/wrk /usr/bin/openssl /usr/sbin/ip /usr/sbin/keepalived; do
   [[ -x $b ]] || die "$b is missing after set-up"
 done
 # sed reads to the end: head would close the pipe early, and with pipefail

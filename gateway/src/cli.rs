@@ -11,10 +11,12 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::config::{
-    parse_duration, validate_host_port, BackendConfig, BalancePolicy, CheckConfig, CheckKind,
-    Config, ConfigError, FrontendConfig, OnMarkedDown, Verify, DEFAULT_ADMIN_LISTEN,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_TIMEOUT, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE,
-    DEFAULT_TCP_KEEPALIVE, DEFAULT_WEIGHT, MAX_ENTRIES, MAX_FALL_RISE, MIN_CHECK_INTERVAL,
+    default_name, default_prefix, parse_duration, parse_election_endpoints, parse_vip_address,
+    validate_host_port, validate_interface, validate_lease_ttl, validate_name, validate_prefix,
+    BackendConfig, BalancePolicy, CheckConfig, CheckKind, Config, ConfigError, ElectionTls,
+    FrontendConfig, OnMarkedDown, Verify, VipConfig, DEFAULT_ADMIN_LISTEN, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_QUEUE_TIMEOUT, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_TCP_KEEPALIVE,
+    DEFAULT_WEIGHT, MAX_ENTRIES, MAX_FALL_RISE, MIN_CHECK_INTERVAL,
 };
 use crate::supervisor::{ConfigSource, RunOptions};
 
@@ -71,6 +73,33 @@ pub struct Cli {
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Virtual IP to hold while elected, `IPV4[/PREFIX]` (flags mode; the file has `[vip]`).
+    #[arg(long, value_name = "ADDR/PREFIX", requires_all = ["vip_interface", "vip_election"], conflicts_with = "config")]
+    pub vip: Option<String>,
+    /// Interface that gets the VIP.
+    #[arg(long, value_name = "NAME", requires = "vip")]
+    pub vip_interface: Option<String>,
+    /// Store members that run the election: etcd://HOST:PORT[,HOST:PORT] (etcds:// for TLS).
+    #[arg(long, value_name = "URLS", requires = "vip")]
+    pub vip_election: Option<String>,
+    /// Election key prefix [default: /gateway/vip/<VIP>].
+    #[arg(long, value_name = "KEY", requires = "vip")]
+    pub vip_election_prefix: Option<String>,
+    /// Lease TTL of the election: bounds the takeover after a holder dies (whole seconds).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub vip_lease_ttl: Duration,
+    /// This candidate's name in the election [default: the host name].
+    #[arg(long, value_name = "NAME", requires = "vip")]
+    pub vip_name: Option<String>,
+    /// CA bundle of the store members' certificates (etcds:// endpoints).
+    #[arg(long, value_name = "FILE", requires = "vip")]
+    pub vip_election_ca: Option<PathBuf>,
+    /// Client certificate towards the store (needs --vip-election-key).
+    #[arg(long, value_name = "FILE", requires_all = ["vip", "vip_election_key"])]
+    pub vip_election_cert: Option<PathBuf>,
+    /// Client key towards the store.
+    #[arg(long, value_name = "FILE", requires_all = ["vip", "vip_election_cert"])]
+    pub vip_election_key: Option<PathBuf>,
     /// Seed of the p2c random generator (reproducible balancing decisions).
     #[arg(long, hide = true)]
     pub seed: Option<u64>,
@@ -222,7 +251,73 @@ impl Cli {
                 check,
                 backends,
             }],
+            vip: self.vip_config()?,
         })
+    }
+
+    fn vip_config(&self) -> Result<Option<VipConfig>, ConfigError> {
+        let Some(address) = &self.vip else {
+            return Ok(None);
+        };
+        let invalid =
+            |flag: &str, message: String| ConfigError::Arguments(format!("{flag}: {message}"));
+        let (address, prefix_len) =
+            parse_vip_address(address).map_err(|message| invalid("--vip", message))?;
+        let interface = self
+            .vip_interface
+            .clone()
+            .ok_or_else(|| ConfigError::Arguments("--vip needs --vip-interface".into()))?;
+        validate_interface(&interface).map_err(|message| invalid("--vip-interface", message))?;
+        let election = self
+            .vip_election
+            .as_deref()
+            .ok_or_else(|| ConfigError::Arguments("--vip needs --vip-election".into()))?;
+        let (endpoints, uses_tls) = parse_election_endpoints(election)
+            .map_err(|message| invalid("--vip-election", message))?;
+        let prefix = match &self.vip_election_prefix {
+            None => default_prefix(address),
+            Some(prefix) => {
+                validate_prefix(prefix)
+                    .map_err(|message| invalid("--vip-election-prefix", message))?;
+                prefix.clone()
+            }
+        };
+        validate_lease_ttl(self.vip_lease_ttl)
+            .map_err(|message| invalid("--vip-lease-ttl", message))?;
+        let name = match &self.vip_name {
+            None => default_name(),
+            Some(name) => {
+                validate_name(name).map_err(|message| invalid("--vip-name", message))?;
+                name.clone()
+            }
+        };
+        let client_cert = match (&self.vip_election_cert, &self.vip_election_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            _ => None,
+        };
+        let has_tls_files = self.vip_election_ca.is_some() || client_cert.is_some();
+        let tls = match (uses_tls, has_tls_files) {
+            (true, _) => Some(ElectionTls {
+                ca_file: self.vip_election_ca.clone(),
+                client_cert,
+            }),
+            (false, false) => None,
+            (false, true) => {
+                return Err(ConfigError::Arguments(
+                    "--vip-election-ca/-cert/-key need etcds:// endpoints".into(),
+                ))
+            }
+        };
+        Ok(Some(VipConfig {
+            address,
+            prefix_len,
+            interface,
+            endpoints,
+            prefix,
+            lease_ttl: self.vip_lease_ttl,
+            name,
+            tls,
+        }))
     }
 }
 
@@ -265,6 +360,53 @@ mod tests {
         assert!(parse_check("tcp:/x").is_err());
         assert!(parse_check("https:readyz").is_err());
         assert!(parse_check("grpc").is_err());
+    }
+
+    #[test]
+    fn vip_flags() {
+        let base = [
+            "gateway",
+            "--listen",
+            "0.0.0.0:6443",
+            "--backend",
+            "10.0.0.1:8443",
+        ];
+        let parse = |extra: &[&str]| {
+            let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            Cli::try_parse_from(args)
+                .map_err(|e| e.to_string())
+                .and_then(|cli| cli.run_options().map_err(|e| e.to_string()))
+        };
+        let options = parse(&[
+            "--vip",
+            "10.0.0.100/32",
+            "--vip-interface",
+            "eth0",
+            "--vip-election",
+            "etcd://10.0.0.1:2379,10.0.0.2:2379",
+            "--vip-lease-ttl",
+            "3s",
+        ])
+        .expect("valid");
+        let ConfigSource::Flags(config) = options.source else {
+            panic!("flags mode");
+        };
+        let vip = config.vip.expect("a VIP");
+        assert_eq!(vip.lease_ttl, Duration::from_secs(3));
+        assert_eq!(vip.endpoints[1], "http://10.0.0.2:2379");
+        assert!(parse(&["--vip", "10.0.0.100/32"]).is_err());
+        let error = parse(&[
+            "--vip",
+            "10.0.0.100/32",
+            "--vip-interface",
+            "eth0",
+            "--vip-election",
+            "etcd://10.0.0.1:2379",
+            "--vip-lease-ttl",
+            "1s",
+        ])
+        .unwrap_err();
+        assert!(error.contains("--vip-lease-ttl"), "{error}");
     }
 
     #[test]

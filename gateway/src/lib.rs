@@ -32,6 +32,9 @@
 //!   state machine; passive detection of failed connects feeds the same machine.
 //! * [`frontend`] and [`supervisor`]: listeners, hot reload and graceful shutdown.
 //! * [`admin`]: axum API for drain/disable/enable/weight, Prometheus metrics and a status page.
+//! * [`vip`]: the virtual IP (keepalived's role): gateways elect a holder through the store's
+//!   etcd API; the holder adds the VIP to its interface and announces it with gratuitous ARP,
+//!   fenced by its lease so two gateways never hold it at once.
 #![deny(missing_docs)]
 
 pub mod admin;
@@ -48,6 +51,7 @@ pub mod metrics;
 pub mod net;
 pub mod proxy;
 pub mod supervisor;
+pub mod vip;
 
 /// The error type that crosses tower middleware boundaries (tower's `BoxError`).
 pub type BoxError = tower::BoxError;

@@ -2,7 +2,9 @@
 //!
 //! Per backend: active connections, connections opened, bytes each way, connect latency,
 //! connect failures, health transitions and the current up/down state. Per frontend:
-//! accepted, rejected (by reason) and active connections. Per process: reloads by result.
+//! accepted, rejected (by reason) and active connections. Per process: reloads by result and
+//! the virtual IP (whether this gateway holds it, times it took it, times it gave it up by
+//! reason).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -72,6 +74,14 @@ pub struct ReloadLabels {
     pub result: String,
 }
 
+/// Labels of the VIP release counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VipReleaseLabels {
+    /// `fenced`, `lease_expired`, `key_deleted`, `unhealthy`, `shutdown`, `address_failed` or
+    /// `watch_lost`.
+    pub reason: String,
+}
+
 type HistogramFamily = Family<BackendLabels, Histogram, fn() -> Histogram>;
 
 fn connect_histogram() -> Histogram {
@@ -96,6 +106,9 @@ pub struct Metrics {
     frontend_active: Family<FrontendLabels, Gauge>,
     frontend_rejected: Family<RejectLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
+    vip_holder: Gauge,
+    vip_acquired: Counter,
+    vip_released: Family<VipReleaseLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -126,6 +139,9 @@ impl Metrics {
             frontend_active: Family::default(),
             frontend_rejected: Family::default(),
             reloads: Family::default(),
+            vip_holder: Gauge::default(),
+            vip_acquired: Counter::default(),
+            vip_released: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -182,6 +198,21 @@ impl Metrics {
             "config_reloads",
             "Configuration reloads, by result",
             metrics.reloads.clone(),
+        );
+        registry.register(
+            "vip_holder",
+            "1 while this gateway holds the virtual IP",
+            metrics.vip_holder.clone(),
+        );
+        registry.register(
+            "vip_acquired",
+            "Times this gateway took the virtual IP",
+            metrics.vip_acquired.clone(),
+        );
+        registry.register(
+            "vip_released",
+            "Times this gateway gave the virtual IP up, by reason",
+            metrics.vip_released.clone(),
         );
         Metrics {
             registry,
@@ -257,6 +288,15 @@ impl Metrics {
         }
     }
 
+    /// Handles for the VIP series.
+    pub fn vip(&self) -> VipMetrics {
+        VipMetrics {
+            holder: self.vip_holder.clone(),
+            acquired: self.vip_acquired.clone(),
+            released: self.vip_released.clone(),
+        }
+    }
+
     /// Counts one reload attempt.
     pub fn reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
@@ -306,4 +346,25 @@ pub struct FrontendMetrics {
     pub rejected_connect_failed: Counter,
     /// Closed: no backend below its limit in time.
     pub rejected_queue_timeout: Counter,
+}
+
+/// The VIP series.
+#[derive(Clone, Debug)]
+pub struct VipMetrics {
+    /// 1 while holding the VIP.
+    pub holder: Gauge,
+    /// Times the VIP was taken.
+    pub acquired: Counter,
+    released: Family<VipReleaseLabels, Counter>,
+}
+
+impl VipMetrics {
+    /// The release counter of `reason`.
+    pub fn released(&self, reason: &str) -> Counter {
+        self.released
+            .get_or_create(&VipReleaseLabels {
+                reason: reason.to_string(),
+            })
+            .clone()
+    }
 }

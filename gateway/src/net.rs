@@ -19,8 +19,18 @@ pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
 /// Binds a listener with `SO_REUSEADDR`, so a restarted gateway can bind while old
 /// connections linger in `TIME_WAIT`.
 pub fn bind_listener(address: SocketAddr) -> io::Result<TcpListener> {
+    bind_listener_with(address, false)
+}
+
+/// [`bind_listener`], with `IP_FREEBIND` when `nonlocal`: the listener binds an address that
+/// is not (yet) on any interface, the VIP on a gateway that does not hold it, and accepts
+/// connections to it once the VIP arrives.
+pub fn bind_listener_with(address: SocketAddr, nonlocal: bool) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
+    if nonlocal && address.is_ipv4() {
+        socket.set_freebind_v4(true)?;
+    }
     socket.set_nonblocking(true)?;
     socket.bind(&address.into())?;
     socket.listen(LISTEN_BACKLOG)?;

@@ -24,13 +24,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin;
-use crate::backend::Backend;
-use crate::config::{Config, ConfigError};
+use crate::backend::{AdminState, Backend};
+use crate::config::{Config, ConfigError, VipConfig};
 use crate::frontend::{BackendEntry, Frontend, Shared};
 use crate::health::{Prober, SharedProber, TlsSetupError};
 use crate::metrics::Metrics;
 use crate::net;
+use crate::vip::{Controller, HealthProbe, VipMonitor};
 
+/// How long shutdown waits for the VIP to be released and the election lease revoked: two
+/// `ip` commands and one store request, each bounded by its own (shorter) deadline.
+pub const VIP_RELEASE_WAIT: Duration = Duration::from_secs(5);
 /// How often the configuration file is read to detect changes. Reading a small file once a
 /// second costs nothing and needs no inotify dependency; SIGHUP reloads at once.
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -141,14 +145,20 @@ impl Supervisor {
                 .frontends
                 .iter()
                 .any(|running| running.config().listen == frontend.listen);
+            let on_vip = config
+                .vip
+                .as_ref()
+                .is_some_and(|vip| frontend.listen.ip() == std::net::IpAddr::V4(vip.address));
             let listener = if reused {
                 None
             } else {
                 Some(
-                    net::bind_listener(frontend.listen).map_err(|source| ApplyError::Bind {
-                        frontend: frontend.name.clone(),
-                        address: frontend.listen,
-                        source,
+                    net::bind_listener_with(frontend.listen, on_vip).map_err(|source| {
+                        ApplyError::Bind {
+                            frontend: frontend.name.clone(),
+                            address: frontend.listen,
+                            source,
+                        }
                     })?,
                 )
             };
@@ -249,12 +259,17 @@ pub async fn run(options: RunOptions) -> Result<(), GatewayError> {
     let mut hangup = signal(SignalKind::hangup()).map_err(GatewayError::Signals)?;
     let mut supervisor = Supervisor::new(shared);
     supervisor.apply(&config).await?;
+    let vip = config
+        .vip
+        .clone()
+        .map(|vip_config| start_vip(vip_config, &metrics, supervisor.directory()));
     let admin_stop = CancellationToken::new();
     let admin_address = options.admin.unwrap_or(config.admin_listen);
     if let Some(address) = admin_address {
         let listener = net::bind_listener(address)
             .map_err(|source| GatewayError::AdminBind { address, source })?;
-        let context = admin::AdminContext::new(Arc::clone(&metrics), supervisor.directory());
+        let context = admin::AdminContext::new(Arc::clone(&metrics), supervisor.directory())
+            .with_vip(vip.as_ref().map(|running| Arc::clone(&running.monitor)));
         tokio::spawn(admin::serve(listener, context, admin_stop.clone()));
         tracing::info!(%address, "admin API listening");
     }
@@ -279,9 +294,56 @@ pub async fn run(options: RunOptions) -> Result<(), GatewayError> {
             }
         }
     }
+    if let Some(running) = vip {
+        running.stop().await;
+    }
     admin_stop.cancel();
     supervisor.shutdown(config.shutdown_grace).await;
     Ok(())
+}
+
+/// The running VIP controller.
+struct RunningVip {
+    monitor: Arc<VipMonitor>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningVip {
+    /// Releases the VIP first on shutdown, so the next holder takes over while this gateway
+    /// drains its connections.
+    async fn stop(self) {
+        self.stop.cancel();
+        if tokio::time::timeout(VIP_RELEASE_WAIT, self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!(wait = ?VIP_RELEASE_WAIT, "the VIP controller did not stop in time; the address lifetime ends the VIP");
+        }
+    }
+}
+
+fn start_vip(config: VipConfig, metrics: &Metrics, directory: Directory) -> RunningVip {
+    let monitor = Arc::new(VipMonitor::new(&config, metrics.vip()));
+    let stop = CancellationToken::new();
+    let healthy: HealthProbe = Arc::new(move || any_backend_up(&directory));
+    tracing::info!(vip = %config.address, interface = %config.interface, name = %config.name, "competing for the VIP");
+    let controller = Controller::new(config, Arc::clone(&monitor), healthy, stop.clone());
+    RunningVip {
+        monitor,
+        stop,
+        task: tokio::spawn(controller.run()),
+    }
+}
+
+/// The VIP's health: some backend is up by its checks and enabled by the operator.
+fn any_backend_up(directory: &Directory) -> bool {
+    directory
+        .read()
+        .expect("directory lock poisoned")
+        .iter()
+        .map(|backend| backend.status())
+        .any(|status| status.health == "up" && status.admin == AdminState::Enabled)
 }
 
 /// Reloads from `path` when forced (SIGHUP) or when its content changed since the last attempt.
@@ -308,7 +370,15 @@ async fn reload(
     }
     *last_text = Some(text.clone());
     let result = match Config::from_toml(&text) {
-        Ok(next) => supervisor.apply(&next).await.map(|()| next),
+        Ok(mut next) => {
+            if next.vip != config.vip {
+                tracing::warn!(
+                    "the [vip] section changes only on restart; keeping the running VIP"
+                );
+                next.vip = config.vip.clone();
+            }
+            supervisor.apply(&next).await.map(|()| next)
+        }
         Err(error) => Err(ApplyError::Config(error)),
     };
     match result {

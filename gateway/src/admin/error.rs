@@ -25,12 +25,15 @@ pub enum AdminError {
         /// The maximum.
         max: u32,
     },
+    /// The gateway runs without a virtual IP.
+    #[error("no virtual IP is configured")]
+    NoVip,
 }
 
 impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
         let status = match self {
-            AdminError::UnknownBackend { .. } => StatusCode::NOT_FOUND,
+            AdminError::UnknownBackend { .. } | AdminError::NoVip => StatusCode::NOT_FOUND,
             AdminError::UnknownAction(_) | AdminError::WeightOutOfRange { .. } => {
                 StatusCode::BAD_REQUEST
             }

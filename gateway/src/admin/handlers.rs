@@ -10,6 +10,7 @@ use super::status_page::render;
 use super::AdminContext;
 use crate::backend::{AdminState, BackendStatus};
 use crate::config::MAX_WEIGHT;
+use crate::vip::VipStatus;
 
 /// Content type of the OpenMetrics text format.
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -34,7 +35,15 @@ pub(super) async fn list(State(context): State<AdminContext>) -> Json<Vec<Backen
 }
 
 pub(super) async fn status_page(State(context): State<AdminContext>) -> Html<String> {
-    Html(render(&statuses(&context)))
+    let vip = context.vip.as_ref().map(|monitor| monitor.snapshot());
+    Html(render(&statuses(&context), vip.as_ref()))
+}
+
+pub(super) async fn vip(
+    State(context): State<AdminContext>,
+) -> Result<Json<VipStatus>, AdminError> {
+    let monitor = context.vip.as_ref().ok_or(AdminError::NoVip)?;
+    Ok(Json(monitor.snapshot()))
 }
 
 pub(super) async fn act(

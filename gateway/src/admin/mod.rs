@@ -6,6 +6,7 @@
 //! | GET | `/metrics` | Prometheus/OpenMetrics text |
 //! | GET | `/` or `/status` | HTML table of frontends, backends and their state |
 //! | GET | `/api/backends` | the same as JSON |
+//! | GET | `/api/vip` | the virtual IP: state, holder or not, since when, acquisitions and releases (404 without a VIP) |
 //! | POST | `/api/frontends/{frontend}/backends/{backend}/drain` | no new connections, keep established |
 //! | POST | `/api/frontends/{frontend}/backends/{backend}/disable` | no new connections, close established |
 //! | POST | `/api/frontends/{frontend}/backends/{backend}/enable` | back to normal |
@@ -30,18 +31,29 @@ pub use error::AdminError;
 use crate::backend::Backend;
 use crate::metrics::Metrics;
 use crate::supervisor::Directory;
+use crate::vip::VipMonitor;
 
 /// What the handlers need.
 #[derive(Clone)]
 pub struct AdminContext {
     metrics: Arc<Metrics>,
     directory: Directory,
+    vip: Option<Arc<VipMonitor>>,
 }
 
 impl AdminContext {
     /// A context over the process metrics and the running backends.
     pub fn new(metrics: Arc<Metrics>, directory: Directory) -> Self {
-        AdminContext { metrics, directory }
+        AdminContext {
+            metrics,
+            directory,
+            vip: None,
+        }
+    }
+
+    /// The same context, showing the VIP's status.
+    pub fn with_vip(self, vip: Option<Arc<VipMonitor>>) -> Self {
+        AdminContext { vip, ..self }
     }
 
     fn backends(&self) -> Vec<Arc<Backend>> {
@@ -70,6 +82,7 @@ pub fn router(context: AdminContext) -> Router {
         .route("/", get(handlers::status_page))
         .route("/status", get(handlers::status_page))
         .route("/api/backends", get(handlers::list))
+        .route("/api/vip", get(handlers::vip))
         .route(
             "/api/frontends/{frontend}/backends/{backend}/weight",
             put(handlers::set_weight),

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::backend::BackendStatus;
+use crate::vip::VipStatus;
 
 /// Escapes text for HTML element content.
 fn escape(text: &str) -> String {
@@ -11,13 +12,33 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Renders one table row per backend.
-pub(super) fn render(backends: &[BackendStatus]) -> String {
+/// The VIP's line above the table.
+fn vip_line(vip: &VipStatus) -> String {
+    format!(
+        "<p>virtual IP {} on {}: <b>{}</b> (state {:?}, acquired {} times, released {} times, holder: {})</p>",
+        escape(&vip.address),
+        escape(&vip.interface),
+        if vip.holder { "held here" } else { "not held here" },
+        vip.state,
+        vip.acquired,
+        vip.released,
+        escape(vip.current_holder.as_deref().unwrap_or("unknown")),
+    )
+}
+
+/// Renders the VIP's line and one table row per backend.
+pub(super) fn render(backends: &[BackendStatus], vip: Option<&VipStatus>) -> String {
     let mut page = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>gateway status</title>\
          <style>body{font-family:sans-serif}td,th{padding:2px 10px;text-align:left}\
          .up{background:#cfc}.down{background:#fcc}.off{background:#eee}</style></head><body>\
-         <h1>gateway</h1><table><tr><th>frontend</th><th>backend</th><th>address</th><th>health</th>\
+         <h1>gateway</h1>",
+    );
+    if let Some(vip) = vip {
+        page.push_str(&vip_line(vip));
+    }
+    page.push_str(
+        "<table><tr><th>frontend</th><th>backend</th><th>address</th><th>health</th>\
          <th>admin</th><th>weight</th><th>effective</th><th>open</th><th>limit</th><th>last error</th></tr>",
     );
     for backend in backends {

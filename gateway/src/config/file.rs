@@ -23,6 +23,21 @@ struct RawConfig {
     shutdown_grace: Option<Spanned<String>>,
     #[serde(default)]
     frontend: Vec<Spanned<RawFrontend>>,
+    vip: Option<Spanned<RawVip>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVip {
+    address: Spanned<String>,
+    interface: Spanned<String>,
+    election: Spanned<String>,
+    prefix: Option<Spanned<String>>,
+    lease_ttl: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    ca_file: Option<Spanned<String>>,
+    client_cert: Option<Spanned<String>>,
+    client_key: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -158,10 +173,85 @@ pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
         }
         frontends.push(frontend);
     }
+    let vip = raw
+        .vip
+        .as_ref()
+        .map(|spanned| vip(&locator, spanned.get_ref()))
+        .transpose()?;
     Ok(Config {
         admin_listen,
         shutdown_grace,
         frontends,
+        vip,
+    })
+}
+
+/// Applies a `validate_*` rule of `config::vip` to a located value.
+fn checked(
+    locator: &Locator,
+    value: &Spanned<String>,
+    rule: impl Fn(&str) -> Result<(), String>,
+) -> Result<String, ConfigError> {
+    rule(value.get_ref()).map_err(|message| locator.error(value.span(), message))?;
+    Ok(value.get_ref().clone())
+}
+
+fn vip(locator: &Locator, raw: &RawVip) -> Result<VipConfig, ConfigError> {
+    let (address, prefix_len) = parse_vip_address(raw.address.get_ref())
+        .map_err(|message| locator.error(raw.address.span(), message))?;
+    let interface = checked(locator, &raw.interface, validate_interface)?;
+    let (endpoints, uses_tls) = parse_election_endpoints(raw.election.get_ref())
+        .map_err(|message| locator.error(raw.election.span(), message))?;
+    let prefix = match &raw.prefix {
+        None => default_prefix(address),
+        Some(value) => checked(locator, value, validate_prefix)?,
+    };
+    let lease_ttl = locator.duration(&raw.lease_ttl, DEFAULT_VIP_LEASE_TTL)?;
+    if let Some(value) = &raw.lease_ttl {
+        validate_lease_ttl(lease_ttl).map_err(|message| locator.error(value.span(), message))?;
+    }
+    let name = match &raw.name {
+        None => default_name(),
+        Some(value) => checked(locator, value, validate_name)?,
+    };
+    let client_cert = match (&raw.client_cert, &raw.client_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref())))
+        }
+        (Some(cert), None) => {
+            return Err(locator.error(cert.span(), "`client_cert` needs `client_key`"))
+        }
+        (None, Some(key)) => {
+            return Err(locator.error(key.span(), "`client_key` needs `client_cert`"))
+        }
+    };
+    let ca_file = raw
+        .ca_file
+        .as_ref()
+        .map(|file| PathBuf::from(file.get_ref()));
+    let tls = match (uses_tls, ca_file.is_some() || client_cert.is_some()) {
+        (true, _) => Some(ElectionTls {
+            ca_file,
+            client_cert,
+        }),
+        (false, false) => None,
+        (false, true) => {
+            return Err(locator.error(
+                raw.election.span(),
+                "TLS files are set but the election endpoints are not etcds://",
+            ))
+        }
+    };
+    Ok(VipConfig {
+        address,
+        prefix_len,
+        interface,
+        endpoints,
+        prefix,
+        lease_ttl,
+        name,
+        tls,
     })
 }
 
@@ -517,6 +607,40 @@ address = "127.0.0.2:8443"
         let (line, message) = error_line(&text);
         assert_eq!(line, 7);
         assert!(message.contains("nmae"), "{message}");
+    }
+
+    const VIP: &str = r#"
+[vip]
+address = "10.0.0.100/32"
+interface = "eth0"
+election = "etcd://10.0.0.1:2379,10.0.0.2:2379"
+lease_ttl = "4s"
+name = "cp1"
+"#;
+
+    #[test]
+    fn vip_section_parses_with_defaults() {
+        let config = Config::from_toml(&format!("{MINIMAL}{VIP}")).expect("valid");
+        let vip = config.vip.expect("a VIP");
+        assert_eq!(vip.address, std::net::Ipv4Addr::new(10, 0, 0, 100));
+        assert_eq!(vip.endpoints.len(), 2);
+        assert_eq!(vip.prefix, "/gateway/vip/10.0.0.100");
+        assert_eq!(vip.lease_ttl, Duration::from_secs(4));
+        assert_eq!(vip.tls, None);
+        assert!(Config::from_toml(MINIMAL).unwrap().vip.is_none());
+    }
+
+    #[test]
+    fn bad_vip_values_name_their_lines() {
+        let text = format!("{MINIMAL}{VIP}").replace("10.0.0.100/32", "fd00::1/128");
+        let (line, message) = error_line(&text);
+        assert_eq!((line, message.contains("IPv6")), (11, true), "{message}");
+        let text = format!("{MINIMAL}{VIP}").replace("\"4s\"", "\"1s\"");
+        assert_eq!(error_line(&text).0, 14);
+        let text = format!("{MINIMAL}{VIP}ca_file = \"/ca.pem\"\n");
+        let (line, message) = error_line(&text);
+        assert_eq!(line, 13);
+        assert!(message.contains("etcds://"), "{message}");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 mod duration;
 mod error;
 mod file;
+mod vip;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,6 +21,11 @@ use std::time::Duration;
 
 pub use duration::parse_duration;
 pub use error::ConfigError;
+pub use vip::{
+    default_name, default_prefix, parse_election_endpoints, parse_vip_address, validate_interface,
+    validate_lease_ttl, validate_name, validate_prefix, ElectionTls, VipConfig,
+    DEFAULT_VIP_LEASE_TTL, MAX_VIP_LEASE_TTL, MIN_VIP_LEASE_TTL,
+};
 
 /// Default admin/metrics listen address. Loopback so the drain/disable API is not exposed by
 /// accident; Prometheus usually scrapes through a node-local agent or a changed address.
@@ -78,6 +84,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Listeners and their backends.
     pub frontends: Vec<FrontendConfig>,
+    /// The virtual IP this gateway competes for (`None`: no VIP).
+    pub vip: Option<VipConfig>,
 }
 
 /// How a frontend picks a backend for a new connection.
