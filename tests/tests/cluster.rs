@@ -37,6 +37,30 @@ const SNAPSHOT_COUNT: u64 = 100;
 /// and more than etcd's 5000 "snapshot catch-up entries", so that etcd, like
 /// our store, must send the member a snapshot rather than log entries.
 const LAGGING_WRITES: usize = 6000;
+/// How long the leader idles, with a dead member, while its CPU is measured.
+const IDLE_WINDOW: Duration = Duration::from_secs(3);
+/// Most CPU (fraction of one core) an idle leader may use with a dead member;
+/// heartbeats and reconnect attempts cost a few percent.
+const MAX_IDLE_CPU_FRACTION: f64 = 0.3;
+/// Clock ticks per second of `/proc/<pid>/stat` times (USER_HZ, 100 on Linux).
+const USER_HZ: f64 = 100.0;
+
+/// User plus system CPU seconds process `pid` has used so far.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may contain spaces) in parens.
+    let after = stat.rsplit_once(')').context("stat format")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    let ticks: f64 = fields
+        .get(11..13)
+        .context("stat fields")?
+        .iter()
+        .map(|f| f.parse::<f64>())
+        .sum::<Result<f64, _>>()?;
+    Ok(ticks / USER_HZ)
+}
+
 /// Concurrent writers producing the lagging writes.
 const LAGGING_WRITERS: usize = 4;
 /// Keys removed by one range delete while the lagging member is down.
@@ -188,6 +212,17 @@ async fn leader_kill_failover_and_rejoin() {
     }
     let new_leader = cluster.leader().await.expect("new leader");
     assert_ne!(new_leader, old_leader);
+    // The dead member is retried at a bounded pace: an idle leader does not
+    // spin on connections the dead member's port refuses (with a hot retry
+    // loop it burns a whole core, and writes stall behind it).
+    let pid = cluster.pid(new_leader).expect("new leader's pid");
+    let before = cpu_seconds(pid).expect("cpu time");
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let used = cpu_seconds(pid).expect("cpu time") - before;
+    assert!(
+        used < IDLE_WINDOW.as_secs_f64() * MAX_IDLE_CPU_FRACTION,
+        "the leader used {used:.2} s of CPU in {IDLE_WINDOW:?} while idle with a dead member"
+    );
     for &i in &survivors {
         check_member(&cluster, i, "fo/", &expected, false)
             .await

@@ -219,20 +219,30 @@ impl PeerNetwork {
 
     /// Opens the bidirectional append stream: `input` encoded on the way
     /// out, each answer decoded on the way back.
+    ///
+    /// The stream is opened only once `input` yields its first request:
+    /// openraft waits out its backoff inside the request stream, so a peer
+    /// that refuses connections (a killed member) is retried at openraft's
+    /// backoff pace instead of in a loop as fast as connects fail.
     async fn open_append_stream<S>(
         &mut self,
-        input: S,
+        mut input: S,
     ) -> RpcResult<BoxStream<'static, RpcResult<StreamAppendResult<TypeConfig>>>>
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
+        let Some(first) = input.next().await else {
+            return Ok(futures::stream::empty().boxed());
+        };
         let mut client = self.client()?;
         let counters = self.counters.clone();
-        let outgoing = input.map(move |req| {
-            let payload = codec::encode(&req);
-            counters.sent.inc_by(payload.len() as u64);
-            RaftMessage { payload }
-        });
+        let outgoing = futures::stream::once(std::future::ready(first))
+            .chain(input)
+            .map(move |req| {
+                let payload = codec::encode(&req);
+                counters.sent.inc_by(payload.len() as u64);
+                RaftMessage { payload }
+            });
         let answers = client
             .stream_append(outgoing)
             .await
