@@ -1,20 +1,62 @@
 //! The relay stage: copy bytes both ways with half-close, an idle timeout and external stops.
 //!
-//! Idle detection: both legs are wrapped in [`Metered`], which stamps the time of the last
-//! byte read on either side. A watchdog sleeps until `last activity + idle_timeout` and ends
-//! the relay only if no byte moved in between, so the timeout is exact without per-read timers.
+//! # Copying without per-connection buffers
+//!
+//! An idle connection owns no copy buffer. Each direction is a small state machine:
+//!
+//! 1. **Reading.** Poll the source with the worker thread's scratch buffer of
+//!    [`RELAY_CHUNK_BYTES`] (one per runtime thread, borrowed only inside a synchronous poll,
+//!    never across an await). A read that is not ready returns `Pending` without touching the
+//!    buffer (the `AsyncRead` contract), so waiting costs nothing. Bytes read are written to
+//!    the destination at once; when it takes everything, nothing is kept: loop and read again
+//!    (tokio's cooperative budget makes a long burst yield to other tasks).
+//! 2. **Draining.** When the destination's send buffer is full, the unwritten tail is copied
+//!    into a heap buffer owned by this direction; reading stops (backpressure) until the
+//!    destination is writable and the tail has gone, then the buffer is freed.
+//! 3. **EOF.** A read of 0 bytes flushes and shuts down the destination's write side (FIN),
+//!    so half-closed connections work (`kubectl exec` closing stdin while output still flows).
+//!
+//! The destination is flushed whenever the source has nothing more for now (a no-op for TCP,
+//! kept for writers that buffer).
+//!
+//! A connection therefore holds heap memory for its data only while the receiving peer is
+//! slower than the sending one; an idle connection costs its task, its two sockets'
+//! registrations and this state, not two 8 KiB buffers as `tokio::io::copy_bidirectional` did.
+//! Bytes are still copied through user space (one copy in, one out, as before); splice(2)
+//! would need a pipe (two descriptors and kernel pipe buffers) per direction.
+//!
+//! # Idle detection
+//!
+//! Every read stamps the time of the last byte on either side. A watchdog sleeps until
+//! `last activity + idle_timeout` and ends the relay only if no byte moved in between, so the
+//! timeout is exact without per-read timers.
+//!
+//! The relay ends when both directions have ended, when either direction fails (a reset), or
+//! on the idle timeout, the backend's session token or the shutdown token.
 
+use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// Largest read of one step: the size of each runtime thread's scratch buffer, and the most a
+/// direction holds on the heap while its destination is not writable (HAProxy's default
+/// `tune.bufsize`).
+pub const RELAY_CHUNK_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    /// The scratch buffer of this runtime thread: every relay polled on the thread reads into
+    /// it, one at a time (polls are synchronous, so a borrow never spans two relays).
+    static SCRATCH: RefCell<Box<[u8]>> =
+        RefCell::new(vec![0; RELAY_CHUNK_BYTES].into_boxed_slice());
+}
 
 /// Why a relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,51 +103,162 @@ impl Activity {
     }
 }
 
-/// A stream that counts bytes read into a counter and stamps activity.
+/// Where one direction is.
 #[derive(Debug)]
-struct Metered<S> {
-    inner: S,
-    read_bytes: Counter,
-    activity: Arc<Activity>,
+enum Pump {
+    /// Waiting for the source; no buffer held. `unflushed`: bytes were written since the
+    /// last flush.
+    Reading { unflushed: bool },
+    /// The destination has not taken `tail[written..]` yet.
+    Draining { tail: Box<[u8]>, written: usize },
+    /// EOF read: flushing and shutting down the destination's write side.
+    ShuttingDown,
+    /// The destination is shut down for writing.
+    Done,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
+/// What a read from the scratch buffer led to.
+enum Step {
+    /// Everything read was written; read again.
+    Written,
+    /// The source is at EOF.
+    Eof,
+    /// The destination took only part: drain the rest.
+    Partial(Pump),
+}
+
+impl Pump {
+    const START: Pump = Pump::Reading { unflushed: false };
+
+    /// Moves bytes from `from` to `to` until one would block (`Pending`) or the direction
+    /// ends (`Ready(Ok)`), or fails.
+    fn poll<F, T>(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = buf.filled().len() - before;
-        if read > 0 {
-            self.read_bytes.inc_by(read as u64);
-            self.activity.touch();
+        mut from: Pin<&mut F>,
+        mut to: Pin<&mut T>,
+        bytes: &Counter,
+        activity: &Activity,
+    ) -> Poll<io::Result<()>>
+    where
+        F: AsyncRead + ?Sized,
+        T: AsyncWrite + ?Sized,
+    {
+        loop {
+            match self {
+                Pump::Done => return Poll::Ready(Ok(())),
+                Pump::ShuttingDown => {
+                    ready!(to.as_mut().poll_shutdown(cx))?;
+                    *self = Pump::Done;
+                }
+                Pump::Draining { tail, written } => {
+                    let n = ready!(to.as_mut().poll_write(cx, &tail[*written..]))?;
+                    if n == 0 {
+                        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                    }
+                    *written += n;
+                    if *written == tail.len() {
+                        *self = Pump::Reading { unflushed: true };
+                    }
+                }
+                Pump::Reading { unflushed } => {
+                    let step = SCRATCH.with_borrow_mut(|scratch| {
+                        read_and_write(cx, from.as_mut(), to.as_mut(), scratch, bytes, activity)
+                    });
+                    match step {
+                        Poll::Pending => {
+                            if *unflushed && to.as_mut().poll_flush(cx)?.is_ready() {
+                                *unflushed = false;
+                            }
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                        Poll::Ready(Ok(Step::Written)) => *unflushed = true,
+                        Poll::Ready(Ok(Step::Eof)) => *self = Pump::ShuttingDown,
+                        Poll::Ready(Ok(Step::Partial(next))) => *self = next,
+                    }
+                }
+            }
         }
-        result
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+/// One read into `scratch` and one write of what was read; keeps the unwritten tail.
+fn read_and_write<F, T>(
+    cx: &mut Context<'_>,
+    from: Pin<&mut F>,
+    to: Pin<&mut T>,
+    scratch: &mut [u8],
+    bytes: &Counter,
+    activity: &Activity,
+) -> Poll<io::Result<Step>>
+where
+    F: AsyncRead + ?Sized,
+    T: AsyncWrite + ?Sized,
+{
+    let mut buf = ReadBuf::new(scratch);
+    ready!(from.poll_read(cx, &mut buf))?;
+    let read = buf.filled();
+    if read.is_empty() {
+        return Poll::Ready(Ok(Step::Eof));
     }
+    bytes.inc_by(read.len() as u64);
+    activity.touch();
+    let written = match to.poll_write(cx, read) {
+        Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+        Poll::Ready(Ok(written)) => written,
+        Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+        Poll::Pending => 0,
+    };
+    Poll::Ready(Ok(if written == read.len() {
+        Step::Written
+    } else {
+        Step::Partial(Pump::Draining {
+            tail: read[written..].into(),
+            written: 0,
+        })
+    }))
+}
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+/// Copies both directions until both have ended (`Ok`) or one fails.
+async fn copy_both<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    (to_backend, to_client): &(Counter, Counter),
+    activity: &Activity,
+) -> io::Result<()>
+where
+    C: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    let mut upstream = Pump::START;
+    let mut downstream = Pump::START;
+    std::future::poll_fn(|cx| {
+        let up = upstream.poll(
+            cx,
+            Pin::new(&mut *client),
+            Pin::new(&mut *backend),
+            to_backend,
+            activity,
+        )?;
+        let down = downstream.poll(
+            cx,
+            Pin::new(&mut *backend),
+            Pin::new(&mut *client),
+            to_client,
+            activity,
+        )?;
+        if up.is_ready() && down.is_ready() {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 /// Sleeps until `idle_timeout` has passed without activity.
-async fn idle_watchdog(activity: Arc<Activity>, idle_timeout: Duration) {
+async fn idle_watchdog(activity: &Activity, idle_timeout: Duration) {
     loop {
         let deadline = activity.last() + idle_timeout;
         if Instant::now() >= deadline {
@@ -116,11 +269,12 @@ async fn idle_watchdog(activity: Arc<Activity>, idle_timeout: Duration) {
 }
 
 /// Relays between `client` and `backend` until both directions end or a stop condition hits.
-/// `to_backend` and `to_client` count the bytes of each direction.
+/// `to_backend` and `to_client` count the bytes of each direction. Both streams are dropped
+/// (closed) when it returns.
 pub async fn relay<C, B>(
-    client: C,
-    backend: B,
-    (to_backend, to_client): (Counter, Counter),
+    mut client: C,
+    mut backend: B,
+    counters: (Counter, Counter),
     idle_timeout: Duration,
     backend_closed: CancellationToken,
     shutdown: CancellationToken,
@@ -129,27 +283,17 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let activity = Arc::new(Activity::new());
-    let mut client = Metered {
-        inner: client,
-        read_bytes: to_backend,
-        activity: Arc::clone(&activity),
-    };
-    let mut backend = Metered {
-        inner: backend,
-        read_bytes: to_client,
-        activity: Arc::clone(&activity),
-    };
+    let activity = Activity::new();
     let end = tokio::select! {
-        result = tokio::io::copy_bidirectional(&mut client, &mut backend) => {
+        result = copy_both(&mut client, &mut backend, &counters, &activity) => {
             if let Err(error) = result {
                 tracing::debug!(%error, "relay ended with an error");
             }
             RelayEnd::Closed
         }
-        _ = idle_watchdog(activity, idle_timeout) => RelayEnd::IdleTimeout,
-        _ = backend_closed.cancelled_owned() => RelayEnd::BackendClosed,
-        _ = shutdown.cancelled_owned() => RelayEnd::Shutdown,
+        _ = idle_watchdog(&activity, idle_timeout) => RelayEnd::IdleTimeout,
+        _ = backend_closed.cancelled() => RelayEnd::BackendClosed,
+        _ = shutdown.cancelled() => RelayEnd::Shutdown,
     };
     RelayOutcome { end }
 }
@@ -216,6 +360,90 @@ mod tests {
         assert_eq!(response, b"response");
         assert_eq!(task.await.unwrap().end, RelayEnd::Closed);
         assert_eq!((to_backend.get(), to_client.get()), (7, 8));
+    }
+
+    /// Bulk data both ways at once, the source's pipe larger than a read and the
+    /// destination's far smaller: nearly every write is partial, so the direction goes
+    /// through the draining state again and again.
+    async fn bulk_both_ways(client_pipe: usize, backend_pipe: usize) {
+        const PAYLOAD_BYTES: usize = 3 * RELAY_CHUNK_BYTES + 12_345;
+        let upload: Vec<u8> = (0..PAYLOAD_BYTES).map(|i| (i % 251) as u8).collect();
+        let download: Vec<u8> = (0..PAYLOAD_BYTES).map(|i| (i % 241) as u8).collect();
+        let (client, client_end) = tokio::io::duplex(client_pipe);
+        let (backend_end, backend) = tokio::io::duplex(backend_pipe);
+        let (to_backend, to_client) = counters();
+        let task = tokio::spawn(relay(
+            client_end,
+            backend_end,
+            (to_backend.clone(), to_client.clone()),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        ));
+        let peer = |mut stream: tokio::io::DuplexStream, send: Vec<u8>| async move {
+            let (mut read, mut write) = tokio::io::split(&mut stream);
+            let sending = async {
+                write.write_all(&send).await.unwrap();
+                write.shutdown().await.unwrap();
+            };
+            let mut received = Vec::new();
+            let receiving = read.read_to_end(&mut received);
+            let ((), result) = tokio::join!(sending, receiving);
+            result.unwrap();
+            received
+        };
+        let (at_backend, at_client) = tokio::join!(
+            peer(backend, download.clone()),
+            peer(client, upload.clone())
+        );
+        assert!(at_backend == upload, "upload arrives intact");
+        assert!(at_client == download, "download arrives intact");
+        assert_eq!(task.await.unwrap().end, RelayEnd::Closed);
+        let expected = PAYLOAD_BYTES as u64;
+        assert_eq!((to_backend.get(), to_client.get()), (expected, expected));
+    }
+
+    /// Pipe sizes of the bulk tests: a source pipe holding several reads, a destination pipe
+    /// holding a fraction of one.
+    const LARGE_PIPE_BYTES: usize = 4 * RELAY_CHUNK_BYTES;
+    const SMALL_PIPE_BYTES: usize = 1000;
+
+    #[tokio::test]
+    async fn bulk_upload_into_a_slow_backend_arrives_intact() {
+        bulk_both_ways(LARGE_PIPE_BYTES, SMALL_PIPE_BYTES).await;
+    }
+
+    #[tokio::test]
+    async fn bulk_download_into_a_slow_client_arrives_intact() {
+        bulk_both_ways(SMALL_PIPE_BYTES, LARGE_PIPE_BYTES).await;
+    }
+
+    /// A reset on one side ends the relay at once, even while the other side is idle.
+    #[tokio::test]
+    async fn reset_ends_relay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (client_end, _) = listener.accept().await.unwrap();
+        let backend_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _backend = tokio::net::TcpStream::connect(backend_listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (backend_end, _) = backend_listener.accept().await.unwrap();
+        let task = tokio::spawn(relay(
+            client_end,
+            backend_end,
+            counters(),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        ));
+        socket2::SockRef::from(&client)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(client);
+        assert_eq!(task.await.unwrap().end, RelayEnd::Closed);
     }
 
     #[tokio::test]

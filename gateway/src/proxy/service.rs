@@ -101,10 +101,20 @@ impl ProxyService {
         }
     }
 
-    async fn proxy(self, connection: ClientConnection) -> Result<RelayOutcome, ProxyError> {
-        self.metrics.active.inc();
-        let _active = ActiveGuard(self.metrics.clone());
-        let BackendConnection { stream, slot } = self.connect(connection.peer).await?;
+    /// The connection's future. It owns the connect attempt (which holds a clone of the
+    /// connector only until it resolves) but not the connector itself, so an established
+    /// connection keeps no handle to the balancer's queue for its lifetime.
+    async fn proxy(
+        connection: ClientConnection,
+        attempt: BoxFuture<'static, Result<BackendConnection, BoxError>>,
+        settings: Arc<ProxySettings>,
+        shutdown: CancellationToken,
+        metrics: FrontendMetrics,
+    ) -> Result<RelayOutcome, ProxyError> {
+        metrics.active.inc();
+        let _active = ActiveGuard(metrics.clone());
+        let BackendConnection { stream, slot } =
+            connect(attempt, settings.connect_stage_budget(), &metrics).await?;
         let backend = slot.backend();
         let counters = (
             backend.metrics().bytes_to_backend.clone(),
@@ -114,9 +124,9 @@ impl ProxyService {
             connection.stream,
             stream,
             counters,
-            self.settings.idle_timeout,
+            settings.idle_timeout,
             backend.session_token(),
-            self.shutdown.clone(),
+            shutdown,
         )
         .await;
         tracing::debug!(client = %connection.peer, backend = %backend.name(), end = ?outcome.end, "connection ended");
@@ -133,24 +143,27 @@ impl ProxyService {
     ) -> BoxFuture<'static, Result<BackendConnection, BoxError>> {
         Box::pin(self.connector.clone().oneshot(ConnectRequest { client }))
     }
+}
 
-    async fn connect(&self, client: SocketAddr) -> Result<BackendConnection, ProxyError> {
-        let attempt = self.connect_attempt(client);
-        let result = match tokio::time::timeout(self.settings.connect_stage_budget(), attempt).await
-        {
-            Ok(Ok(connection)) => return Ok(connection),
-            Err(_elapsed) => ProxyError::QueueTimeout,
-            Ok(Err(error)) if error.is::<NoHealthyBackend>() => ProxyError::NoHealthyBackend,
-            Ok(Err(error)) if error.is::<ConnectError>() => ProxyError::ConnectFailed(error),
-            Ok(Err(error)) => ProxyError::BalancerClosed(error),
-        };
-        match result {
-            ProxyError::NoHealthyBackend => self.metrics.rejected_no_backend.inc(),
-            ProxyError::QueueTimeout => self.metrics.rejected_queue_timeout.inc(),
-            _ => self.metrics.rejected_connect_failed.inc(),
-        };
-        Err(result)
-    }
+/// Runs the connect stage within `budget` and counts a rejection.
+async fn connect(
+    attempt: BoxFuture<'static, Result<BackendConnection, BoxError>>,
+    budget: Duration,
+    metrics: &FrontendMetrics,
+) -> Result<BackendConnection, ProxyError> {
+    let result = match tokio::time::timeout(budget, attempt).await {
+        Ok(Ok(connection)) => return Ok(connection),
+        Err(_elapsed) => ProxyError::QueueTimeout,
+        Ok(Err(error)) if error.is::<NoHealthyBackend>() => ProxyError::NoHealthyBackend,
+        Ok(Err(error)) if error.is::<ConnectError>() => ProxyError::ConnectFailed(error),
+        Ok(Err(error)) => ProxyError::BalancerClosed(error),
+    };
+    match result {
+        ProxyError::NoHealthyBackend => metrics.rejected_no_backend.inc(),
+        ProxyError::QueueTimeout => metrics.rejected_queue_timeout.inc(),
+        _ => metrics.rejected_connect_failed.inc(),
+    };
+    Err(result)
 }
 
 struct ActiveGuard(FrontendMetrics);
@@ -173,6 +186,13 @@ impl Service<ClientConnection> for ProxyService {
     }
 
     fn call(&mut self, connection: ClientConnection) -> Self::Future {
-        Box::pin(self.clone().proxy(connection))
+        let attempt = self.connect_attempt(connection.peer);
+        Box::pin(Self::proxy(
+            connection,
+            attempt,
+            Arc::clone(&self.settings),
+            self.shutdown.clone(),
+            self.metrics.clone(),
+        ))
     }
 }
