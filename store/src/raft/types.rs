@@ -21,7 +21,7 @@ pub type NodeId = u64;
 openraft::declare_raft_types!(
     /// The store's openraft configuration: etcd's 64-bit member ids, terms
     /// as u64, and openraft's default ("advanced") leader id, a
-    /// `(term, node id)` pair, so its layout on disk is that of openraft 0.9.
+    /// `(term, node id)` pair, laid out on disk as under openraft 0.9.
     pub TypeConfig:
         D = Batch,
         R = Vec<CommandResponse>,

@@ -1,15 +1,16 @@
-//! Leadership transfer: etcd's `Maintenance.MoveLeader` on openraft 0.9.
+//! Leadership transfer: etcd's `Maintenance.MoveLeader` on openraft's elections.
 //!
 //! # The constraint
 //!
-//! openraft 0.9 has no leadership-transfer API, and its voters refuse every
+//! This predates openraft 0.10's leadership-transfer API (moving to it is
+//! open). openraft's voters refuse every
 //! vote request while the leader lease they last saw may still hold
 //! (`Engine::handle_vote_req`: the voter's vote is committed and
 //! `now <= vote_utime + leader_lease`, with `leader_lease =
 //! election_timeout_max`). A follower refreshes `vote_utime` whenever it
 //! hears from the leader: heartbeats, replication, and the AppendEntries of
 //! every ReadIndex round. So while the leader is active, a follower that
-//! simply campaigns (`raft.trigger().elect()`) is refused by every voter.
+//! simply campaigns (`raft.trigger().elect(false)`) is refused by every voter.
 //!
 //! The leader itself is different: nothing refreshes its own `vote_utime`
 //! after it was elected, so once it has led for longer than the lease it
@@ -41,7 +42,7 @@
 //!    rest of the transfer (peer message [`TransferMessage::HoldElections`];
 //!    the member re-enables them by its own timer, so a leader that dies
 //!    mid-transfer cannot leave them disabled), and T is told to campaign
-//!    ([`TransferMessage::Campaign`]): it calls `trigger().elect()` every
+//!    ([`TransferMessage::Campaign`]): it calls `trigger().elect(false)` (no pre-vote) every
 //!    [`CAMPAIGN_RETRY_HEARTBEATS`] heartbeat intervals until it leads or its
 //!    time is up. Refused rounds are expected while leases still hold; the
 //!    round after the last lease expired (at most about

@@ -10,7 +10,6 @@ use openraft::async_runtime::WatchReceiver as _;
 use super::HttpState;
 use crate::metrics::{self, exposition};
 use crate::mvcc::{KeyRange, RangeOptions};
-use crate::raft::metrics::matched_index;
 
 /// `/metrics` (any method, as promhttp).
 pub async fn metrics(State(s): State<HttpState>) -> Response {
@@ -51,25 +50,12 @@ pub fn refresh(s: &HttpState) {
     }
 }
 
-/// Raft's (commit, applied) indexes as this member knows them. openraft
-/// 0.9 does not publish the commit index: on the leader it is the highest
-/// index a quorum of voters has matched; elsewhere the applied index
-/// (which trails the commit index by the entries being applied).
+/// Raft's (commit, applied) indexes as this member knows them: openraft's
+/// local commit index (what this member knows to be committed and may
+/// apply) and its applied index.
 fn raft_indexes(s: &HttpState) -> (u64, u64) {
     let m = s.core.raft.metrics().borrow_watched().clone();
     let applied = m.last_applied.map_or(0, |l| l.index);
-    let voters: Vec<_> = m.membership_config.membership().voter_ids().collect();
-    if m.replication.is_none() || voters.is_empty() {
-        return (applied, applied);
-    }
-    let mut matched: Vec<u64> = voters
-        .iter()
-        .map(|id| match *id == m.id {
-            true => m.last_log_index.unwrap_or(0),
-            false => matched_index(&m, *id),
-        })
-        .collect();
-    matched.sort_unstable_by(|a, b| b.cmp(a));
-    let quorum = matched[voters.len() / 2];
-    (quorum.max(applied), applied)
+    let committed = m.local_committed.map_or(0, |l| l.index);
+    (committed.max(applied), applied)
 }
