@@ -218,7 +218,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
         .await
         .map_err(|_| EtcdError::LeaderTransferTimeout)?;
     // A transfer that ran meanwhile may have moved the leadership.
-    if core.leader() == Some(target) || !admit(&core, target)? {
+    if raft_leader(&core) == Some(target) || !admit(&core, target)? {
         return Ok(());
     }
     let me = core.config.member_id;
@@ -330,13 +330,20 @@ async fn campaign_and_wait(
     finished(core, target)
 }
 
-/// The outcome once this member no longer leads.
+/// The outcome once this member no longer leads. openraft's own view of
+/// the leader, not [`Core::leader`]: this member stepped down a moment ago
+/// and may not have heard from the new leader yet.
 fn finished(core: &Core, target: NodeId) -> Result<(), EtcdError> {
-    if core.leader() == Some(target) {
+    if raft_leader(core) == Some(target) {
         Ok(())
     } else {
         Err(EtcdError::LeaderTransferTimeout)
     }
+}
+
+/// The leader as openraft reports it.
+fn raft_leader(core: &Core) -> Option<NodeId> {
+    core.raft.metrics().borrow_watched().current_leader
 }
 
 /// Waits until `done` holds for the Raft metrics; the transfer's timeout
