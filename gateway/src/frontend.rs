@@ -5,7 +5,8 @@
 //! Discover, the connector, and the per-connection service
 //! `LoadShed(ConcurrencyLimit(ProxyService))`. A reload stops the accept loop, takes its
 //! listener back (so the socket is never closed when the address stays the same) and starts
-//! the next generation on it. Connections of the old generation keep running: their futures
+//! the next generation on it, setting the generation's TCP options on the listener for the
+//! connections it accepts to inherit (see [`crate::net`]). Connections of the old generation keep running: their futures
 //! own everything they need.
 
 use std::collections::HashMap;
@@ -121,6 +122,7 @@ impl Frontend {
             .load_shed()
             .concurrency_limit(config.max_connections)
             .service(proxy);
+        net::configure_listener(&listener, config.tcp_keepalive);
         let accept_stop = CancellationToken::new();
         let accept = AcceptLoop {
             listener,
@@ -128,7 +130,6 @@ impl Frontend {
             stop: accept_stop.clone(),
             connections: shared.connections.clone(),
             metrics,
-            tcp_keepalive: config.tcp_keepalive,
             frontend: config.name.clone(),
         };
         tracing::info!(frontend = %config.name, listen = %config.listen, backends = backends.len(), "frontend started");
@@ -248,7 +249,6 @@ struct AcceptLoop {
     stop: CancellationToken,
     connections: TaskTracker,
     metrics: FrontendMetrics,
-    tcp_keepalive: Duration,
     frontend: String,
 }
 
@@ -268,7 +268,6 @@ impl AcceptLoop {
                 }
             };
             self.metrics.connections.inc();
-            net::configure_stream(&stream, self.tcp_keepalive);
             let service = match self.service.ready().await {
                 Ok(service) => service,
                 Err(error) => {

@@ -15,7 +15,7 @@
 //! accept loop ──► LoadShed ─► ConcurrencyLimit ─► ProxyService ──(connect stage)──► relay
 //!                 (frontend max_connections)           │
 //!                                                      ▼
-//!                  Retry (redispatch) ─► Buffer ─► FailFast ─► Balance (p2c | round robin)
+//!          Retry (redispatch) ─► SharedBalancer ─► FailFast ─► Balance (p2c | round robin)
 //!                                                                 │  fed by tower Discover
 //!                                                                 ▼
 //!                                                   Endpoint per backend (connect + timeout)

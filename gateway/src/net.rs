@@ -1,10 +1,19 @@
 //! Socket setup shared by listeners and backend connections.
+//!
+//! Accepted connections take their TCP options from the listener: Linux copies the listening
+//! socket's `TCP_NODELAY` and keepalive settings (`SO_KEEPALIVE`, `TCP_KEEPIDLE`,
+//! `TCP_KEEPINTVL`, `TCP_KEEPCNT`) into every socket it accepts. So the options are set once
+//! per listener and frontend generation ([`configure_listener`]), not with five `setsockopt`
+//! calls per accepted connection. Backend connections are set up one by one
+//! ([`configure_stream`]).
 
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use socket2::{Domain, SockRef, Socket, TcpKeepalive, Type};
+use std::os::fd::AsFd;
+
 use tokio::net::{TcpListener, TcpStream};
 
 /// Accept backlog: absorbs a reconnect storm of every kubelet after a control-plane blip
@@ -37,18 +46,61 @@ pub fn bind_listener_with(address: SocketAddr, nonlocal: bool) -> io::Result<Tcp
     TcpListener::from_std(socket.into())
 }
 
+/// Sets the options of [`configure_stream`] on `listener`, so every connection it accepts
+/// from now on inherits them. Failures are logged, not fatal.
+pub fn configure_listener(listener: &TcpListener, idle: Duration) {
+    configure_socket(listener, idle);
+}
+
 /// Disables Nagle (the gateway relays what it reads at once, TLS records included) and enables
 /// TCP keepalive with `idle` before the first probe. Failures are logged, not fatal: the
 /// connection still works without them.
 pub fn configure_stream(stream: &TcpStream, idle: Duration) {
-    if let Err(error) = stream.set_nodelay(true) {
+    configure_socket(stream, idle);
+}
+
+fn configure_socket(socket: &impl AsFd, idle: Duration) {
+    let socket = SockRef::from(socket);
+    if let Err(error) = socket.set_tcp_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
     }
     let keepalive = TcpKeepalive::new()
         .with_time(idle)
         .with_interval(TCP_KEEPALIVE_INTERVAL)
         .with_retries(TCP_KEEPALIVE_RETRIES);
-    if let Err(error) = SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+    if let Err(error) = socket.set_tcp_keepalive(&keepalive) {
         tracing::debug!(%error, "cannot enable TCP keepalive");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keepalive idle time of the test listener, distinct from the kernel default (7200 s).
+    const TEST_IDLE: Duration = Duration::from_secs(37);
+
+    #[tokio::test]
+    async fn accepted_connections_inherit_the_listener_options() {
+        let listener = bind_listener("127.0.0.1:0".parse().expect("address")).expect("bind");
+        configure_listener(&listener, TEST_IDLE);
+        let address = listener.local_addr().expect("address");
+        let (_client, accepted) = tokio::join!(TcpStream::connect(address), listener.accept());
+        let (stream, _peer) = accepted.expect("accept");
+        let socket = SockRef::from(&stream);
+        assert!(socket.tcp_nodelay().expect("TCP_NODELAY"));
+        assert!(socket.keepalive().expect("SO_KEEPALIVE"));
+        assert_eq!(
+            socket.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
+            TEST_IDLE
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
+            TCP_KEEPALIVE_INTERVAL
+        );
+        assert_eq!(
+            socket.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
+            TCP_KEEPALIVE_RETRIES
+        );
     }
 }

@@ -7,8 +7,8 @@
 //! when none is, fails the request at once with [`NoHealthyBackend`].
 //!
 //! The refusal is delivered through the response future, not `poll_ready`: a `poll_ready`
-//! error is terminal for tower's `Buffer` (it would close the whole frontend), while a failed
-//! response only ends this one connection. If backends are eligible but all at their limit,
+//! error says the service itself failed (tower's `Buffer`, for one, closes on it), while a
+//! failed response only ends this one connection. If backends are eligible but all at their limit,
 //! the inner balancer stays pending and the caller's queue timeout bounds the wait.
 
 mod error;

@@ -3,7 +3,7 @@
 //! [`ProxyService::call`] returns a future that lives as long as the client connection:
 //!
 //! 1. **Connect stage.** A [`ConnectRequest`](crate::endpoint::ConnectRequest) goes through
-//!    `Retry(Redispatch) → Buffer → FailFast → balancer`. A connect that fails is retried on
+//!    `Retry(Redispatch) → SharedBalancer → FailFast → balancer`. A connect that fails is retried on
 //!    another backend (the failed one is suspect, so not ready) up to `retries` times. This
 //!    is safe because no client byte has been relayed yet: the client's TLS ClientHello waits
 //!    in the kernel buffer. The whole stage is bounded by
@@ -21,8 +21,10 @@ mod error;
 mod relay;
 mod retry;
 mod service;
+mod shared;
 
 pub use error::ProxyError;
 pub use relay::{relay, RelayEnd, RelayOutcome};
 pub use retry::Redispatch;
 pub use service::{connector, ClientConnection, Connector, ProxyService, ProxySettings};
+pub use shared::{GuardedBalancer, SharedBalancer};

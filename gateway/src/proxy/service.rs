@@ -10,7 +10,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tower::buffer::Buffer;
 use tower::retry::Retry;
 use tower::util::BoxService;
 use tower::{Service, ServiceExt};
@@ -18,33 +17,23 @@ use tower::{Service, ServiceExt};
 use super::error::ProxyError;
 use super::relay::{relay, RelayOutcome};
 use super::retry::Redispatch;
+use super::shared::SharedBalancer;
 use crate::balance::BoxBalancer;
 use crate::endpoint::{BackendConnection, ConnectError, ConnectRequest};
 use crate::failfast::{FailFast, NoHealthyBackend};
 use crate::metrics::FrontendMetrics;
 use crate::BoxError;
 
-/// Connect requests waiting for the balancer of one frontend. Beyond it, new connections wait
-/// for room (bounded by their queue timeout) instead of growing an unbounded queue.
-pub const CONNECT_QUEUE_CAPACITY: usize = 1024;
-
-/// The shared connect path: redispatch over a buffered, fail-fast balancer.
-pub type Connector = Retry<
-    Redispatch,
-    Buffer<ConnectRequest, BoxFuture<'static, Result<BackendConnection, BoxError>>>,
->;
+/// The shared connect path: redispatch over the frontend's shared, fail-fast balancer.
+pub type Connector = Retry<Redispatch, SharedBalancer>;
 
 /// Builds the connect path of a frontend; `available` says whether any backend is eligible.
-/// Must run inside a tokio runtime (the buffer spawns its worker task).
 pub fn connector<A>(balancer: BoxBalancer, available: A, retries: u32) -> Connector
 where
     A: Fn() -> bool + Send + 'static,
 {
     let guarded = BoxService::new(FailFast::new(balancer, available));
-    Retry::new(
-        Redispatch::new(retries),
-        Buffer::new(guarded, CONNECT_QUEUE_CAPACITY),
-    )
+    Retry::new(Redispatch::new(retries), SharedBalancer::new(guarded))
 }
 
 /// Timeouts of a frontend's connections.
@@ -103,7 +92,7 @@ impl ProxyService {
 
     /// The connection's future. It owns the connect attempt (which holds a clone of the
     /// connector only until it resolves) but not the connector itself, so an established
-    /// connection keeps no handle to the balancer's queue for its lifetime.
+    /// connection keeps no handle to the balancer for its lifetime.
     async fn proxy(
         connection: ClientConnection,
         attempt: BoxFuture<'static, Result<BackendConnection, BoxError>>,
@@ -134,7 +123,7 @@ impl ProxyService {
         Ok(outcome)
     }
 
-    /// The connect future, boxed outside any `async` body: boxing erases the retry and buffer
+    /// The connect future, boxed outside any `async` body: boxing erases the retry and balancer
     /// future types, whose error conversions otherwise trip higher-ranked `Send` inference
     /// (rust-lang/rust#102211).
     fn connect_attempt(
