@@ -217,44 +217,53 @@ impl PeerNetwork {
         decode_answer(&payload)
     }
 
-    /// Opens the bidirectional append stream: `input` encoded on the way
-    /// out, each answer decoded on the way back.
+    /// The bidirectional append stream: `input` encoded on the way out,
+    /// each answer decoded on the way back.
     ///
-    /// The stream is opened only once `input` yields its first request:
+    /// The answers' stream is returned at once and the gRPC stream is opened
+    /// lazily, when it is first polled and `input` yields its first request.
     /// openraft waits out its backoff inside the request stream, so a peer
     /// that refuses connections (a killed member) is retried at openraft's
-    /// backoff pace instead of in a loop as fast as connects fail.
-    async fn open_append_stream<S>(
+    /// backoff pace rather than as fast as connects fail, and a failed
+    /// connect arrives as the first answer, where openraft counts it
+    /// towards the backoff. Returning at once also leaves openraft free to
+    /// cancel the session (leader change, shutdown) while it waits.
+    fn append_stream<S>(
         &mut self,
         mut input: S,
     ) -> RpcResult<BoxStream<'static, RpcResult<StreamAppendResult<TypeConfig>>>>
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
-        let Some(first) = input.next().await else {
-            return Ok(futures::stream::empty().boxed());
-        };
         let mut client = self.client()?;
         let counters = self.counters.clone();
-        let outgoing = futures::stream::once(std::future::ready(first))
-            .chain(input)
-            .map(move |req| {
-                let payload = codec::encode(&req);
-                counters.sent.inc_by(payload.len() as u64);
-                RaftMessage { payload }
-            });
-        let answers = client
-            .stream_append(outgoing)
-            .await
-            .map_err(status_error)?
-            .into_inner();
-        let counters = self.counters.clone();
-        let decoded = answers.map(move |answer| {
-            let payload = answer.map_err(status_error)?.payload;
-            counters.received.inc_by(payload.len() as u64);
-            decode_answer(&payload)
-        });
-        Ok(decoded.boxed())
+        let opened = async move {
+            let Some(first) = input.next().await else {
+                return futures::stream::empty().boxed();
+            };
+            let sent = counters.clone();
+            let outgoing = futures::stream::once(std::future::ready(first))
+                .chain(input)
+                .map(move |req| {
+                    let payload = codec::encode(&req);
+                    sent.sent.inc_by(payload.len() as u64);
+                    RaftMessage { payload }
+                });
+            match client.stream_append(outgoing).await {
+                Ok(answers) => answers
+                    .into_inner()
+                    .map(move |answer| {
+                        let payload = answer.map_err(status_error)?.payload;
+                        counters.received.inc_by(payload.len() as u64);
+                        decode_answer(&payload)
+                    })
+                    .boxed(),
+                Err(status) => {
+                    futures::stream::once(std::future::ready(Err(status_error(status)))).boxed()
+                }
+            }
+        };
+        Ok(futures::stream::once(opened).flatten().boxed())
     }
 
     /// Sends `snapshot` as a header and raw chunks on one client stream.
@@ -317,10 +326,10 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
-        Box::pin(async move {
-            let answers: BoxStream<'s, _> = self.open_append_stream(input).await?;
-            Ok(answers)
-        })
+        let answers = self
+            .append_stream(input)
+            .map(|answers| -> BoxStream<'s, _> { answers });
+        Box::pin(std::future::ready(answers))
     }
 
     async fn vote(
