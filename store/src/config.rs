@@ -197,6 +197,9 @@ pub struct Config {
     /// Force to create a new one-member cluster.
     #[arg(long, env = "ETCD_FORCE_NEW_CLUSTER", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub force_new_cluster: bool,
+    /// Enable to run an additional Raft election phase.
+    #[arg(long, env = "ETCD_PRE_VOTE", num_args = 0..=1, default_missing_value = "true", default_value = "true")]
+    pub pre_vote: bool,
     /// Maximum concurrent streams that each client can open at a time (HTTP/2
     /// SETTINGS_MAX_CONCURRENT_STREAMS on the client port; 0 means no limit, as
     /// in grpc-go).
@@ -246,7 +249,6 @@ pub const IGNORED_ETCD_FLAGS: &[&str] = &[
     "max-snapshots",
     "max-wals",
     "metrics",
-    "pre-vote",
     "proxy",
     "proxy-dial-timeout",
     "proxy-failure-wait",
@@ -680,6 +682,13 @@ mod tests {
         let parsed = Config::from_args(args.iter().map(|s| s.to_string()).collect()).unwrap();
         assert_eq!(parsed.config.name, "n1");
         assert_eq!(parsed.ignored.len(), 4);
+    }
+
+    #[test]
+    fn pre_vote_defaults_on_and_can_be_turned_off() {
+        assert!(parse(&[]).pre_vote);
+        assert!(parse(&["--pre-vote"]).pre_vote);
+        assert!(!parse(&["--pre-vote=false"]).pre_vote);
     }
 
     #[test]

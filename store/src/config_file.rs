@@ -111,6 +111,7 @@ const KEYS: &[(&str, GoType)] = &[
     ("initial-cluster-state", GoType::Str),
     ("initial-cluster-token", GoType::Str),
     ("force-new-cluster", GoType::Bool),
+    ("pre-vote", GoType::Bool),
     ("auto-compaction-mode", GoType::Str),
     ("auto-compaction-retention", GoType::Str),
     ("grpc-keepalive-min-time", GoType::Nanos),

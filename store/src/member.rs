@@ -238,7 +238,7 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         // etcd 3.5 runs a pre-vote round before a real election (--pre-vote
         // defaults to true): a member that was cut off does not bump the
         // term and depose a healthy leader when it comes back.
-        enable_pre_vote: Some(true),
+        enable_pre_vote: Some(config.pre_vote),
         // Replicate an entry as soon as its append is submitted, rather than
         // after the core drains its queue: a lone writer's entry reaches
         // the followers sooner (batching already happens in raft::batcher).
