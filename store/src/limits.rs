@@ -86,7 +86,7 @@ pub const COMPACTION_BATCH_REVISIONS: usize = 1_000;
 /// letting foreground writes through.
 pub const COMPACTION_BATCH_PAUSE_MS: u64 = 10;
 
-/// Largest snapshot chunk sent to a follower in one InstallSnapshot RPC.
+/// Largest snapshot chunk in one message of the InstallSnapshot stream.
 pub const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
 
 /// Largest batch of log entries sent in one AppendEntries RPC.
@@ -99,7 +99,7 @@ pub const PEER_RPC_TIMEOUT_MS: u64 = 3_000;
 /// the log after a start (the corruption checks ask every known member).
 pub const MEMBERSHIP_LOAD_WAIT_MS: u64 = 5_000;
 
-/// Deadline for one snapshot chunk RPC.
+/// openraft's `install_snapshot_timeout`: sending and installing a snapshot.
 pub const PEER_SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 30_000;
 
 /// How long the bootstrapping member waits for every member of

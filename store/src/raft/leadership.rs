@@ -49,48 +49,76 @@ const LEADER_CHECKS_PER_TIMEOUT: u32 = 4;
 #[derive(Clone)]
 pub struct Leadership {
     raft: Raft,
-    state: Arc<State>,
+    /// Last quorum acknowledgement of this member's leadership.
+    quorum_ack: Stamp,
     contact: LeaderContact,
+    election_timeout: Duration,
+}
+
+/// An instant, kept as milliseconds since `base` ([`NEVER`]: none yet), and
+/// how long after it something counts as fresh. Clones share the instant.
+#[derive(Clone)]
+struct Stamp {
+    base: Instant,
+    ms: Arc<AtomicU64>,
+    fresh_for: Duration,
+}
+
+impl Stamp {
+    fn new(fresh_for: Duration) -> Self {
+        Self {
+            base: Instant::now(),
+            ms: Arc::new(AtomicU64::new(NEVER)),
+            fresh_for,
+        }
+    }
+
+    /// Now, on this stamp's clock.
+    fn now_ms(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64
+    }
+
+    fn get(&self) -> u64 {
+        self.ms.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, ms: u64) {
+        self.ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time left until the stamp is older than `fresh_for` (`None`: no
+    /// stamp, or already stale).
+    fn until_stale(&self) -> Option<Duration> {
+        let at = self.get();
+        if at == NEVER {
+            return None;
+        }
+        let stale_at = at + self.fresh_for.as_millis() as u64 + 1;
+        let now = self.now_ms();
+        (stale_at > now).then(|| Duration::from_millis(stale_at - now))
+    }
 }
 
 /// When this member last heard from the leader it follows: an
 /// AppendEntries, heartbeat or snapshot that it accepted (the peer service
 /// records them). Cheap to clone; clones share the record.
 #[derive(Clone)]
-pub struct LeaderContact {
-    /// Origin of the millisecond clock below.
-    base: Instant,
-    /// Last contact in milliseconds since `base` ([`NEVER`] if none).
-    last_ms: Arc<AtomicU64>,
-    /// How long a contact counts: the election timeout.
-    timeout: Duration,
-}
+pub struct LeaderContact(Stamp);
 
 impl LeaderContact {
     /// A record with no contact yet; contacts count for `election_timeout`.
     pub fn new(election_timeout: Duration) -> Self {
-        Self {
-            base: Instant::now(),
-            last_ms: Arc::new(AtomicU64::new(NEVER)),
-            timeout: election_timeout,
-        }
+        Self(Stamp::new(election_timeout))
     }
 
     /// Records a message from the leader, now.
     pub fn record(&self) {
-        let now = self.base.elapsed().as_millis() as u64;
-        self.last_ms.store(now, Ordering::Relaxed);
+        self.0.set(self.0.now_ms());
     }
 
     /// Time left until the last contact is too old (`None`: none, or stale).
     pub fn until_stale(&self) -> Option<Duration> {
-        let last = self.last_ms.load(Ordering::Relaxed);
-        if last == NEVER {
-            return None;
-        }
-        let stale_at = last + self.timeout.as_millis() as u64 + 1;
-        let now = self.base.elapsed().as_millis() as u64;
-        (stale_at > now).then(|| Duration::from_millis(stale_at - now))
+        self.0.until_stale()
     }
 
     /// The leader as this member sees it: openraft's, except that a
@@ -104,28 +132,15 @@ impl LeaderContact {
     }
 }
 
-struct State {
-    /// Origin of the millisecond clock below.
-    base: Instant,
-    /// Last quorum acknowledgement of this member's leadership, in
-    /// milliseconds since `base` ([`NEVER`] if none).
-    quorum_ack_ms: AtomicU64,
-    election_timeout: Duration,
-}
-
 impl Leadership {
     /// Starts watching `raft`; the watcher ends when Raft stops. `contact`
     /// is the member's record of messages from its leader.
     pub fn spawn(raft: Raft, contact: LeaderContact, election_timeout: Duration) -> Self {
-        let state = Arc::new(State {
-            base: Instant::now(),
-            quorum_ack_ms: AtomicU64::new(NEVER),
-            election_timeout,
-        });
         let leadership = Leadership {
             raft,
-            state,
+            quorum_ack: Stamp::new(election_timeout),
             contact,
+            election_timeout,
         };
         tokio::spawn(watch(leadership.clone()));
         leadership
@@ -158,28 +173,12 @@ impl Leadership {
         is_learner(&self.raft.metrics().borrow_watched())
     }
 
-    /// How long until this member's leadership turns stale, if it leads
-    /// with a recorded quorum acknowledgement that is still fresh.
-    fn until_stale(&self) -> Option<Duration> {
-        let acked = self.state.quorum_ack_ms.load(Ordering::Relaxed);
-        if acked == NEVER {
-            return None;
-        }
-        let stale_at = acked + self.state.election_timeout.as_millis() as u64 + 1;
-        let now = self.state.base.elapsed().as_millis() as u64;
-        (stale_at > now).then(|| Duration::from_millis(stale_at - now))
-    }
-
+    /// A single voter, or a leader with no acknowledgement recorded yet,
+    /// counts as acknowledged; otherwise within the last election timeout.
     fn quorum_fresh(&self, m: &RaftMetrics) -> bool {
-        if m.membership_config.membership().voter_ids().count() <= 1 {
-            return true;
-        }
-        let acked = self.state.quorum_ack_ms.load(Ordering::Relaxed);
-        if acked == NEVER {
-            return true;
-        }
-        let now = self.state.base.elapsed().as_millis() as u64;
-        now.saturating_sub(acked) <= self.state.election_timeout.as_millis() as u64
+        m.membership_config.membership().voter_ids().count() <= 1
+            || self.quorum_ack.get() == NEVER
+            || self.quorum_ack.until_stale().is_some()
     }
 }
 
@@ -193,10 +192,10 @@ pub fn is_learner(m: &RaftMetrics) -> bool {
 /// leader changes.
 async fn watch(leadership: Leadership) {
     let mut rx = leadership.raft.metrics();
-    let pause = leadership.state.election_timeout / LEADER_CHECKS_PER_TIMEOUT;
+    let pause = leadership.election_timeout / LEADER_CHECKS_PER_TIMEOUT;
     let mut last_leader: Option<NodeId> = None;
     loop {
-        record_quorum_ack(&leadership.state, &rx.borrow_and_update());
+        record_quorum_ack(&leadership.quorum_ack, &rx.borrow_and_update());
         let leader = leadership.leader();
         if leader.is_some() && leader != last_leader {
             metrics::global().server.leader_changes_seen.inc();
@@ -204,19 +203,22 @@ async fn watch(leadership: Leadership) {
         last_leader = leader;
         // Wake when the leadership would turn stale, so a leaderless
         // spell is seen however short it is.
-        let wait = [leadership.until_stale(), leadership.contact.until_stale()]
-            .into_iter()
-            .flatten()
-            .fold(pause, Duration::min);
+        let wait = [
+            leadership.quorum_ack.until_stale(),
+            leadership.contact.until_stale(),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(pause, Duration::min);
         if let Ok(Err(_)) = tokio::time::timeout(wait, rx.changed()).await {
             return;
         }
     }
 }
 
-fn record_quorum_ack(state: &State, m: &RaftMetrics) {
-    let now = state.base.elapsed().as_millis() as u64;
-    let previous = state.quorum_ack_ms.load(Ordering::Relaxed);
+fn record_quorum_ack(quorum_ack: &Stamp, m: &RaftMetrics) {
+    let now = quorum_ack.now_ms();
+    let previous = quorum_ack.get();
     let since_ack = m
         .last_quorum_acked
         .as_ref()
@@ -232,6 +234,6 @@ fn record_quorum_ack(state: &State, m: &RaftMetrics) {
     };
     let keep_newer = previous != NEVER && acked != NEVER && previous > acked;
     if !keep_newer {
-        state.quorum_ack_ms.store(acked, Ordering::Relaxed);
+        quorum_ack.set(acked);
     }
 }

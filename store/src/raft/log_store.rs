@@ -41,11 +41,6 @@ fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 
-/// An append waiting for the flusher's next sync: openraft's callback.
-struct Pending {
-    callback: IOFlushed<TypeConfig>,
-}
-
 /// An engine failure as the storage error openraft takes, naming what failed.
 pub(crate) fn io_error(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
@@ -63,7 +58,8 @@ pub struct LogStore {
 /// the store while still holding (and possibly closing) the engine: a
 /// RocksDB closed by a detached thread during process exit aborts.
 struct Flusher {
-    queue: Option<SyncSender<Pending>>,
+    /// Callbacks of appends waiting for the flusher's next sync.
+    queue: Option<SyncSender<IOFlushed<TypeConfig>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -161,7 +157,7 @@ fn entries_batch<E: Borrow<Entry>>(
 
 /// The flusher loop: batch appends, one sync per batch, then complete the
 /// callbacks in order.
-fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Pending>) {
+fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<IOFlushed<TypeConfig>>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < GROUP_COMMIT_MAX_PENDING {
@@ -176,12 +172,12 @@ fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<Pending>) {
             .disk
             .wal_fsync
             .observe(started.elapsed().as_secs_f64());
-        for pending in batch {
+        for callback in batch {
             let r = match &result {
                 Ok(()) => Ok(()),
                 Err(e) => Err(io_error("syncing the raft log", e)),
             };
-            pending.callback.io_completed(r);
+            callback.io_completed(r);
         }
     }
 }
@@ -296,7 +292,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| io_error("writing raft log entries", e))?;
         let queue = self.flusher.queue.as_ref().expect("open until dropped");
         queue
-            .send(Pending { callback })
+            .send(callback)
             .map_err(|_| io::Error::other("the raft log flusher stopped"))
     }
 

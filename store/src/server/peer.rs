@@ -4,6 +4,7 @@
 //! messages.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use etcd_proto::storepeer::raft_peer_server::RaftPeer;
@@ -51,13 +52,19 @@ fn counted_reply<T: serde::Serialize>(
     value: &T,
 ) -> Result<Response<RaftMessage>, Status> {
     let answer = reply(value)?;
+    count_sent(to, answer.get_ref().payload.len());
+    Ok(answer)
+}
+
+/// Counts an answer's bytes in `etcd_network_peer_sent_bytes_total` under
+/// the id of the member it goes to, in hex (`To`; "0" when unknown).
+fn count_sent(to: Option<NodeId>, bytes: usize) {
     let to = vec![("To", format!("{:x}", to.unwrap_or(0)))];
     crate::metrics::global()
         .network
         .peer_sent
         .get_or_create(&to)
-        .inc_by(answer.get_ref().payload.len() as u64);
-    Ok(answer)
+        .inc_by(bytes as u64);
 }
 
 fn decode<T: serde::de::DeserializeOwned>(req: Request<RaftMessage>) -> Result<T, Status> {
@@ -110,11 +117,16 @@ impl RaftPeer for PeerService {
     ) -> Result<Response<AnswerStream>, Status> {
         let (bad_tx, bad_rx) = tokio::sync::oneshot::channel::<Status>();
         let mut bad_tx = Some(bad_tx);
+        // The leader the answers go to (for the sent-bytes counter).
+        let leader = Arc::new(AtomicU64::new(0));
+        let sender = leader.clone();
         let requests = req.into_inner().scan((), move |_, message| {
             let request = message.and_then(|m| {
-                let from: AppendEntriesRequest<TypeConfig> = decode_payload(&m.payload)?;
-                count_received(Some(from.vote.leader_id.node_id), m.payload.len());
-                Ok(from)
+                let request: AppendEntriesRequest<TypeConfig> = decode_payload(&m.payload)?;
+                let from = request.vote.leader_id.node_id;
+                sender.store(from, Ordering::Relaxed);
+                count_received(Some(from), m.payload.len());
+                Ok(request)
             });
             std::future::ready(match request {
                 Ok(r) => Some(r),
@@ -133,9 +145,9 @@ impl RaftPeer for PeerService {
             if !matches!(result, Ok(Err(StreamAppendError::HigherVote(_))) | Err(_)) {
                 contact.record();
             }
-            Ok(RaftMessage {
-                payload: codec::encode(&answer(result)),
-            })
+            let payload = codec::encode(&answer(result));
+            count_sent(Some(leader.load(Ordering::Relaxed)), payload.len());
+            Ok(RaftMessage { payload })
         });
         // After the last answer: the decode failure that ended the input, if any.
         let failure = futures::stream::once(bad_rx).filter_map(|r| async move { r.ok().map(Err) });
