@@ -81,6 +81,9 @@ pub struct Member {
     client_addrs: Vec<SocketAddr>,
     peer_addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
+    /// Set once this member's attributes are published (etcd's
+    /// `ReadyNotify`): client listeners serve only from then on.
+    ready: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -376,6 +379,7 @@ impl Member {
             http::HttpState::start(core.clone(), election_timeout, config.quota_bytes());
         let grpc_health = grpc_health_service().await;
         let (shutdown, _) = watch::channel(false);
+        let (ready_tx, ready) = watch::channel(false);
         let mut member = Member {
             core: core.clone(),
             client_addrs: client_listeners
@@ -387,6 +391,7 @@ impl Member {
                 .map(|b| b.listener.local_addr())
                 .collect::<Result<_, _>>()?,
             shutdown,
+            ready,
             tasks: Vec::new(),
         };
         spawn_lease_tasks(core.clone(), election_timeout, member.shutdown.subscribe());
@@ -397,6 +402,7 @@ impl Member {
                 name: config.name.clone(),
                 client_urls: split_urls(&config.advertise_client_urls),
             },
+            ready_tx,
             member.shutdown.subscribe(),
         );
         for b in peer_listeners {
@@ -439,6 +445,7 @@ impl Member {
                 l,
                 tls,
                 services,
+                member.ready.clone(),
                 member.shutdown.subscribe(),
             )));
         }
@@ -459,6 +466,13 @@ impl Member {
             "member started"
         );
         Ok(member)
+    }
+
+    /// Waits until this member has published its name and client URLs
+    /// through Raft and serves clients (etcd's `ReadyNotify`). Never
+    /// returns while the cluster has no quorum.
+    pub async fn ready(&self) {
+        let _ = self.ready.clone().wait_for(|r| *r).await;
     }
 
     /// This member's id.
@@ -518,13 +532,22 @@ const PUBLISH_RETRY_MS: u64 = 500;
 
 /// Publishes this member's name and client URLs through Raft once a leader
 /// exists (etcd's publish step), retrying until it succeeds or the member
-/// stops.
-fn spawn_publish(core: Arc<Core>, attrs: MemberAttributes, mut stop: watch::Receiver<bool>) {
+/// stops; then marks the member `ready`. As in etcd, client listeners wait
+/// for it, so no client sees this member unnamed in its own member list.
+fn spawn_publish(
+    core: Arc<Core>,
+    attrs: MemberAttributes,
+    ready: watch::Sender<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 result = core.publish_member(attrs.clone()) => match result {
-                    Ok(_) => return,
+                    Ok(_) => {
+                        ready.send_replace(true);
+                        return;
+                    }
                     Err(e) => tracing::debug!(error = %e, "publishing member attributes"),
                 },
                 _ = stop.changed() => return,
@@ -608,8 +631,16 @@ async fn serve_client(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     services: ClientServices,
+    mut ready: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
 ) {
+    // etcd binds its client listeners at start but serves them only once
+    // the member is ready: connections wait in the accept backlog.
+    tokio::select! {
+        r = ready.wait_for(|r| *r) => if r.is_err() { return },
+        _ = stopped(shutdown.clone()) => return,
+    }
+    tracing::info!(address = ?listener.local_addr().ok(), "ready to serve client requests");
     let ClientServices {
         core,
         hub,
