@@ -503,11 +503,26 @@ impl Member {
         &self.core.raft
     }
 
-    /// Stops serving, then stops Raft. In-flight requests are cut off.
-    pub async fn shutdown(self) {
+    /// Stops serving, then stops Raft. Open requests and streams get etcd's
+    /// request timeout (5 s + 2 x election timeout, the bound etcd gives its
+    /// servers' graceful stop) to finish; then they are cut off.
+    pub async fn shutdown(mut self) {
         self.shutdown.send_replace(true);
-        for t in self.tasks {
-            let _ = t.await;
+        let grace = self.core.config.request_timeout;
+        let drained = tokio::time::timeout(grace, async {
+            for t in self.tasks.iter_mut() {
+                let _ = t.await;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "open client connections did not finish in time; closing them"
+            );
+            for t in &self.tasks {
+                t.abort();
+            }
         }
         if let Err(e) = self.core.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
@@ -567,7 +582,7 @@ async fn serve_peer(
     core: Arc<Core>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let svc = RaftPeerServer::new(PeerService::new(core))
+    let svc = RaftPeerServer::new(PeerService::new(core, shutdown.clone()))
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
     // tonic applies its `tcp_nodelay` only to listeners it binds itself:

@@ -19,6 +19,7 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use crate::binary::Binary;
 use crate::client::{check_serving, connect};
 use crate::net::{allocate_ip, client_url, metrics_url, peer_url};
 use crate::netns::Topology;
-use crate::process::{tail, Process};
+use crate::process::{signal, tail, Process};
 use crate::wait::{permanent, retry_until};
 
 /// Deadline for a whole cluster (or a restarted member) to become healthy.
@@ -286,6 +287,19 @@ impl Cluster {
         process
             .kill()
             .with_context(|| format!("killing member {i}"))
+    }
+
+    /// SIGTERMs member `i` and waits up to `deadline` for it to exit by
+    /// itself; its exit status. Afterwards the member counts as stopped (a
+    /// member still running at the deadline is SIGKILLed, and an error).
+    pub async fn terminate(&self, i: usize, deadline: Duration) -> Result<ExitStatus> {
+        let process = self.members[i].process.lock().expect("member lock").take();
+        let process = process.with_context(|| format!("member {i} is not running"))?;
+        let pid = process
+            .pid()
+            .with_context(|| format!("member {i} has no pid"))?;
+        signal(pid, "TERM")?;
+        process.wait_exit(deadline).await
     }
 
     /// SIGKILLs every running member.

@@ -204,6 +204,17 @@ fn kill_and_reap(child: &mut Child) -> Result<()> {
     Ok(())
 }
 
+/// Sends signal `name` (`TERM`, `STOP`, `CONT`, ...) to process `pid`
+/// (`kill -s`): only ever a pid this harness started.
+pub fn signal(pid: u32, name: &str) -> Result<()> {
+    let status = Command::new("kill")
+        .args(["-s", name, &pid.to_string()])
+        .status()
+        .with_context(|| format!("running kill -s {name} {pid}"))?;
+    anyhow::ensure!(status.success(), "kill -s {name} {pid} failed: {status}");
+    Ok(())
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();

@@ -22,7 +22,8 @@
 //! Each request carries the connection's peer as `ConnectInfo<L::Addr>`,
 //! as `into_make_service_with_connect_info` does. On shutdown the listener
 //! stops accepting, open connections are asked to finish (HTTP/2 GOAWAY)
-//! and serving returns once they have.
+//! and serving returns once they have; dropping the serving future (the
+//! member's shutdown gives up after its grace period) closes them all.
 
 use axum::extract::ConnectInfo;
 use axum::serve::Listener;
@@ -32,6 +33,7 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::config::GrpcServerOptions;
 
@@ -61,16 +63,21 @@ pub async fn serve<L>(
 {
     let builder = builder(options);
     let graceful = GracefulShutdown::new();
+    // Connections live in a set owned by this future: if the caller gives
+    // up on the drain (a watch stream a client keeps open), dropping the
+    // future cuts them all off.
+    let mut conns = JoinSet::new();
     loop {
         let (io, peer) = tokio::select! {
             accepted = listener.accept() => accepted,
+            Some(_) = conns.join_next() => continue,
             _ = shutdown.wait_for(|stop| *stop) => break,
         };
         let service = app.clone().layer(axum::Extension(ConnectInfo(peer)));
         let service = TowerToHyperService::new(service);
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         let conn = graceful.watch(conn.into_owned());
-        tokio::spawn(async move {
+        conns.spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "client connection ended with an error");
             }

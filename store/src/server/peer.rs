@@ -10,6 +10,7 @@ use std::sync::Arc;
 use etcd_proto::storepeer::raft_peer_server::RaftPeer;
 use etcd_proto::storepeer::RaftMessage;
 use futures::{Stream, StreamExt};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -25,12 +26,15 @@ use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendEr
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
     core: Arc<Core>,
+    /// Turns true when the member stops: open append streams end then, so
+    /// the server's graceful drain does not wait for the leader to hang up.
+    shutdown: watch::Receiver<bool>,
 }
 
 impl PeerService {
-    /// A service over `core`.
-    pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
+    /// A service over `core` whose streams end when `shutdown` turns true.
+    pub fn new(core: Arc<Core>, shutdown: watch::Receiver<bool>) -> Self {
+        Self { core, shutdown }
     }
 }
 
@@ -137,6 +141,12 @@ impl RaftPeer for PeerService {
                     None
                 }
             })
+        });
+        // The input ends when this member stops; openraft then ends the
+        // answers, and the leader's stream sees a clean end.
+        let mut shutdown = self.shutdown.clone();
+        let requests = requests.take_until(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
         });
         let contact = self.core.leader_contact.clone();
         let answers = self.core.raft.stream_append(requests).map(move |result| {

@@ -21,7 +21,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -29,6 +29,7 @@ use rand::SeedableRng;
 
 use super::history::Clock;
 use crate::cluster::Cluster;
+use crate::process::signal;
 
 /// Undisturbed load before each fault, in milliseconds (drawn uniformly).
 pub const LOAD_MILLIS: RangeInclusive<u64> = 500..=1500;
@@ -225,14 +226,4 @@ async fn flap(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
     }
     network.heal_all()?;
     Ok(at)
-}
-
-/// Sends `SIG<name>` to `pid`.
-fn signal(pid: u32, name: &str) -> Result<()> {
-    let status = std::process::Command::new("kill")
-        .args(["-s", name, &pid.to_string()])
-        .status()
-        .with_context(|| format!("running kill -s {name} {pid}"))?;
-    ensure!(status.success(), "kill -s {name} {pid} failed: {status}");
-    Ok(())
 }
