@@ -35,6 +35,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::write_batch::BatchedWrites;
 use crate::config::GrpcServerOptions;
 
 /// The connection builder with the keepalive settings and stream limit applied.
@@ -75,7 +76,8 @@ pub async fn serve<L>(
         };
         let service = app.clone().layer(axum::Extension(ConnectInfo(peer)));
         let service = TowerToHyperService::new(service);
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        let io = TokioIo::new(BatchedWrites::new(io));
+        let conn = builder.serve_connection_with_upgrades(io, service);
         let conn = graceful.watch(conn.into_owned());
         conns.spawn(async move {
             if let Err(e) = conn.await {

@@ -42,3 +42,4 @@ pub mod read_index;
 pub mod status;
 pub mod transfer;
 pub mod watch;
+pub mod write_batch;
