@@ -952,3 +952,47 @@ async fn corrupt_alarm_refuses_writes_as_etcd() {
     let got = diff.get("get after", "k").await.expect("get");
     assert_eq!(got.kvs()[0].value(), b"v3");
 }
+
+/// etcdctl 3.4 (Debian's `etcd-client`) dials one endpoint for `endpoint
+/// status`, `endpoint hashkv` and `defrag` and sends the whole URL as the
+/// HTTP/2 `:authority` (`http://127.0.0.1:2379`), which etcd's grpc-go
+/// ignores and h2 refuses (store::server::authority repairs it). Each
+/// command must succeed on `binary` and name the endpoint, and the connection
+/// must keep serving later requests.
+async fn etcdctl34_per_endpoint_commands(binary: Binary) {
+    let cluster = Cluster::start(binary, ClusterConfig::new(1))
+        .await
+        .expect("cluster");
+    let endpoint = cluster.endpoint(0);
+    let ctl34 = Etcdctl::new(
+        Binary::etcdctl34().expect("etcdctl 3.4"),
+        vec![endpoint.clone()],
+    );
+    for args in [
+        &["put", "k", "v"][..],
+        &["endpoint", "status"],
+        &["endpoint", "hashkv"],
+        &["defrag"],
+        &["endpoint", "status", "-w", "json"],
+    ] {
+        let out = ctl34.run(args).await.expect("etcdctl 3.4 runs");
+        assert!(out.success(), "etcdctl 3.4 {args:?} failed:\n{out}");
+        if args[0] != "put" {
+            assert!(
+                out.stdout.contains(&endpoint),
+                "etcdctl 3.4 {args:?} does not name {endpoint}:\n{out}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl34_per_endpoint_commands_candidate() {
+    etcdctl34_per_endpoint_commands(Binary::candidate().expect("candidate server binary")).await;
+}
+
+/// The same against real etcd 3.5: the assertions hold for the reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl34_per_endpoint_commands_etcd() {
+    etcdctl34_per_endpoint_commands(Binary::etcd35().expect("reference etcd 3.5")).await;
+}

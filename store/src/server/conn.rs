@@ -35,6 +35,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::authority::AuthorityRepair;
 use super::write_batch::BatchedWrites;
 use crate::config::GrpcServerOptions;
 
@@ -76,7 +77,7 @@ pub async fn serve<L>(
         };
         let service = app.clone().layer(axum::Extension(ConnectInfo(peer)));
         let service = TowerToHyperService::new(service);
-        let io = TokioIo::new(BatchedWrites::new(io));
+        let io = TokioIo::new(BatchedWrites::new(AuthorityRepair::new(io)));
         let conn = builder.serve_connection_with_upgrades(io, service);
         let conn = graceful.watch(conn.into_owned());
         conns.spawn(async move {

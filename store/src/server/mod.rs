@@ -13,7 +13,9 @@
 //! - client services, one file each: [`kv`], [`watch`], [`lease`],
 //!   [`cluster`], [`maintenance`], [`auth`]; and [`http`] (`/health`,
 //!   `/version`); [`conn`]: serving client connections with the gRPC
-//!   keepalive settings.
+//!   keepalive settings, through [`authority`] (repairs the invalid
+//!   `:authority` some etcd clients send) and [`write_batch`] (one write
+//!   for many answers).
 //! - [`json_gateway`]: etcd's HTTP/JSON gateway (`POST /v3/kv/range`, ...),
 //!   a client of the gRPC services above.
 //! - [`peer`]: the member-to-member service (Raft messages, forwarded
@@ -21,6 +23,7 @@
 //! - [`status`]: the one conversion of internal errors to gRPC statuses.
 
 pub mod auth;
+pub mod authority;
 pub mod auto_compaction;
 pub mod caller;
 pub mod cluster;
