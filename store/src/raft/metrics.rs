@@ -43,3 +43,43 @@ pub fn matched_index(m: &RaftMetrics, id: NodeId) -> u64 {
         .and_then(|r| r.get(&id).cloned().flatten())
         .map_or(0, |l| l.index)
 }
+
+/// The leader as openraft sees it, with a notification only when it
+/// changes. openraft's metrics change on every replication step and every
+/// heartbeat answer; a linearizable read that waited on them for a leader
+/// change woke with each (measured: at 1,000 concurrent reads, every
+/// ReadIndex round woke every waiting reader, and linearizable ranges ran
+/// at half of etcd's rate).
+#[derive(Clone)]
+pub struct LeaderWatch {
+    rx: tokio::sync::watch::Receiver<Option<NodeId>>,
+}
+
+impl LeaderWatch {
+    /// Follows `raft`'s metrics until Raft stops.
+    pub fn spawn(raft: &Raft) -> Self {
+        let mut metrics = raft.metrics();
+        let first = metrics.borrow_watched().current_leader;
+        let (tx, rx) = tokio::sync::watch::channel(first);
+        tokio::spawn(async move {
+            while metrics.changed().await.is_ok() {
+                let leader = metrics.borrow_watched().current_leader;
+                tx.send_if_modified(|known| {
+                    let changed = *known != leader;
+                    *known = leader;
+                    changed
+                });
+            }
+        });
+        Self { rx }
+    }
+
+    /// Returns once the leader is no longer `leader`; never if Raft stops
+    /// first (the caller's own deadline ends the wait then).
+    pub async fn changed_from(&self, leader: NodeId) {
+        let mut rx = self.rx.clone();
+        if rx.wait_for(|l| *l != Some(leader)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}

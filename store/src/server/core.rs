@@ -39,7 +39,7 @@ use crate::mvcc::MvccStore;
 use crate::raft::batcher::{BatchError, Batcher};
 use crate::raft::elections::ElectionControl;
 use crate::raft::leadership::LeaderContact;
-use crate::raft::metrics::{self, matched_index};
+use crate::raft::metrics::{self, matched_index, LeaderWatch};
 use crate::raft::network::{peer_client, PeerNetworkFactory};
 use crate::raft::read_index::ReadRounds;
 use crate::raft::{Command, CommandResponse, MemberInfo, NodeId, Proposal, Raft};
@@ -101,6 +101,8 @@ pub struct Core {
     /// When this member last heard from its leader (recorded by
     /// [`super::peer`]).
     pub leader_contact: LeaderContact,
+    /// openraft's view of the leader, notified only on changes.
+    pub(super) leader_watch: LeaderWatch,
 }
 
 impl Core {
@@ -122,8 +124,10 @@ impl Core {
         );
         let batcher = Batcher::spawn(raft.clone());
         let leader_contact = LeaderContact::new(config.election_timeout);
+        let leader_watch = LeaderWatch::spawn(&raft);
         Arc::new(Self {
             leader_contact,
+            leader_watch,
             batcher,
             forwards: ForwardBatcher::spawn(),
             config,

@@ -24,7 +24,6 @@ use super::core::Core;
 use super::forward::{transport_failure, ForwardError};
 use crate::codec;
 use crate::errors::EtcdError;
-use crate::raft::metrics;
 use crate::raft::read_index::ReadIndexError;
 use crate::raft::NodeId;
 
@@ -61,9 +60,8 @@ impl Core {
     /// Returns once this member's view of the leader is no longer `leader`;
     /// never returns before `deadline` otherwise (the read times out on its own).
     async fn leader_changed_from(&self, leader: NodeId, deadline: Instant) {
-        let changed =
-            metrics::wait_until(&self.raft, deadline, |m| m.current_leader != Some(leader)).await;
-        if changed.is_err() {
+        let changed = tokio::time::timeout_at(deadline, self.leader_watch.changed_from(leader));
+        if changed.await.is_err() {
             std::future::pending::<()>().await;
         }
     }
