@@ -19,6 +19,13 @@ use super::{
 /// do not flush constantly, small enough to bound memory (5 tables x 64 MiB).
 const WRITE_BUFFER_BYTES: usize = 64 * 1024 * 1024;
 
+/// Block cache shared by every table (data, index and filter blocks).
+const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Bloom filter bits per key: ~1% false positives, so a point read (the
+/// MVCC store reads values by revision) probes only the files that hold
+/// the key instead of every L0 file and one file per level.
+const BLOOM_BITS_PER_KEY: f64 = 10.0;
+
 /// A RocksDB-backed engine.
 pub struct RocksEngine {
     db: Arc<DB>,
@@ -36,9 +43,16 @@ impl RocksEngine {
         opts.create_missing_column_families(true);
         opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
         opts.increase_parallelism(2);
+        let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let cfs = Table::ALL.iter().map(|t| {
             let mut cf_opts = Options::default();
             cf_opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+            table.set_cache_index_and_filter_blocks(true);
+            table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+            cf_opts.set_block_based_table_factory(&table);
             ColumnFamilyDescriptor::new(t.name(), cf_opts)
         });
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?;
