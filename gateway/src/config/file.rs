@@ -214,18 +214,7 @@ fn vip(locator: &Locator, raw: &RawVip) -> Result<VipConfig, ConfigError> {
         None => default_name(),
         Some(value) => checked(locator, value, validate_name)?,
     };
-    let client_cert = match (&raw.client_cert, &raw.client_key) {
-        (None, None) => None,
-        (Some(cert), Some(key)) => {
-            Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref())))
-        }
-        (Some(cert), None) => {
-            return Err(locator.error(cert.span(), "`client_cert` needs `client_key`"))
-        }
-        (None, Some(key)) => {
-            return Err(locator.error(key.span(), "`client_key` needs `client_cert`"))
-        }
-    };
+    let client_cert = client_pair(locator, &raw.client_cert, &raw.client_key)?;
     let ca_file = raw
         .ca_file
         .as_ref()
@@ -506,20 +495,26 @@ fn check(locator: &Locator, raw: &RawCheck) -> Result<CheckConfig, ConfigError> 
     if let (Some(file), Verify::None) = (&raw.ca_file, &check.tls.verify) {
         return Err(locator.error(file.span(), "`ca_file` is set but `verify` is not \"ca\""));
     }
-    check.tls.client_cert = match (&raw.client_cert, &raw.client_key) {
-        (None, None) => None,
-        (Some(cert), Some(key)) => {
-            Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref())))
-        }
-        (Some(cert), None) => {
-            return Err(locator.error(cert.span(), "`client_cert` needs `client_key`"))
-        }
-        (None, Some(key)) => {
-            return Err(locator.error(key.span(), "`client_key` needs `client_cert`"))
-        }
-    };
+    check.tls.client_cert = client_pair(locator, &raw.client_cert, &raw.client_key)?;
     check.tls.server_name = raw.server_name.clone();
     Ok(check)
+}
+
+/// A client certificate and its key: both or neither.
+fn client_pair(
+    locator: &Locator,
+    cert: &Option<Spanned<String>>,
+    key: &Option<Spanned<String>>,
+) -> Result<Option<(PathBuf, PathBuf)>, ConfigError> {
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some((
+            PathBuf::from(cert.get_ref()),
+            PathBuf::from(key.get_ref()),
+        ))),
+        (Some(cert), None) => Err(locator.error(cert.span(), "`client_cert` needs `client_key`")),
+        (None, Some(key)) => Err(locator.error(key.span(), "`client_key` needs `client_cert`")),
+    }
 }
 
 fn fall_rise(
