@@ -706,11 +706,15 @@ async fn serve_client(
             .layer(tower::util::MapRequestLayer::new(move |r| {
                 crate::server::frame_limit::limit_grpc_request(r, frame_limit)
             }));
-    let app = http::client_routes(http_state)
-        .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
-        .merge(grpc)
-        .fallback(http::fallback)
-        .layer(axum::middleware::from_fn(http::cors));
+    let app = conn::ClientApp {
+        http: http::client_routes(http_state)
+            .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
+            .merge(grpc.clone())
+            .fallback(http::fallback)
+            .layer(axum::middleware::from_fn(http::cors)),
+        // Unknown methods answer as on the merged router (UNIMPLEMENTED).
+        grpc: grpc.fallback(http::fallback),
+    };
     match tls {
         Some(config) => match TlsListener::new(listener, config) {
             Ok(l) => conn::serve(l, app, grpc_options, shutdown).await,

@@ -52,11 +52,55 @@ fn builder(options: GrpcServerOptions) -> Builder<TokioExecutor> {
     builder
 }
 
+/// A client listener's routes: gRPC calls go straight to the gRPC router;
+/// everything else (the JSON gateway, `/health`, `/version`, CORS) to the
+/// HTTP router. Routing every gRPC call through the merged router and the
+/// CORS middleware (`from_fn` boxes a future and clones the router per
+/// call) cost, measured A/B at 1,000 streams: 12-21% more leader CPU per
+/// serializable range, 10-15% fewer puts/s.
+#[derive(Clone)]
+pub struct ClientApp {
+    /// The gRPC services (with their layers).
+    pub grpc: Router,
+    /// Everything else.
+    pub http: Router,
+}
+
+impl<B> tower::Service<axum::http::Request<B>> for ClientApp
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = axum::routing::future::RouteFuture<std::convert::Infallible>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // Routers are always ready.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
+        let grpc = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if grpc {
+            self.grpc.call(req)
+        } else {
+            self.http.call(req)
+        }
+    }
+}
+
 /// Serves `app` on every connection `listener` accepts until `shutdown`
 /// turns true, then drains the open connections.
 pub async fn serve<L>(
     mut listener: L,
-    app: Router,
+    app: ClientApp,
     options: GrpcServerOptions,
     mut shutdown: watch::Receiver<bool>,
 ) where
@@ -75,7 +119,7 @@ pub async fn serve<L>(
             Some(_) = conns.join_next() => continue,
             _ = shutdown.wait_for(|stop| *stop) => break,
         };
-        let service = app.clone().layer(axum::Extension(ConnectInfo(peer)));
+        let service = tower::Layer::layer(&axum::Extension(ConnectInfo(peer)), app.clone());
         let service = TowerToHyperService::new(service);
         let io = TokioIo::new(BatchedWrites::new(AuthorityRepair::new(io)));
         let conn = builder.serve_connection_with_upgrades(io, service);
