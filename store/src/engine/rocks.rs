@@ -26,9 +26,6 @@ const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// the key instead of every L0 file and one file per level.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
 
-/// Share of each memtable's size given to its bloom filter.
-const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
-
 /// A RocksDB-backed engine.
 pub struct RocksEngine {
     db: Arc<DB>,
@@ -56,9 +53,6 @@ impl RocksEngine {
             table.set_cache_index_and_filter_blocks(true);
             table.set_pin_l0_filter_and_index_blocks_in_cache(true);
             cf_opts.set_block_based_table_factory(&table);
-            // The same for the memtables, where a put load's recent keys sit.
-            cf_opts.set_memtable_whole_key_filtering(true);
-            cf_opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
             ColumnFamilyDescriptor::new(t.name(), cf_opts)
         });
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?;
