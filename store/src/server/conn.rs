@@ -84,11 +84,7 @@ where
     }
 
     fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
-        let grpc = req
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        if grpc {
+        if super::http::is_grpc(req.headers()) {
             self.grpc.call(req)
         } else {
             self.http.call(req)

@@ -22,9 +22,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::{header, Request, Response};
+use axum::http::{Request, Response};
 use tower::{Layer, Service};
 
+use super::http::is_grpc;
 use body::{CountedRequest, ObservedResponse};
 pub use methods::{code_name, preregister, MethodCounters, GRPC_CODES};
 
@@ -46,13 +47,6 @@ pub struct GrpcMetrics<S> {
     inner: S,
 }
 
-fn is_grpc(req: &Request<Body>) -> bool {
-    req.headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/grpc"))
-}
-
 impl<S> Service<Request<Body>> for GrpcMetrics<S>
 where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
@@ -70,7 +64,7 @@ where
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let counters = match is_grpc(&req) {
+        let counters = match is_grpc(req.headers()) {
             true => methods::lookup(req.uri().path()),
             false => None,
         };

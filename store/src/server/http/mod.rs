@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
@@ -167,9 +167,11 @@ pub async fn not_found() -> Response {
     go_http_error(StatusCode::NOT_FOUND, "404 page not found")
 }
 
-/// True for a gRPC request (`Content-Type: application/grpc[+proto]`).
-fn is_grpc(req: &Request) -> bool {
-    req.headers()
+/// True for a gRPC request's headers (`Content-Type:
+/// application/grpc[+proto]`): the one test of the client port's gRPC/HTTP
+/// split (`conn::ClientApp`), the fallback and the gRPC metrics.
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"))
@@ -180,7 +182,7 @@ fn is_grpc(req: &Request) -> bool {
 /// tonic answers for an unknown method (UNIMPLEMENTED), HTTP requests
 /// Go's 404.
 pub async fn fallback(req: Request) -> Response {
-    if is_grpc(&req) {
+    if is_grpc(req.headers()) {
         let (parts, ()) = tonic::Status::unimplemented("")
             .into_http::<()>()
             .into_parts();
@@ -192,11 +194,9 @@ pub async fn fallback(req: Request) -> Response {
 /// etcd's CORS handler with the default `--cors=*`, around every plain
 /// HTTP answer of the client port: the three `Access-Control-Allow-*`
 /// headers, and `OPTIONS` (a preflight) answered 200 with no body. gRPC
-/// requests pass untouched (etcd serves them apart, before its HTTP mux).
+/// requests never reach it: `conn::ClientApp` sends them to the gRPC router
+/// (etcd serves them apart, before its HTTP mux).
 pub async fn cors(req: Request, next: Next) -> Response {
-    if is_grpc(&req) {
-        return next.run(req).await;
-    }
     let mut r = if req.method() == Method::OPTIONS {
         StatusCode::OK.into_response()
     } else {
