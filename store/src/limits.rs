@@ -14,6 +14,7 @@
 //! | `mvcc::compactor` | `COMPACTOR_QUEUE` |
 //! | `engine::rocks` | `WRITE_BUFFER_BYTES` |
 //! | `raft::network` | `MAX_PEER_MESSAGE_BYTES` |
+//! | `raft::state_machine::snapshot_file` | `FILE_BUFFER_BYTES` |
 //! | `raft::elections` | `CAMPAIGN_RETRY_HEARTBEATS` |
 //! | `auth::token` | `SIMPLE_TOKEN_PREFIX_LEN`, `DEFAULT_SIMPLE_TOKEN_TTL`, `DEFAULT_JWT_TTL`, `SIMPLE_TOKEN_SWEEP_AT` |
 //! | `tls` | `HANDSHAKE_TIMEOUT`, `ACCEPT_QUEUE` |
@@ -88,6 +89,17 @@ pub const COMPACTION_BATCH_PAUSE_MS: u64 = 10;
 
 /// Largest snapshot chunk in one message of the InstallSnapshot stream.
 pub const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
+
+/// Largest Raft snapshot a member receives (64 GiB): bounds the disk a
+/// runaway sender can fill. Eight times etcd's largest suggested
+/// `--quota-backend-bytes` (8 GiB); snapshots live in files, so memory does
+/// not grow with it.
+pub const MAX_SNAPSHOT_BYTES: u64 = 64 * 1024 * 1024 * 1024;
+
+/// Records written per engine batch while installing a Raft snapshot
+/// (bytes, in the snapshot format): installing holds one batch in memory,
+/// whatever the snapshot's size.
+pub const SNAPSHOT_INSTALL_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// Largest batch of log entries sent in one AppendEntries RPC.
 pub const MAX_APPEND_ENTRIES_PER_RPC: u64 = 512;

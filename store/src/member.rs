@@ -329,9 +329,11 @@ impl Member {
         )?;
         let auth = Arc::new(AuthStore::new(tokens, config.bcrypt_cost));
         auth.load(engine.as_ref())?;
+        let snapshot_dir = data_dir.join(crate::data_dir::SNAPSHOT_DIR);
+        crate::raft::state_machine::snapshot_file::remove_temporary_files(&snapshot_dir)?;
         let sm = StateMachine::new(
             mvcc.clone(),
-            data_dir.join(crate::data_dir::SNAPSHOT_DIR),
+            snapshot_dir,
             compactor,
             hub.clone(),
             lessor.clone(),

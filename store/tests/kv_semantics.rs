@@ -172,12 +172,33 @@ fn limits_counts_and_sorting(s: &MvccStore) {
         sort_order: SortOrder::Descend as i32,
         ..Default::default()
     };
-    let r = get(s, by_value).unwrap();
+    let r = get(s, by_value.clone()).unwrap();
     assert_eq!(
         keys(&r),
         vec!["k1", "k3", "k2", "k4"],
         "stable descending sort by value"
     );
+    // Keys only: values are dropped as they are read, except when the sort
+    // needs them (then after sorting, as etcd does).
+    let keys_only_by_value = RangeRequest {
+        keys_only: true,
+        ..by_value
+    };
+    let r = get(s, keys_only_by_value).unwrap();
+    assert_eq!(keys(&r), vec!["k1", "k3", "k2", "k4"]);
+    assert!(r.kvs.iter().all(|kv| kv.value.is_empty()));
+    let keys_only = RangeRequest {
+        key: "k".into(),
+        range_end: "l".into(),
+        keys_only: true,
+        ..Default::default()
+    };
+    let r = get(s, keys_only).unwrap();
+    assert_eq!(keys(&r), vec!["k1", "k2", "k3", "k4"]);
+    assert!(r
+        .kvs
+        .iter()
+        .all(|kv| kv.value.is_empty() && kv.mod_revision > 0));
     let newest = RangeRequest {
         key: "k".into(),
         range_end: "l".into(),

@@ -457,6 +457,11 @@ impl Cluster {
         Ok(self.client(i).await?.get(prefix, Some(options)).await?)
     }
 
+    /// Member `i`'s whole log, across its restarts.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.members[i].log_path).unwrap_or_default()
+    }
+
     /// The last [`LOG_TAIL_LINES`] lines of member `i`'s log, with a title.
     pub fn log_tail(&self, i: usize) -> String {
         let member = &self.members[i];

@@ -7,6 +7,8 @@
 //! - A member stopped while far more than `--snapshot-count` writes (and a
 //!   range delete and a compaction) happen is brought up to date after
 //!   restart, which takes a snapshot transfer (in etcd as in our store).
+//! - A snapshot larger than the member's memory budget reaches a stopped
+//!   member without either side holding it in memory.
 //!
 //! Every write is recorded with the revision of its response; "caught up"
 //! means the member serves exactly those keys, values and mod revisions.
@@ -327,6 +329,129 @@ async fn stopped_member_catches_up_after_many_writes() {
             .to_string()
             .contains("required revision has been compacted")),
         "the caught-up member knows about the compaction: {compacted:?}"
+    );
+}
+
+/// Value size of the large-snapshot test (below etcd's 1.5 MiB request limit).
+const LARGE_VALUE_BYTES: usize = 1024 * 1024;
+/// Large values written while the member is down in the large-snapshot
+/// test: the snapshot then holds about [`LARGE_SNAPSHOT_BYTES`].
+const LARGE_KEYS: usize = 400;
+/// Small writes after the large ones: two snapshot counts, so the last
+/// snapshot holds every large value and the log the leader keeps past it
+/// holds only small entries (the member gets the large values only
+/// through the snapshot).
+const SMALL_TAIL_KEYS: usize = 2 * SNAPSHOT_COUNT as usize;
+/// The large snapshot's approximate size.
+const LARGE_SNAPSHOT_BYTES: u64 = (LARGE_KEYS * LARGE_VALUE_BYTES) as u64;
+/// Most the leader's resident memory may grow while it sends the snapshot:
+/// a quarter of the snapshot (it used to read the file into one buffer
+/// and copy it into the messages, twice the snapshot).
+const MAX_SENDER_GROWTH_BYTES: u64 = LARGE_SNAPSHOT_BYTES / 4;
+
+/// A line of `/proc/<pid>/status` in bytes (`VmHWM`, `VmRSS`: kB values).
+fn status_bytes(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .with_context(|| format!("{field} in status"))?;
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .context("status value")?
+        .parse()?;
+    Ok(kib * 1024)
+}
+
+/// Resets process `pid`'s peak resident memory (`VmHWM`) to its current one.
+fn reset_peak_rss(pid: u32) -> Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
+    Ok(())
+}
+
+/// A member stopped while 400 MiB are written catches up by snapshot, and
+/// neither the sending leader nor the receiving member holds the snapshot
+/// in memory: the leader's resident memory grows by less than a quarter of
+/// the snapshot while it sends, the member's peak stays below the
+/// snapshot's size. They used to read, send, receive and install it as one
+/// buffer, so a store near etcd's 2 GiB default quota could not catch a
+/// member up.
+#[tokio::test]
+async fn large_snapshot_is_streamed_through_files() {
+    let cluster = start(ClusterConfig::new(MEMBERS).with_snapshot_count(SNAPSHOT_COUNT)).await;
+    let lagging = cluster.follower().await.expect("follower");
+    cluster.kill(lagging).expect("kill -9 a follower");
+    let mut client = connect(&cluster.running_endpoints()).await.expect("client");
+    let mut revisions = Vec::new();
+    for n in 0..LARGE_KEYS + SMALL_TAIL_KEYS {
+        let key = format!("big/{n:04}");
+        let value = if n < LARGE_KEYS {
+            format!("{n:04}").repeat(LARGE_VALUE_BYTES / 4)
+        } else {
+            format!("{n:04}")
+        };
+        let response = client.put(key.as_str(), value, None).await.expect("put");
+        revisions.push(response.header().expect("header").revision());
+    }
+    let leader = cluster.leader().await.expect("leader");
+    let leader_pid = cluster.pid(leader).expect("leader running");
+    reset_peak_rss(leader_pid).expect("reset the leader's peak memory");
+    let leader_before = status_bytes(leader_pid, "VmRSS:").expect("leader memory");
+    cluster
+        .restart(lagging)
+        .expect("restart the lagging member");
+    let last_key = format!("big/{:04}", LARGE_KEYS + SMALL_TAIL_KEYS - 1);
+    let direct = cluster.client(lagging).await.expect("client");
+    retry_until(
+        "the lagging member has the last key",
+        CONVERGENCE_TIMEOUT,
+        || {
+            let mut direct = direct.clone();
+            let last_key = last_key.clone();
+            async move {
+                let serializable = GetOptions::new().with_serializable().with_keys_only();
+                let found = direct.get(last_key.as_str(), Some(serializable)).await?;
+                ensure!(found.count() == 1, "the last key is not there yet");
+                anyhow::Ok(())
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "the member did not catch up: {e:#}\n{}",
+            cluster.log_tails()
+        )
+    });
+    let options = GetOptions::new()
+        .with_serializable()
+        .with_prefix()
+        .with_keys_only();
+    let served = direct
+        .clone()
+        .get("big/", Some(options))
+        .await
+        .expect("range");
+    let served: Vec<i64> = served.kvs().iter().map(|kv| kv.mod_revision()).collect();
+    assert_eq!(served, revisions, "the caught-up member serves every key");
+    assert!(
+        cluster.log(lagging).contains("installed snapshot"),
+        "the member caught up by snapshot:\n{}",
+        cluster.log_tail(lagging)
+    );
+    let member_peak = status_bytes(cluster.pid(lagging).expect("running"), "VmHWM:").expect("peak");
+    let leader_growth = status_bytes(leader_pid, "VmHWM:")
+        .expect("leader peak")
+        .saturating_sub(leader_before);
+    eprintln!("PEAK member {member_peak} leader growth {leader_growth} before {leader_before}");
+    assert!(
+        member_peak < LARGE_SNAPSHOT_BYTES,
+        "the caught-up member's peak memory, {member_peak} bytes, reached the snapshot's size"
+    );
+    assert!(
+        leader_growth < MAX_SENDER_GROWTH_BYTES,
+        "the leader's memory grew by {leader_growth} bytes while it sent the snapshot"
     );
 }
 

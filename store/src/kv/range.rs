@@ -41,6 +41,8 @@ pub fn range(view: &dyn ReadView, req: &RangeRequest) -> Result<RangeResponse, K
         limit: fetch_limit,
         rev: req.revision,
         count_only: req.count_only,
+        // Sorting by value needs the values; they are dropped after it.
+        keys_only: req.keys_only && target != SortTarget::Value,
     };
     let result = view.range(&KeyRange::new(&req.key, &req.range_end), opts)?;
     let mut kvs = result.kvs;

@@ -80,6 +80,10 @@ pub struct RangeOptions {
     pub rev: i64,
     /// Only count, return no key-value.
     pub count_only: bool,
+    /// Return key-values without their values: each value is dropped as
+    /// soon as it is read, so a keys-only read of large values holds one
+    /// value at a time, not all of them.
+    pub keys_only: bool,
 }
 
 /// Result of a ranged read.
@@ -259,13 +263,13 @@ impl MvccStore {
         let current = state.current_rev;
         let (visible, count) = plan_range(&state, range, &opts, current)?;
         let kvs = if visible.len() <= RANGE_VALUES_UNDER_LOCK {
-            let kvs = load_values(self.engine.as_ref(), &HashMap::new(), visible)?;
+            let kvs = load_values(self.engine.as_ref(), &HashMap::new(), visible, &opts)?;
             drop(state);
             kvs
         } else {
             let view = self.engine.snapshot();
             drop(state);
-            load_values(view.as_ref(), &HashMap::new(), visible)?
+            load_values(view.as_ref(), &HashMap::new(), visible, &opts)?
         };
         Ok(RangeResult {
             kvs,
@@ -289,9 +293,15 @@ impl MvccStore {
         }
     }
 
-    /// Every live key that has a lease, with its lease id.
+    /// Every live key that has a lease, with its lease id. Values are not
+    /// kept (a member reads this at start and after a snapshot install;
+    /// holding every value would take the store's size in memory).
     pub fn live_leased_keys(&self) -> Result<Vec<(Vec<u8>, i64)>, MvccError> {
-        let all = self.range(&KeyRange::From(Vec::new()), RangeOptions::default())?;
+        let keys_only = RangeOptions {
+            keys_only: true,
+            ..RangeOptions::default()
+        };
+        let all = self.range(&KeyRange::From(Vec::new()), keys_only)?;
         Ok(all
             .kvs
             .into_iter()
@@ -530,15 +540,16 @@ fn plan_range(
 }
 
 /// The engine half of a read: the values of `visible` (from `pending`
-/// first: a transaction's own writes).
+/// first: a transaction's own writes), without them for a keys-only read.
 fn load_values(
     engine: &dyn EngineRead,
     pending: &HashMap<Revision, KeyValue>,
     visible: Vec<VisibleKey>,
+    opts: &RangeOptions,
 ) -> Result<Vec<KeyValue>, MvccError> {
     let mut kvs = Vec::with_capacity(visible.len());
     for v in visible {
-        let kv = match pending.get(&v.at.modified) {
+        let mut kv = match pending.get(&v.at.modified) {
             Some(kv) => kv.clone(),
             None => {
                 let bytes = engine
@@ -552,6 +563,9 @@ fn load_values(
                 decode_kv(&bytes)?
             }
         };
+        if opts.keys_only {
+            kv.value = Vec::new();
+        }
         kvs.push(kv);
     }
     Ok(kvs)
@@ -568,7 +582,7 @@ fn range_in(
 ) -> Result<RangeResult, MvccError> {
     let (visible, count) = plan_range(state, range, &opts, read_rev_default)?;
     Ok(RangeResult {
-        kvs: load_values(engine, pending, visible)?,
+        kvs: load_values(engine, pending, visible, &opts)?,
         count,
         rev: current_rev,
     })

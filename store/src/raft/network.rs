@@ -127,6 +127,9 @@ pub struct SnapshotHeader {
     pub vote: Vote,
     /// What the snapshot covers.
     pub meta: SnapshotMeta,
+    /// The snapshot's size: the receiver refuses a stream that ends
+    /// before (a sender that failed to read its file) or runs past it.
+    pub bytes: u64,
 }
 
 /// The connection to one member.
@@ -266,7 +269,8 @@ impl PeerNetwork {
         Ok(futures::stream::once(opened).flatten().boxed())
     }
 
-    /// Sends `snapshot` as a header and raw chunks on one client stream.
+    /// Sends `snapshot` as a header and raw chunks on one client stream,
+    /// reading each chunk from the file as the stream asks for it.
     async fn send_snapshot(
         &mut self,
         vote: Vote,
@@ -276,25 +280,60 @@ impl PeerNetwork {
         let header = codec::encode(&SnapshotHeader {
             vote,
             meta: snapshot.meta,
+            bytes: snapshot.snapshot.len(),
         });
-        let data = snapshot.snapshot.into_inner();
-        let sent = header.len() + data.len();
-        let chunks: Vec<RaftMessage> = std::iter::once(header)
-            .chain(
-                data.chunks(SNAPSHOT_CHUNK_BYTES as usize)
-                    .map(<[u8]>::to_vec),
-            )
-            .map(|payload| RaftMessage { payload })
-            .collect();
-        self.counters.sent.inc_by(sent as u64);
-        let reply = client
-            .install_snapshot(futures::stream::iter(chunks))
-            .await
-            .map_err(status_error)?;
+        let sent = header.len() as u64 + snapshot.snapshot.len();
+        let read_failure = Arc::new(Mutex::new(None));
+        let chunks = file_chunks(Arc::new(snapshot.snapshot), read_failure.clone());
+        let messages = futures::stream::once(std::future::ready(header))
+            .chain(chunks)
+            .map(|payload| RaftMessage { payload });
+        let reply = client.install_snapshot(messages).await;
+        if let Some(e) = read_failure.lock().ok().and_then(|mut f| f.take()) {
+            return Err(RPCError::Network(NetworkError::new(&e)));
+        }
+        let reply = reply.map_err(status_error)?;
+        self.counters.sent.inc_by(sent);
         let payload = reply.into_inner().payload;
         self.counters.received.inc_by(payload.len() as u64);
         decode_answer(&payload)
     }
+}
+
+/// The snapshot's chunks of [`SNAPSHOT_CHUNK_BYTES`], each read when the
+/// stream is polled for it. A read error ends the stream early (the
+/// receiver then refuses the short snapshot) and is left in `failure`.
+fn file_chunks(
+    snapshot: Arc<SnapshotData>,
+    failure: Arc<Mutex<Option<std::io::Error>>>,
+) -> impl Stream<Item = Vec<u8>> {
+    futures::stream::unfold(0u64, move |offset| {
+        let snapshot = snapshot.clone();
+        let failure = failure.clone();
+        async move {
+            if offset >= snapshot.len() {
+                return None;
+            }
+            let read = tokio::task::spawn_blocking(move || {
+                snapshot.chunk_at(offset, SNAPSHOT_CHUNK_BYTES)
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r);
+            match read {
+                Ok(chunk) => {
+                    let next = offset + chunk.len() as u64;
+                    Some((chunk, next))
+                }
+                Err(e) => {
+                    if let Ok(mut slot) = failure.lock() {
+                        *slot = Some(e);
+                    }
+                    None
+                }
+            }
+        }
+    })
 }
 
 /// A failed snapshot send as openraft's streaming error.

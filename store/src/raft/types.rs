@@ -1,7 +1,6 @@
 //! The openraft type configuration and what the log carries.
 
 use std::fmt;
-use std::io::Cursor;
 
 use etcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
@@ -45,8 +44,8 @@ pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type Membership = openraft::Membership<NodeId, MemberInfo>;
 /// What a snapshot covers.
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
-/// A snapshot's bytes: the state machine's serialized form.
-pub type SnapshotData = Cursor<Vec<u8>>;
+/// A snapshot's bytes: the state machine's serialized form, in a file.
+pub type SnapshotData = super::state_machine::snapshot_file::SnapshotFile;
 /// A snapshot with its metadata.
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 /// openraft's metrics.

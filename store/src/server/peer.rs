@@ -19,7 +19,8 @@ use super::corruption::own_hash;
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
 use super::transfer;
 use crate::codec;
-use crate::raft::network::{SnapshotHeader, MAX_PEER_MESSAGE_BYTES};
+use crate::raft::network::SnapshotHeader;
+use crate::raft::state_machine::snapshot_file::SnapshotReceiver;
 use crate::raft::{NodeId, Snapshot, TypeConfig};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, VoteRequest};
 
@@ -180,7 +181,8 @@ impl RaftPeer for PeerService {
         counted_reply(from, &answer(self.core.raft.pre_vote(rpc).await))
     }
 
-    /// Collects a snapshot (a header, then raw chunks) and installs it.
+    /// Receives a snapshot (a header, then raw chunks) into a file in the
+    /// snapshot directory and installs it.
     async fn install_snapshot(
         &self,
         req: Request<Streaming<RaftMessage>>,
@@ -192,19 +194,23 @@ impl RaftPeer for PeerService {
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         let header: SnapshotHeader = decode_payload(&first.payload)?;
         let from = Some(header.vote.leader_id.node_id);
-        let mut data = Vec::new();
+        let dir = self
+            .core
+            .config
+            .snapshot_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        let mut receiver = blocking(move || SnapshotReceiver::create(&dir, header.bytes)).await?;
+        let mut received = first.payload.len();
         while let Some(chunk) = chunks.message().await? {
-            if data.len() + chunk.payload.len() > MAX_PEER_MESSAGE_BYTES {
-                return Err(Status::resource_exhausted(
-                    "snapshot larger than the peer limit",
-                ));
-            }
-            data.extend_from_slice(&chunk.payload);
+            received += chunk.payload.len();
+            receiver = blocking(move || receiver.write(&chunk.payload).map(|()| receiver)).await?;
         }
-        count_received(from, first.payload.len() + data.len());
+        count_received(from, received);
+        let data = blocking(move || receiver.finish()).await?;
         let snapshot = Snapshot {
             meta: header.meta,
-            snapshot: std::io::Cursor::new(data),
+            snapshot: data,
         };
         let result = self
             .core
@@ -244,5 +250,17 @@ impl RaftPeer for PeerService {
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         reply(&transfer::serve_peer(&self.core, decode(req)?))
+    }
+}
+
+/// Runs blocking file work for a snapshot receive off the async workers;
+/// a failure refuses the stream.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, Status> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Status::invalid_argument(format!("snapshot: {e}"))),
+        Err(e) => Err(Status::internal(format!("snapshot: {e}"))),
     }
 }

@@ -18,8 +18,10 @@
 //! Snapshots ([`snapshot_file`]): every key of the state machine tables,
 //! read from one engine snapshot. The latest one is kept in
 //! `<data-dir>/member/snap/` so it survives restarts and can be sent to
-//! lagging followers. Installing one replaces the tables in one batch and
-//! reloads the in-memory views (MVCC index, leases, auth).
+//! lagging followers. Snapshots stay in files, never whole in memory.
+//! Installing one makes it the current snapshot, replaces the tables in
+//! bounded batches (applied log id last) and reloads the in-memory views
+//! (MVCC index, leases, auth).
 //!
 //! Beside it: [`members`] (published member attributes), the alarms
 //! ([`crate::alarm`]) and the compactor ([`crate::mvcc::compactor`]), which
@@ -28,7 +30,6 @@
 pub mod members;
 pub mod snapshot_file;
 
-use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -42,7 +43,7 @@ use openraft::{EntryPayload, OptionalSend};
 use tokio::sync::mpsc;
 
 use self::members::member_attributes_key;
-use self::snapshot_file::{decode_records, save_snapshot, snapshot_paths, SnapshotBuilder};
+use self::snapshot_file::{SnapshotBuilder, SnapshotFile, SnapshotFiles};
 use super::log_store::io_error;
 use super::types::{
     Batch, Command, CommandResponse, Entry, LogId, Proposal, Snapshot, SnapshotData, SnapshotMeta,
@@ -55,6 +56,7 @@ use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
+use crate::limits::SNAPSHOT_INSTALL_BATCH_BYTES;
 use crate::mvcc::{CompactionJob, KeyRange, MvccStore, WriteTxn};
 use crate::watch::WatchHub;
 
@@ -101,7 +103,7 @@ struct Partial {
 /// go straight to the shared [`MvccStore`].
 pub struct StateMachine {
     mvcc: Arc<MvccStore>,
-    snapshot_dir: PathBuf,
+    snapshot_files: SnapshotFiles,
     compactor: mpsc::Sender<CompactionJob>,
     hub: Arc<WatchHub>,
     lessor: Arc<Lessor>,
@@ -151,7 +153,7 @@ impl StateMachine {
     ) -> Self {
         Self {
             mvcc,
-            snapshot_dir,
+            snapshot_files: SnapshotFiles::new(snapshot_dir),
             compactor,
             hub,
             lessor,
@@ -478,22 +480,42 @@ impl StateMachine {
         }
     }
 
-    fn snapshot_paths(&self) -> (PathBuf, PathBuf) {
-        snapshot_paths(&self.snapshot_dir)
-    }
-
-    fn replace_state(&self, meta: &SnapshotMeta, data: &[u8]) -> std::io::Result<()> {
-        let mut batch = WriteBatch::new();
-        for t in Table::STATE_MACHINE {
-            batch.delete_range(t, Vec::new(), vec![0xff; 32]);
-        }
-        decode_records(data, &mut batch).map_err(|e| io_error("reading a snapshot", e))?;
+    /// Replaces the state machine tables with the snapshot's records, in
+    /// batches of [`SNAPSHOT_INSTALL_BATCH_BYTES`], then reloads the
+    /// in-memory views. The first batch clears the tables, the applied log
+    /// id with them, and the last one records the snapshot's log id and
+    /// membership (the snapshot's own copies of these keys are skipped), so
+    /// until the last batch the state machine claims nothing applied:
+    /// after a crash in between, openraft finds the current snapshot newer
+    /// than the state machine at start and installs it again.
+    fn replace_state(&self, meta: &SnapshotMeta, data: &SnapshotFile) -> std::io::Result<()> {
         let Some(last_log_id) = meta.last_log_id.as_ref() else {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 "an installed snapshot has no last log id",
             ));
         };
+        let mut batch = WriteBatch::new();
+        for t in Table::STATE_MACHINE {
+            batch.delete_range(t, Vec::new(), vec![0xff; 32]);
+        }
+        let mut batch_bytes = 0;
+        let mut records = data.records();
+        while let Some(record) = records
+            .next_record()
+            .map_err(|e| io_error("reading a snapshot", e))?
+        {
+            if record.table == Table::Meta && Self::PROGRESS_KEYS.contains(&&record.key[..]) {
+                continue;
+            }
+            batch_bytes += record.encoded_len();
+            batch.put(record.table, record.key, record.value);
+            if batch_bytes >= SNAPSHOT_INSTALL_BATCH_BYTES {
+                let full = std::mem::take(&mut batch);
+                self.engine().write(full, false).map_err(sm_write_err)?;
+                batch_bytes = 0;
+            }
+        }
         batch.extend(Self::applied_batch(
             last_log_id,
             Some(&meta.last_membership),
@@ -512,6 +534,9 @@ impl StateMachine {
             .map_err(sm_read_err)?;
         self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
     }
+
+    /// Meta keys that record how far the state machine is applied.
+    const PROGRESS_KEYS: [&'static [u8]; 3] = [KEY_APPLIED, KEY_MEMBERSHIP, KEY_APPLIED_PART];
 }
 
 /// Commands refused while the NOSPACE alarm is raised.
@@ -597,35 +622,29 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         SnapshotBuilder {
             view: self.engine().snapshot(),
-            snapshot_dir: self.snapshot_dir.clone(),
+            files: self.snapshot_files.clone(),
         }
     }
 
+    /// Makes the received snapshot the current one, then replaces the
+    /// tables with it (see [`StateMachine::replace_state`] for a crash in
+    /// between).
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: SnapshotData,
+        mut snapshot: SnapshotData,
     ) -> std::io::Result<()> {
-        let data = snapshot.into_inner();
-        self.replace_state(meta, &data)?;
-        self.partial = None;
-        save_snapshot(&self.snapshot_dir, meta, &data)
+        snapshot
+            .persist_as_current(&self.snapshot_files, meta)
             .map_err(|e| io_error("saving the installed snapshot", e))?;
-        tracing::info!(meta = %meta, bytes = data.len(), "installed snapshot");
+        self.replace_state(meta, &snapshot)?;
+        self.partial = None;
+        tracing::info!(meta = %meta, bytes = snapshot.len(), "installed snapshot");
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> std::io::Result<Option<Snapshot>> {
-        let (data_path, meta_path) = self.snapshot_paths();
-        if !meta_path.exists() {
-            return Ok(None);
-        }
-        let meta_bytes = std::fs::read(&meta_path)?;
-        let meta: SnapshotMeta = codec::decode(&meta_bytes).map_err(sm_read_err)?;
-        let data = std::fs::read(&data_path)?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Cursor::new(data),
-        }))
+        let current = self.snapshot_files.current()?;
+        Ok(current.map(|(meta, snapshot)| Snapshot { meta, snapshot }))
     }
 }
