@@ -104,6 +104,13 @@ pub const SNAPSHOT_INSTALL_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Largest batch of log entries sent in one AppendEntries RPC.
 pub const MAX_APPEND_ENTRIES_PER_RPC: u64 = 512;
 
+/// Encoded entry bytes per AppendEntries message, at most (etcd's
+/// `MaxSizePerMsg`, 1 MiB): the leader stops adding entries once a message
+/// reaches it (a message holds at least one entry). Without it, 512 entries
+/// of 1 MiB each made one 512 MiB message, held whole by the leader and the
+/// follower.
+pub const MAX_APPEND_ENTRIES_BYTES: usize = 1024 * 1024;
+
 /// Deadline for one peer RPC (append, vote); snapshots get a longer one.
 pub const PEER_RPC_TIMEOUT_MS: u64 = 3_000;
 

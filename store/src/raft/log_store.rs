@@ -31,7 +31,7 @@ use openraft::OptionalSend;
 use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::codec;
 use crate::engine::{Engine, Table, WriteBatch};
-use crate::limits::GROUP_COMMIT_MAX_PENDING;
+use crate::limits::{GROUP_COMMIT_MAX_PENDING, MAX_APPEND_ENTRIES_BYTES};
 
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
@@ -198,14 +198,19 @@ fn bound_end(b: Bound<&u64>) -> Option<u64> {
     }
 }
 
-impl RaftLogReader<TypeConfig> for LogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
-        &mut self,
-        range: RB,
+impl LogStore {
+    /// The entries in `[start, end)` (`end` `None`: to the last), stopping
+    /// after the entry that brings the encoded total to `max_bytes`.
+    fn read_entries(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        max_bytes: usize,
     ) -> io::Result<Vec<Entry>> {
-        let start = index_key(bound_start(range.start_bound()));
-        let end = bound_end(range.end_bound()).map(index_key);
+        let start = index_key(start);
+        let end = end.map(index_key);
         let mut entries = Vec::new();
+        let mut bytes = 0;
         let mut failure = None;
         self.engine
             .scan(
@@ -220,6 +225,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
                             return ControlFlow::Break(());
                         }
                     }
+                    bytes += v.len();
+                    if bytes >= max_bytes {
+                        return ControlFlow::Break(());
+                    }
                     ControlFlow::Continue(())
                 },
             )
@@ -228,6 +237,22 @@ impl RaftLogReader<TypeConfig> for LogStore {
             return Err(io_error("decoding a raft log entry", e));
         }
         Ok(entries)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> io::Result<Vec<Entry>> {
+        let start = bound_start(range.start_bound());
+        self.read_entries(start, bound_end(range.end_bound()), usize::MAX)
+    }
+
+    /// What replication sends in one AppendEntries: at most
+    /// [`MAX_APPEND_ENTRIES_BYTES`] of entries, and at least one.
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+        self.read_entries(start, Some(end), MAX_APPEND_ENTRIES_BYTES)
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
