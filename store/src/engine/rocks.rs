@@ -26,6 +26,18 @@ const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// the key instead of every L0 file and one file per level.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
 
+/// Share of each `kv` memtable given to a whole-key bloom filter, so a
+/// point read by revision skips the memtables that do not hold it (after a
+/// put load, the active and immutable memtables hold the recent keys).
+/// Other tables are read by scans or rarely, and go without.
+const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
+
+/// The bloom filter's bytes in one `kv` memtable: RocksDB allocates them
+/// from the memtable's arena up front, so the memtable size properties
+/// count them; the size reports take them out again (an empty store is
+/// not 1.3 MiB).
+const MEMTABLE_BLOOM_BYTES: u64 = (WRITE_BUFFER_BYTES as f64 * MEMTABLE_BLOOM_RATIO) as u64;
+
 /// A RocksDB-backed engine.
 pub struct RocksEngine {
     db: Arc<DB>,
@@ -53,6 +65,10 @@ impl RocksEngine {
             table.set_cache_index_and_filter_blocks(true);
             table.set_pin_l0_filter_and_index_blocks_in_cache(true);
             cf_opts.set_block_based_table_factory(&table);
+            if *t == Table::Kv {
+                cf_opts.set_memtable_whole_key_filtering(true);
+                cf_opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+            }
             ColumnFamilyDescriptor::new(t.name(), cf_opts)
         });
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?;
@@ -77,6 +93,19 @@ impl RocksEngine {
                     .flatten()
             })
             .sum()
+    }
+}
+
+impl RocksEngine {
+    /// Bytes of the unflushed memtables of `tables`, without the `kv`
+    /// memtables' bloom filters.
+    fn memtable_bytes(&self, tables: &[Table]) -> u64 {
+        let all = self.property_sum_of(tables, "rocksdb.cur-size-all-mem-tables");
+        if !tables.contains(&Table::Kv) {
+            return all;
+        }
+        let immutable = self.property_sum_of(&[Table::Kv], "rocksdb.num-immutable-mem-table");
+        all.saturating_sub((immutable + 1) * MEMTABLE_BLOOM_BYTES)
     }
 }
 
@@ -168,18 +197,15 @@ impl Engine for RocksEngine {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.property_sum("rocksdb.total-sst-files-size")
-            + self.property_sum("rocksdb.cur-size-all-mem-tables")
+        self.property_sum("rocksdb.total-sst-files-size") + self.memtable_bytes(&Table::ALL)
     }
 
     fn tables_size_bytes(&self, tables: &[Table]) -> u64 {
-        self.property_sum_of(tables, "rocksdb.total-sst-files-size")
-            + self.property_sum_of(tables, "rocksdb.cur-size-all-mem-tables")
+        self.property_sum_of(tables, "rocksdb.total-sst-files-size") + self.memtable_bytes(tables)
     }
 
     fn size_in_use_bytes(&self) -> u64 {
-        self.property_sum("rocksdb.estimate-live-data-size")
-            + self.property_sum("rocksdb.cur-size-all-mem-tables")
+        self.property_sum("rocksdb.estimate-live-data-size") + self.memtable_bytes(&Table::ALL)
     }
 
     fn compact_files(&self) -> EngineResult<()> {
@@ -267,5 +293,23 @@ mod tests {
         }
         let e = RocksEngine::open(dir.path()).unwrap();
         assert_eq!(e.get(Table::Kv, b"k").unwrap(), Some(b"v".to_vec()));
+    }
+
+    #[test]
+    fn sizes_leave_out_the_memtable_bloom_filters() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = RocksEngine::open(dir.path()).unwrap();
+        let empty = e.size_bytes();
+        // The kv memtable's filter alone is MEMTABLE_BLOOM_BYTES (1.3 MiB).
+        assert!(empty < 64 * 1024, "an empty store reports {empty} bytes");
+        let mut b = WriteBatch::new();
+        b.put(Table::Kv, b"k".to_vec(), vec![0; 100_000]);
+        e.write(b, false).unwrap();
+        // Memtables grow by arena blocks (1 MiB), so this is approximate.
+        let one = e.tables_size_bytes(&[Table::Kv]);
+        assert!(
+            (100_000..2 * 1024 * 1024).contains(&one),
+            "one 100 kB value counts as {one} bytes"
+        );
     }
 }
