@@ -23,7 +23,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
@@ -51,6 +51,9 @@ pub(crate) fn io_error(what: &str, e: impl std::fmt::Display) -> io::Error {
 pub struct LogStore {
     engine: Arc<dyn Engine>,
     flusher: Arc<Flusher>,
+    /// The commit index openraft last saved, not yet written: it goes to
+    /// the engine with the next append (see `save_committed`).
+    committed: Arc<Mutex<Option<Option<LogId>>>>,
 }
 
 /// The flusher thread's queue and handle. When the last log store clone
@@ -90,7 +93,14 @@ impl LogStore {
                 queue: Some(queue),
                 thread: Some(thread),
             }),
+            committed: Arc::default(),
         })
+    }
+
+    fn pending_committed(&self) -> std::sync::MutexGuard<'_, Option<Option<LogId>>> {
+        self.committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Writes `entries` and makes them durable at once, outside openraft's
@@ -285,20 +295,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| io_error("saving the vote", e))
     }
 
+    /// Keeps the commit index in memory; the next append writes it in the
+    /// same engine batch as its entries. openraft awaits this before it
+    /// applies each commit, so an engine write here was one more write on
+    /// every write's path, on the leader and on each follower. The commit
+    /// index is optional state (openraft recovers it from the leader, and
+    /// takes the applied index when it is lower): after a crash it may be a
+    /// few entries behind, which only means re-applying from the last
+    /// applied index, as before.
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
-        let mut b = WriteBatch::new();
-        b.put(
-            Table::RaftState,
-            KEY_COMMITTED.to_vec(),
-            codec::encode(&committed),
-        );
-        // Not synced: losing it only means re-applying from the last applied.
-        self.engine
-            .write(b, false)
-            .map_err(|e| io_error("saving the commit index", e))
+        *self.pending_committed() = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        if let Some(pending) = *self.pending_committed() {
+            return Ok(pending);
+        }
         Ok(read_state::<Option<LogId>>(self.engine.as_ref(), KEY_COMMITTED)?.flatten())
     }
 
@@ -307,10 +320,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (b, last) = entries_batch(entries);
+        let (mut b, last) = entries_batch(entries);
         if last.is_none() {
             callback.io_completed(Ok(()));
             return Ok(());
+        }
+        if let Some(committed) = self.pending_committed().take() {
+            b.put(
+                Table::RaftState,
+                KEY_COMMITTED.to_vec(),
+                codec::encode(&committed),
+            );
         }
         self.engine
             .write(b, false)
