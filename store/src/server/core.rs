@@ -77,6 +77,14 @@ pub struct CoreConfig {
     pub snapshot_dir: Option<std::path::PathBuf>,
 }
 
+impl CoreConfig {
+    /// Where snapshot files are written: `snapshot_dir`, else the
+    /// system's temporary directory.
+    pub fn snapshot_dir_or_temp(&self) -> std::path::PathBuf {
+        self.snapshot_dir.clone().unwrap_or_else(std::env::temp_dir)
+    }
+}
+
 /// Shared by all services of one member.
 pub struct Core {
     /// Static configuration.

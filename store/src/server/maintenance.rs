@@ -213,12 +213,7 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         self.require_root(&r).await?;
         let view = self.core.mvcc.engine().snapshot();
-        let dir = self
-            .core
-            .config
-            .snapshot_dir
-            .clone()
-            .unwrap_or_else(std::env::temp_dir);
+        let dir = self.core.config.snapshot_dir_or_temp();
         let (file, total) = tokio::task::spawn_blocking(move || {
             crate::snapshot::create_temp_file(view.as_ref(), &dir)
         })

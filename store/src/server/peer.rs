@@ -194,12 +194,7 @@ impl RaftPeer for PeerService {
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         let header: SnapshotHeader = decode_payload(&first.payload)?;
         let from = Some(header.vote.leader_id.node_id);
-        let dir = self
-            .core
-            .config
-            .snapshot_dir
-            .clone()
-            .unwrap_or_else(std::env::temp_dir);
+        let dir = self.core.config.snapshot_dir_or_temp();
         let mut receiver = blocking(move || SnapshotReceiver::create(&dir, header.bytes)).await?;
         let mut received = first.payload.len();
         while let Some(chunk) = chunks.message().await? {
