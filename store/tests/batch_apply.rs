@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::PutRequest;
-use openraft::storage::RaftStateMachine;
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::EntryPayload;
 use store::engine::memory::MemoryEngine;
 use store::engine::{Engine, Table, WriteBatch};
@@ -289,10 +289,26 @@ async fn an_alarm_in_the_middle_of_an_entry_takes_effect_in_order() {
     );
 }
 
-/// The memory engine, whose writes fail once `fail` is set.
+/// The memory engine, whose writes fail once `writes_left` (when not
+/// negative) is used up.
 struct FailingEngine {
     inner: MemoryEngine,
-    fail: std::sync::atomic::AtomicBool,
+    writes_left: std::sync::atomic::AtomicI64,
+}
+
+impl FailingEngine {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryEngine::new(),
+            writes_left: std::sync::atomic::AtomicI64::new(-1),
+        })
+    }
+
+    /// Lets `n` more writes through (negative: all of them).
+    fn allow_writes(&self, n: i64) {
+        self.writes_left
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl store::engine::EngineRead for FailingEngine {
@@ -314,7 +330,15 @@ impl store::engine::EngineRead for FailingEngine {
 
 impl Engine for FailingEngine {
     fn write(&self, batch: WriteBatch, sync: bool) -> store::engine::EngineResult<()> {
-        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+        let left = self
+            .writes_left
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| Some(if n > 0 { n - 1 } else { n }),
+            )
+            .expect("the update always applies");
+        if left == 0 {
             return Err(store::engine::EngineError::corrupt(
                 "injected write failure",
             ));
@@ -348,16 +372,87 @@ impl Engine for FailingEngine {
 #[tokio::test]
 async fn an_engine_failure_during_apply_fails_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = Arc::new(FailingEngine {
-        inner: MemoryEngine::new(),
-        fail: std::sync::atomic::AtomicBool::new(false),
-    });
+    let engine = FailingEngine::new();
     let (mvcc, mut sm) = state_machine(engine.clone(), dir.path());
     sm.applied_state().await.expect("applied state");
     sm.apply_entries([entry(1, vec![put("a")])]).expect("apply");
-    engine.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    engine.allow_writes(0);
     let failed = sm.apply_entries([entry(2, vec![put("b"), put("c")])]);
     assert!(failed.is_err(), "{failed:?}");
     let read = mvcc.range(&store::mvcc::KeyRange::From(Vec::new()), Default::default());
     assert!(read.is_err(), "reads refuse the diverged index: {read:?}");
+}
+
+/// Puts `key` with a value of `bytes` bytes.
+fn put_large(key: &str, bytes: usize) -> Proposal {
+    Proposal {
+        by: None,
+        cmd: Command::Put(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: vec![b'v'; bytes],
+            ..Default::default()
+        }),
+    }
+}
+
+/// A snapshot install that a crash cuts off after its first engine batch
+/// leaves a state machine that claims nothing applied, while the snapshot
+/// is already the current one; at the next start openraft finds the
+/// snapshot newer and installs it again (`restore_from_snapshot`, done by
+/// hand here), which completes it.
+#[tokio::test]
+async fn an_interrupted_snapshot_install_completes_at_the_next_start() {
+    let source_dir = tempfile::tempdir().expect("tempdir");
+    let (source_mvcc, mut source) = state_machine(Arc::new(MemoryEngine::new()), source_dir.path());
+    source.applied_state().await.expect("applied state");
+    // 6 MiB of values: more than one install batch (4 MiB).
+    let values = (0..6).map(|i| put_large(&format!("k{i}"), 1024 * 1024));
+    source
+        .apply_entries([entry(1, values.collect())])
+        .expect("apply");
+    let snapshot = source
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build a snapshot");
+    let meta = snapshot.meta.clone();
+    assert_eq!(meta.last_log_id, Some(log_id(1)));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = FailingEngine::new();
+    let (_, mut member) = state_machine(engine.clone(), dir.path());
+    member.applied_state().await.expect("applied state");
+    member
+        .apply_entries([entry(1, vec![put("old")])])
+        .expect("apply");
+    engine.allow_writes(1);
+    let cut = member.install_snapshot(&meta, snapshot.snapshot).await;
+    assert!(cut.is_err(), "the second batch fails: {cut:?}");
+
+    // The next start.
+    engine.allow_writes(-1);
+    let (mvcc, mut restarted) = state_machine(engine.clone(), dir.path());
+    let (applied, _) = restarted.applied_state().await.expect("applied state");
+    assert!(applied < meta.last_log_id, "claims {applied:?}");
+    let current = restarted
+        .get_current_snapshot()
+        .await
+        .expect("read the current snapshot")
+        .expect("the received snapshot is the current one");
+    assert_eq!(current.meta, meta);
+    restarted
+        .install_snapshot(&current.meta, current.snapshot)
+        .await
+        .expect("install again");
+    let (applied, _) = restarted.applied_state().await.expect("applied state");
+    assert_eq!(applied, meta.last_log_id);
+    let all = store::mvcc::KeyRange::From(Vec::new());
+    let served = mvcc.range(&all, Default::default()).expect("range");
+    let expected = source_mvcc.range(&all, Default::default()).expect("range");
+    assert_eq!(
+        served.kvs, expected.kvs,
+        "the old key is gone, the snapshot's are there"
+    );
+    assert_eq!(mvcc.current_revision(), source_mvcc.current_revision());
 }
