@@ -274,6 +274,15 @@ impl Core {
             }
             LeaderRequest::LeaseRenew(id) => {
                 self.require_primary()?;
+                // etcd 3.5's `ensureLeadership`: a quorum confirms this
+                // member still leads before it restarts a lease's clock. A
+                // leader cut off from the quorum otherwise keeps renewing
+                // leases that the new leader (which restarts every lease
+                // when it takes over) is already counting down, and the
+                // holder of an election lease believes it holds it longer
+                // than it does (the gateway's VIP fencing relies on it).
+                self.read_index_local().await?;
+                self.require_primary()?;
                 Ok(LeaderReply::LeaseRenewed(self.lessor.renew(id)))
             }
             LeaderRequest::LeaseTimeToLive(id) => {
