@@ -10,7 +10,7 @@
 //! | module | bounds |
 //! | --- | --- |
 //! | `lease` | `MAX_LEASE_TTL_SECONDS` |
-//! | `watch::hub` | `WATCH_RING_REVISIONS` |
+//! | `watch::hub` | `WATCH_RING_REVISIONS`, `WATCH_RING_BYTES` |
 //! | `mvcc::compactor` | `COMPACTOR_QUEUE` |
 //! | `engine::rocks` | `WRITE_BUFFER_BYTES` |
 //! | `raft::network` | `MAX_PEER_MESSAGE_BYTES` |

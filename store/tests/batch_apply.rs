@@ -245,6 +245,7 @@ async fn proposals_of_one_entry_see_each_other_and_keep_their_revisions() {
         .map(|_| {
             events
                 .try_recv()
+                .expect("no lag")
                 .expect("one event batch per revision")
                 .revision
         })

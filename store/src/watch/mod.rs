@@ -1,6 +1,6 @@
 //! Watch's domain part: the [`hub::WatchHub`] to which the state machine
-//! publishes each applied revision's events, a bounded broadcast ring shared
-//! by all Watch streams. The streams themselves (sessions, catch-up from
+//! publishes each applied revision's events, a ring bounded in revisions and
+//! bytes, shared by all Watch streams. The streams themselves (sessions, catch-up from
 //! storage, progress answers) are served by `crate::server::watch`.
 
 pub mod hub;

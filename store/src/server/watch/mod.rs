@@ -2,7 +2,8 @@
 //! its own applied state.
 //!
 //! The state machine publishes each applied revision's events to the
-//! [`WatchHub`], a bounded broadcast ring shared by all streams. Each
+//! [`WatchHub`], a ring bounded in revisions and bytes, shared by all
+//! streams. Each
 //! gRPC Watch stream runs one [`session`] task that owns its watchers:
 //!
 //! - A watcher whose next revision is in the past *catches up from storage*

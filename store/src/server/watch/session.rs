@@ -11,8 +11,7 @@ use etcd_proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use etcd_proto::mvccpb::event::EventType;
 use etcd_proto::mvccpb::Event;
 use prost::Message;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::{Status, Streaming};
 
@@ -21,7 +20,7 @@ use crate::errors::{EtcdError, WatchCancelReason};
 use crate::metrics::{self, GaugeGuard};
 use crate::mvcc::{KeyRange, MvccError};
 use crate::server::core::Core;
-use crate::watch::hub::{RevisionEvents, WatchHub};
+use crate::watch::hub::{HubReceiver, Lagged, RevisionEvents, WatchHub};
 
 /// Events read from storage per catch-up step: bounds the memory and the
 /// time a session spends on one step before it looks at its other work.
@@ -120,7 +119,7 @@ pub async fn run(
 
 struct Session {
     core: Arc<Core>,
-    hub_rx: broadcast::Receiver<RevisionEvents>,
+    hub_rx: HubReceiver,
     out: Out,
     watchers: BTreeMap<i64, Watcher>,
     next_auto_id: i64,
@@ -151,8 +150,7 @@ impl Session {
                 _ = out.closed() => return Err(End::ClientGone),
                 batch = self.hub_rx.recv() => match batch {
                     Ok(b) => self.deliver(&b).await?,
-                    Err(RecvError::Lagged(_)) => self.resync().await?,
-                    Err(RecvError::Closed) => return Err(End::Fail(EtcdError::Stopped.into())),
+                    Err(Lagged(_)) => self.resync().await?,
                 },
                 _ = progress.tick() => self.periodic_progress().await?,
                 _ = leader_check.tick(), if self.config.require_leader => {
@@ -409,9 +407,9 @@ impl Session {
     async fn drain_hub(&mut self) -> Result<(), End> {
         loop {
             match self.hub_rx.try_recv() {
-                Ok(b) => self.deliver(&b).await?,
-                Err(TryRecvError::Lagged(_)) => self.resync().await?,
-                Err(TryRecvError::Empty) | Err(TryRecvError::Closed) => return Ok(()),
+                Ok(Some(b)) => self.deliver(&b).await?,
+                Ok(None) => return Ok(()),
+                Err(Lagged(_)) => self.resync().await?,
             }
         }
     }
