@@ -94,9 +94,7 @@ impl RocksEngine {
             })
             .sum()
     }
-}
 
-impl RocksEngine {
     /// Bytes of the unflushed memtables of `tables`, without the `kv`
     /// memtables' bloom filters.
     fn memtable_bytes(&self, tables: &[Table]) -> u64 {

@@ -89,13 +89,15 @@ impl SnapshotFile {
 
     /// The records, read from the start through a buffer.
     pub fn records(&self) -> RecordReader<impl Read> {
-        let reader = PositionedReader {
+        let reader = BufReader::with_capacity(FILE_BUFFER_BYTES, self.reader());
+        RecordReader::new(reader, self.len)
+    }
+
+    /// The bytes, read from the start.
+    fn reader(&self) -> PositionedReader {
+        PositionedReader {
             file: self.file.clone(),
             offset: 0,
-        };
-        RecordReader {
-            input: BufReader::with_capacity(FILE_BUFFER_BYTES, reader),
-            remaining: self.len,
         }
     }
 
@@ -124,7 +126,7 @@ impl SnapshotFile {
             std::fs::create_dir_all(files.dir())?;
             let copy = data_path.with_extension(format!("copy.{TEMP_EXTENSION}"));
             let mut out = File::create(&copy)?;
-            std::io::copy(&mut self.records().input, &mut out)?;
+            std::io::copy(&mut self.reader(), &mut out)?;
             out.sync_all()?;
             files.save_current(meta, &copy)?;
             *self = Self::open(&data_path)?;
@@ -308,36 +310,44 @@ impl<R: Read> RecordReader<R> {
     }
 }
 
-/// Writes every state machine table of `reader` to `out` (snapshot
-/// format) and returns the number of bytes written.
-pub fn encode_records(reader: &dyn EngineRead, out: &mut dyn Write) -> std::io::Result<u64> {
-    let mut written = 0u64;
+/// Writes one record (snapshot format) of the table at `table_index` in
+/// [`Table::STATE_MACHINE`].
+fn write_record(
+    out: &mut dyn Write,
+    table_index: u8,
+    key: &[u8],
+    value: &[u8],
+) -> std::io::Result<()> {
+    out.write_all(&[table_index])?;
+    out.write_all(&(key.len() as u32).to_be_bytes())?;
+    out.write_all(key)?;
+    out.write_all(&(value.len() as u32).to_be_bytes())?;
+    out.write_all(value)
+}
+
+/// Writes every state machine table of `reader` to `out` (snapshot format).
+pub fn encode_records(reader: &dyn EngineRead, out: &mut dyn Write) -> std::io::Result<()> {
     let mut failed = None;
     for (i, t) in Table::STATE_MACHINE.iter().enumerate() {
         reader
-            .scan(*t, &[], None, &mut |k, v| {
-                let record = [
-                    &[i as u8][..],
-                    &(k.len() as u32).to_be_bytes(),
-                    k,
-                    &(v.len() as u32).to_be_bytes(),
-                    v,
-                ];
-                for part in record {
-                    if let Err(e) = out.write_all(part) {
+            .scan(
+                *t,
+                &[],
+                None,
+                &mut |k, v| match write_record(out, i as u8, k, v) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
                         failed = Some(e);
-                        return ControlFlow::Break(());
+                        ControlFlow::Break(())
                     }
-                    written += part.len() as u64;
-                }
-                ControlFlow::Continue(())
-            })
+                },
+            )
             .map_err(|e: EngineError| io_error("reading the state machine", e))?;
         if let Some(e) = failed.take() {
             return Err(e);
         }
     }
-    Ok(written)
+    Ok(())
 }
 
 /// Distinguishes the temporary files of concurrent receives.
@@ -348,9 +358,9 @@ static RECEIVING: AtomicU64 = AtomicU64::new(0);
 /// than [`MAX_SNAPSHOT_BYTES`]. The file is removed if the receive fails.
 pub struct SnapshotReceiver {
     file: BufWriter<File>,
+    /// The file being received; its `len` counts the bytes so far.
     snapshot: SnapshotFile,
     expected: u64,
-    received: u64,
 }
 
 impl SnapshotReceiver {
@@ -380,27 +390,25 @@ impl SnapshotReceiver {
             file: BufWriter::with_capacity(FILE_BUFFER_BYTES, file),
             snapshot,
             expected,
-            received: 0,
         })
     }
 
     /// Appends `chunk` (a blocking write).
     pub fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
-        if self.received + chunk.len() as u64 > self.expected {
+        if self.snapshot.len + chunk.len() as u64 > self.expected {
             return Err(invalid("snapshot longer than announced"));
         }
         self.file.write_all(chunk)?;
-        self.received += chunk.len() as u64;
+        self.snapshot.len += chunk.len() as u64;
         Ok(())
     }
 
     /// The received snapshot, once every announced byte arrived.
     pub fn finish(mut self) -> std::io::Result<SnapshotFile> {
-        if self.received != self.expected {
+        if self.snapshot.len != self.expected {
             return Err(invalid("snapshot shorter than announced"));
         }
         self.file.flush()?;
-        self.snapshot.len = self.received;
         Ok(self.snapshot)
     }
 }
@@ -474,11 +482,7 @@ mod tests {
                 .iter()
                 .position(|t| *t == r.table)
                 .unwrap();
-            out.push(i as u8);
-            out.extend_from_slice(&(r.key.len() as u32).to_be_bytes());
-            out.extend_from_slice(&r.key);
-            out.extend_from_slice(&(r.value.len() as u32).to_be_bytes());
-            out.extend_from_slice(&r.value);
+            write_record(&mut out, i as u8, &r.key, &r.value).unwrap();
         }
         out
     }
