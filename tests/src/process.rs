@@ -204,6 +204,30 @@ fn kill_and_reap(child: &mut Child) -> Result<()> {
     Ok(())
 }
 
+/// Resident memory of process `pid` in bytes, from a `/proc/<pid>/status`
+/// field given in kB: `"VmRSS:"` (now) or `"VmHWM:"` (the peak).
+pub fn status_bytes(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .with_context(|| format!("no {field} line"))?;
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .with_context(|| format!("empty {field} line"))?
+        .parse()
+        .with_context(|| format!("{field} is not a number"))?;
+    Ok(kib * 1024)
+}
+
+/// Resets process `pid`'s peak resident memory (`VmHWM`) to its current one.
+pub fn reset_peak_rss(pid: u32) -> Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .with_context(|| format!("resetting the peak memory of {pid}"))
+}
+
 /// Sends signal `name` (`TERM`, `STOP`, `CONT`, ...) to process `pid`
 /// (`kill -s`): only ever a pid this harness started.
 pub fn signal(pid: u32, name: &str) -> Result<()> {

@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use etcd_client::{Client, CompactionOptions, DeleteOptions, GetOptions};
 use integration_tests::client::connect;
+use integration_tests::process::{reset_peak_rss, status_bytes};
 use integration_tests::wait::retry_until;
 use integration_tests::writer::served;
 use integration_tests::{Binary, Cluster, ClusterConfig};
@@ -348,27 +349,6 @@ const LARGE_SNAPSHOT_BYTES: u64 = (LARGE_KEYS * LARGE_VALUE_BYTES) as u64;
 /// a quarter of the snapshot (it used to read the file into one buffer
 /// and copy it into the messages, twice the snapshot).
 const MAX_SENDER_GROWTH_BYTES: u64 = LARGE_SNAPSHOT_BYTES / 4;
-
-/// A line of `/proc/<pid>/status` in bytes (`VmHWM`, `VmRSS`: kB values).
-fn status_bytes(pid: u32, field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .with_context(|| format!("{field} in status"))?;
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .context("status value")?
-        .parse()?;
-    Ok(kib * 1024)
-}
-
-/// Resets process `pid`'s peak resident memory (`VmHWM`) to its current one.
-fn reset_peak_rss(pid: u32) -> Result<()> {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
-    Ok(())
-}
 
 /// How a stopped member gets the writes it missed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

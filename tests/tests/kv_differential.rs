@@ -23,6 +23,7 @@ use integration_tests::differential::{
     assert_fails, assert_grpc_error, assert_ok, assert_stdout, differential,
 };
 use integration_tests::etcdctl::txn_script;
+use integration_tests::process::status_bytes;
 use integration_tests::Differential;
 
 /// Fixed lease id (etcdctl prints it as hex `1234`), so both servers agree on it.
@@ -1074,17 +1075,6 @@ const HUGE_CONCURRENT_PUTS: usize = 16;
 /// add up to 768 MiB; refused on their headers, none is buffered).
 const HUGE_PUTS_MAX_GROWTH_BYTES: u64 = 256 * 1024 * 1024;
 
-/// `VmHWM` (peak resident memory) of a process, in bytes.
-fn peak_rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kib * 1024
-}
-
 /// Messages over the transport limit get grpc-go's `ResourceExhausted`
 /// text from both; the candidate refuses them on their length prefix, so
 /// many concurrent huge puts do not grow its memory by their size, and
@@ -1106,7 +1096,7 @@ async fn transport_limit_refuses_before_buffering() {
         "{err}"
     );
     let pid = d.candidate.cluster.pid(0).expect("candidate pid");
-    let before = peak_rss_bytes(pid);
+    let before = status_bytes(pid, "VmHWM:").expect("VmHWM");
     let huge = std::sync::Arc::new(vec![b'h'; HUGE_VALUE_BYTES]);
     let mut puts = tokio::task::JoinSet::new();
     for i in 0..HUGE_CONCURRENT_PUTS {
@@ -1123,7 +1113,9 @@ async fn transport_limit_refuses_before_buffering() {
             "{r:?}"
         );
     }
-    let grown = peak_rss_bytes(pid).saturating_sub(before);
+    let grown = status_bytes(pid, "VmHWM:")
+        .expect("VmHWM")
+        .saturating_sub(before);
     assert!(
         grown < HUGE_PUTS_MAX_GROWTH_BYTES,
         "peak memory grew by {grown} bytes refusing {HUGE_CONCURRENT_PUTS} puts of {HUGE_VALUE_BYTES} bytes"

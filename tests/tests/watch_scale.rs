@@ -62,6 +62,7 @@ use etcd_client::{
 };
 use integration_tests::client::current_revision;
 use integration_tests::client::describe_error;
+use integration_tests::process::status_bytes;
 use integration_tests::watchlease::{next_response, watch_connect};
 use integration_tests::{against_both, ClusterConfig, Server};
 use rand::rngs::StdRng;
@@ -620,23 +621,6 @@ async fn many_streams_on_one_connection(server: Server) {
 // A stalled reader.
 // ---------------------------------------------------------------------------
 
-/// `VmRSS` of process `pid`, in bytes.
-fn rss_bytes(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .context("no VmRSS line")?;
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .context("empty VmRSS line")?
-        .parse()
-        .context("VmRSS is not a number")?;
-    Ok(kib * 1024)
-}
-
 /// Samples the RSS of `pid` until `stop`; the maximum is kept in `max`.
 fn spawn_rss_sampler(
     pid: u32,
@@ -645,7 +629,7 @@ fn spawn_rss_sampler(
 ) -> JoinHandle<Result<()>> {
     tokio::spawn(async move {
         while !stop.load(Ordering::SeqCst) {
-            max.fetch_max(rss_bytes(pid)?, Ordering::SeqCst);
+            max.fetch_max(status_bytes(pid, "VmRSS:")?, Ordering::SeqCst);
             sleep(RSS_SAMPLE_INTERVAL).await;
         }
         Ok(())
@@ -721,7 +705,7 @@ async fn stalled_reader_does_not_block_writes_or_other_watchers(server: Server) 
         )
         .await?;
 
-        let baseline = rss_bytes(pid)?;
+        let baseline = status_bytes(pid, "VmRSS:")?;
         let max_rss = Arc::new(AtomicU64::new(baseline));
         let sampling = Arc::new(AtomicBool::new(false));
         let sampler = spawn_rss_sampler(pid, max_rss.clone(), sampling.clone());
