@@ -111,6 +111,11 @@ pub const MAX_APPEND_ENTRIES_PER_RPC: u64 = 512;
 /// follower.
 pub const MAX_APPEND_ENTRIES_BYTES: usize = 1024 * 1024;
 
+/// Encoded entry bytes the state machine reads from the log at a time while
+/// it applies (at least one entry): what it holds of a committed range it
+/// has not applied yet, however long that range is.
+pub const MAX_APPLY_READ_BYTES: usize = 1024 * 1024;
+
 /// Deadline for one peer RPC (append, vote); snapshots get a longer one.
 pub const PEER_RPC_TIMEOUT_MS: u64 = 3_000;
 

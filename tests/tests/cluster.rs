@@ -349,6 +349,14 @@ const LARGE_SNAPSHOT_BYTES: u64 = (LARGE_KEYS * LARGE_VALUE_BYTES) as u64;
 /// a quarter of the snapshot (it used to read the file into one buffer
 /// and copy it into the messages, twice the snapshot).
 const MAX_SENDER_GROWTH_BYTES: u64 = LARGE_SNAPSHOT_BYTES / 4;
+/// Most the caught-up member's resident memory may peak at: what it holds
+/// whatever it missed (about 85 MiB at start; the `raft_log` and `kv`
+/// tables both take the backlog, each up to an active and a flushing
+/// 64 MiB memtable; a 64 MiB block cache) with room for allocator slack.
+/// Holding the 400 MiB backlog on top of that exceeds it (it peaked at
+/// 2.1 GiB when it did; etcd 3.5.1, which keeps the entries since its last
+/// snapshot in memory, peaks at 1.4 GB in the same catch-up by log).
+const MAX_MEMBER_PEAK_BYTES: u64 = 512 * 1024 * 1024;
 
 /// How a stopped member gets the writes it missed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,8 +369,9 @@ enum CatchUp {
 
 /// Kills a follower, writes [`LARGE_KEYS`] values of 1 MiB and a small
 /// tail, restarts it and waits until it serves every key (caught up as
-/// `how` says); checks that the member's peak resident memory stays below
-/// what it missed and that the leader's grows by less than a quarter of it.
+/// `how` says); checks that the member's peak resident memory stays within
+/// [`MAX_MEMBER_PEAK_BYTES`] and that the leader's grows by less than a
+/// quarter of what the member missed.
 async fn catch_up_large_values(how: CatchUp) {
     let config = match how {
         CatchUp::Snapshot => ClusterConfig::new(MEMBERS).with_snapshot_count(SNAPSHOT_COUNT),
@@ -436,9 +445,9 @@ async fn catch_up_large_values(how: CatchUp) {
         .saturating_sub(leader_before);
     eprintln!("{how:?}: member peak {member_peak} bytes, leader growth {leader_growth} bytes");
     assert!(
-        member_peak < LARGE_SNAPSHOT_BYTES,
-        "by {how:?}: the caught-up member's peak memory, {member_peak} bytes, reached the \
-         size of what it missed"
+        member_peak < MAX_MEMBER_PEAK_BYTES,
+        "by {how:?}: the caught-up member's peak memory, {member_peak} bytes, went past its \
+         {MAX_MEMBER_PEAK_BYTES}-byte budget"
     );
     assert!(
         leader_growth < MAX_SENDER_GROWTH_BYTES,
@@ -450,8 +459,8 @@ async fn catch_up_large_values(how: CatchUp) {
 /// A member stopped while 400 MiB are written catches up by snapshot, and
 /// neither the sending leader nor the receiving member holds the snapshot
 /// in memory: the leader's resident memory grows by less than a quarter of
-/// the snapshot while it sends, the member's peak stays below the
-/// snapshot's size. They used to read, send, receive and install it as one
+/// the snapshot while it sends, the member's peak stays within its
+/// budget ([`MAX_MEMBER_PEAK_BYTES`]). They used to read, send, receive and install it as one
 /// buffer, so a store near etcd's 2 GiB default quota could not catch a
 /// member up.
 #[tokio::test]

@@ -26,12 +26,13 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use futures::{stream, Stream, StreamExt};
 use openraft::OptionalSend;
 
 use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::codec;
 use crate::engine::{Engine, Table, WriteBatch};
-use crate::limits::{GROUP_COMMIT_MAX_PENDING, MAX_APPEND_ENTRIES_BYTES};
+use crate::limits::{GROUP_COMMIT_MAX_PENDING, MAX_APPEND_ENTRIES_BYTES, MAX_APPLY_READ_BYTES};
 
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
@@ -265,6 +266,36 @@ impl RaftLogReader<TypeConfig> for LogStore {
         self.read_entries(start, Some(end), MAX_APPEND_ENTRIES_BYTES)
     }
 
+    /// The committed entries the state machine applies, read
+    /// [`MAX_APPLY_READ_BYTES`] at a time as the apply loop asks for them.
+    /// openraft's default read the whole range first: a follower catching
+    /// up through 1 MiB entries could be handed hundreds of them at once.
+    async fn entries_stream<RB>(
+        &mut self,
+        range: RB,
+    ) -> impl Stream<Item = io::Result<Entry>> + OptionalSend
+    where
+        RB: RangeBounds<u64> + Clone + Debug + OptionalSend,
+    {
+        let start = bound_start(range.start_bound());
+        let end = bound_end(range.end_bound());
+        let chunks = stream::unfold(Some((self.clone(), start)), move |state| async move {
+            let (store, next) = state?;
+            if end.is_some_and(|end| next >= end) {
+                return None;
+            }
+            match store.read_entries(next, end, MAX_APPLY_READ_BYTES) {
+                Ok(chunk) => {
+                    let last = chunk.last()?.log_id.index;
+                    let chunk: Vec<io::Result<Entry>> = chunk.into_iter().map(Ok).collect();
+                    Some((stream::iter(chunk), Some((store, last + 1))))
+                }
+                Err(e) => Some((stream::iter(vec![Err(e)]), None)),
+            }
+        });
+        chunks.flatten()
+    }
+
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
         read_state(self.engine.as_ref(), KEY_VOTE)
     }
@@ -369,5 +400,94 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.engine
             .write(b, false)
             .map_err(|e| io_error("purging the raft log", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use etcd_proto::etcdserverpb::PutRequest;
+    use futures::StreamExt;
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::engine::memory::MemoryEngine;
+    use crate::raft::types::{Batch, Command, LeaderId, Proposal};
+
+    /// Entries of this many value bytes: two fit under the 1 MiB bounds,
+    /// the second one reaches them.
+    const VALUE_BYTES: usize = 600 * 1024;
+    const ENTRIES: u64 = 6;
+
+    fn large_entry(index: u64) -> Entry {
+        let put = PutRequest {
+            key: index.to_be_bytes().to_vec(),
+            value: vec![b'v'; VALUE_BYTES],
+            ..Default::default()
+        };
+        Entry {
+            log_id: LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            ),
+            payload: EntryPayload::Normal(Batch {
+                proposals: vec![Proposal {
+                    by: None,
+                    cmd: Command::Put(put),
+                }],
+            }),
+        }
+    }
+
+    fn store_with_large_entries() -> LogStore {
+        let store = LogStore::open(Arc::new(MemoryEngine::new())).expect("open");
+        let entries: Vec<Entry> = (1..=ENTRIES).map(large_entry).collect();
+        store.append_synced(&entries).expect("append");
+        store
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[tokio::test]
+    async fn an_append_message_stops_at_the_entry_reaching_the_byte_bound() {
+        let mut store = store_with_large_entries();
+        let first = store.limited_get_log_entries(1, ENTRIES + 1).await;
+        assert_eq!(indexes(&first.expect("read")), vec![1, 2]);
+        let tail = store.limited_get_log_entries(ENTRIES, ENTRIES + 1).await;
+        assert_eq!(indexes(&tail.expect("read")), vec![ENTRIES]);
+    }
+
+    #[tokio::test]
+    async fn the_apply_stream_yields_the_range_in_order_across_reads() {
+        let mut store = store_with_large_entries();
+        let read: Vec<Entry> = store
+            .entries_stream(2..=ENTRIES)
+            .await
+            .map(|e| e.expect("entry"))
+            .collect()
+            .await;
+        assert_eq!(indexes(&read), (2..=ENTRIES).collect::<Vec<_>>());
+    }
+
+    /// The stream reads one bounded chunk at a time: entries removed after
+    /// the first chunk was read are not yielded (openraft's default read
+    /// the whole range before yielding the first entry).
+    #[tokio::test]
+    async fn the_apply_stream_reads_a_bounded_chunk_at_a_time() {
+        let mut store = store_with_large_entries();
+        let mut reader = store.clone();
+        let mut stream = std::pin::pin!(reader.entries_stream(1..=ENTRIES).await);
+        let first = stream.next().await.expect("first").expect("entry");
+        assert_eq!(first.log_id.index, 1);
+        store
+            .truncate_after(Some(first.log_id))
+            .await
+            .expect("truncate");
+        let rest: Vec<Entry> = stream.map(|e| e.expect("entry")).collect().await;
+        assert_eq!(indexes(&rest), vec![2], "only the rest of the first chunk");
     }
 }
