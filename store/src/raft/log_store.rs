@@ -25,8 +25,8 @@ use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
-use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use futures::{stream, Stream, StreamExt};
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
 use super::types::{Entry, LogId, TypeConfig, Vote};
