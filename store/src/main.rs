@@ -17,8 +17,33 @@ async fn wait_for_signal() {
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    disable_transparent_huge_pages();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("store: starting the async runtime: {e}");
+            std::process::exit(1);
+        });
+    runtime.block_on(run());
+}
+
+/// Opts the process out of transparent huge pages before anything
+/// allocates much. mimalloc commits its arena up front, and where the
+/// kernel backs such memory with 2 MiB pages (THP `always`, or `madvise`
+/// as on this machine) every page touched takes 2 MiB: an idle member was
+/// 82 MB resident, 55 MB of it huge pages, against 54 MB without them
+/// (etcd 3.5.1: 28 MB). Failing only costs that memory, so it is ignored.
+fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and changes
+    // a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+async fn run() {
     let parsed = match Config::from_args(std::env::args().collect()) {
         Ok(p) => p,
         Err(ArgsError::Flags(e)) => e.exit(),
