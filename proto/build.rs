@@ -25,6 +25,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .file_descriptor_set_path(&descriptors)
+        // prost's codec with etcd's (gogo's) words for a request that
+        // does not parse (src/codec.rs).
+        .codec_path("crate::codec::EtcdCodec")
         .compile_protos(&protos, &["proto"])?;
     pbjson_build::Builder::new()
         .register_descriptors(&std::fs::read(&descriptors)?)?

@@ -26,6 +26,9 @@
 //! values omitted, unknown fields ignored on input.
 #![deny(missing_docs)]
 
+pub mod codec;
+pub mod gogo;
+
 /// The encoded `FileDescriptorSet` of every package (field names, kinds and
 /// enum values at run time, for checks that follow the descriptors).
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));

@@ -414,6 +414,19 @@ fn excerpt(text: &str) -> String {
     }
 }
 
+/// The seeds a fuzzing test runs: `FUZZ_SEED=n` runs seed `n` alone,
+/// `FUZZ_SEEDS=n` seeds 1 to `n` (long runs by hand), otherwise `ci`.
+pub fn fuzz_seeds(ci: &[u64]) -> Vec<u64> {
+    if let Ok(seed) = std::env::var("FUZZ_SEED") {
+        return vec![seed.parse().expect("FUZZ_SEED is a u64")];
+    }
+    if let Ok(count) = std::env::var("FUZZ_SEEDS") {
+        let count: u64 = count.parse().expect("FUZZ_SEEDS is a u64");
+        return (1..=count).collect();
+    }
+    ci.to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

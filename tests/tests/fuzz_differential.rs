@@ -467,14 +467,7 @@ async fn shrink(ops: &[Op]) -> Vec<Op> {
 }
 
 fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("FUZZ_SEED") {
-        return vec![seed.parse().expect("FUZZ_SEED is a u64")];
-    }
-    if let Ok(count) = std::env::var("FUZZ_SEEDS") {
-        let count: u64 = count.parse().expect("FUZZ_SEEDS is a u64");
-        return (1..=count).collect();
-    }
-    CI_SEEDS.to_vec()
+    integration_tests::differential::fuzz_seeds(&CI_SEEDS)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

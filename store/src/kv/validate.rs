@@ -74,7 +74,9 @@ fn check_op(op: &RequestOp, max_txn_ops: usize) -> Result<(), EtcdError> {
         Some(Request::RequestPut(r)) => check_put(r),
         Some(Request::RequestDeleteRange(r)) => check_delete(r),
         Some(Request::RequestTxn(r)) => check_txn_shape(r, max_txn_ops),
-        None => Ok(()),
+        // An operation with no request: etcd's `checkRequestOp` answers
+        // "key not found" (found by tests/raw_grpc_differential.rs).
+        None => Err(EtcdError::KeyNotFound),
     }
 }
 
@@ -217,6 +219,15 @@ mod tests {
         assert_eq!(
             check_range(&RangeRequest::default()),
             Err(EtcdError::EmptyKey)
+        );
+    }
+
+    #[test]
+    fn an_operation_without_a_request_is_key_not_found() {
+        let empty = RequestOp { request: None };
+        assert_eq!(
+            check_txn(&txn(vec![], vec![put("a"), empty]), 128),
+            Err(EtcdError::KeyNotFound)
         );
     }
 

@@ -1,0 +1,111 @@
+//! The gRPC codec of every generated service and client: prost's, except
+//! that a request that does not parse is refused with etcd's message
+//! (`grpc: error unmarshalling request: <gogo's error>`, code `Internal`,
+//! see [`crate::gogo`]), and one gogo accepts is accepted (prost decodes
+//! the fields gogo keeps). Parsing is prost's; the gogo walk runs only for
+//! bytes prost refused.
+//!
+//! Clients decode answers with the same codec, so an answer that does not
+//! parse also reads "unmarshalling request" (grpc-go's client says "failed
+//! to unmarshal the received message"); this crate's clients only talk to
+//! the store's own servers.
+
+use std::marker::PhantomData;
+
+use prost::bytes::Buf;
+use prost::Message;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::Status;
+use tonic_prost::{ProstCodec, ProstEncoder};
+
+/// grpc-go's prefix of a request that does not parse.
+const UNMARSHAL_PREFIX: &str = "grpc: error unmarshalling request: ";
+
+/// prost's codec with etcd's parse errors.
+#[derive(Debug, Clone)]
+pub struct EtcdCodec<T, U> {
+    _types: PhantomData<(T, U)>,
+}
+
+impl<T, U> Default for EtcdCodec<T, U> {
+    fn default() -> Self {
+        Self {
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<T, U> Codec for EtcdCodec<T, U>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ProstEncoder<T>;
+    type Decoder = EtcdDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::<T, U>::raw_encoder(BufferSettings::default())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        EtcdDecoder { _type: PhantomData }
+    }
+}
+
+/// Decodes `U` with prost; words a refusal as etcd does.
+#[derive(Debug)]
+pub struct EtcdDecoder<U> {
+    _type: PhantomData<U>,
+}
+
+impl<U: Message + Default> Decoder for EtcdDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        let bytes = buf.copy_to_bytes(buf.remaining());
+        match U::decode(bytes.clone()) {
+            Ok(message) => Ok(Some(message)),
+            Err(e) => match crate::gogo::unmarshal(&full_name::<U>(), &bytes) {
+                Some(Err(gogo)) => Err(refused(gogo)),
+                // gogo parses it: decode what gogo keeps.
+                Some(Ok(known)) => U::decode(&known[..])
+                    .map(Some)
+                    .map_err(|_| refused(e.to_string())),
+                None => Err(refused(e.to_string())),
+            },
+        }
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
+fn refused(reason: String) -> Status {
+    Status::internal(format!("{UNMARSHAL_PREFIX}{reason}"))
+}
+
+/// `U`'s protobuf name from its Rust path: `etcd_proto::etcdserverpb::RangeRequest`
+/// is `etcdserverpb.RangeRequest` (messages at a package's top level, as
+/// every request is).
+fn full_name<U>() -> String {
+    let path = std::any::type_name::<U>();
+    let path = path.strip_prefix("etcd_proto::").unwrap_or(path);
+    path.replace("::", ".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_names_follow_the_package() {
+        assert_eq!(
+            full_name::<crate::etcdserverpb::RangeRequest>(),
+            "etcdserverpb.RangeRequest"
+        );
+    }
+}
