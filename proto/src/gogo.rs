@@ -36,9 +36,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
-use prost_types::{DescriptorProto, FileDescriptorSet};
+
+use crate::descriptors::MessageDescriptor;
 
 /// Go's `io.ErrUnexpectedEOF`.
 const UNEXPECTED_EOF: &str = "unexpected EOF";
@@ -78,29 +78,17 @@ struct MessageSchema {
 fn schemas() -> &'static HashMap<String, MessageSchema> {
     static SCHEMAS: OnceLock<HashMap<String, MessageSchema>> = OnceLock::new();
     SCHEMAS.get_or_init(|| {
-        let set = FileDescriptorSet::decode(crate::FILE_DESCRIPTOR_SET).unwrap_or_default();
-        let mut schemas = HashMap::new();
-        for file in &set.file {
-            for m in &file.message_type {
-                add_message(&mut schemas, &format!(".{}", file.package()), "", m);
-            }
-        }
-        schemas
+        crate::descriptors::descriptors()
+            .messages
+            .iter()
+            .map(|(name, m)| (name.clone(), message_schema(m)))
+            .collect()
     })
 }
 
-fn add_message(
-    schemas: &mut HashMap<String, MessageSchema>,
-    prefix: &str,
-    go_prefix: &str,
-    m: &DescriptorProto,
-) {
-    let name = format!("{prefix}.{}", m.name());
-    let go_name = format!("{go_prefix}{}", m.name());
-    for nested in &m.nested_type {
-        add_message(schemas, &name, &format!("{go_name}_"), nested);
-    }
+fn message_schema(m: &MessageDescriptor) -> MessageSchema {
     let fields = m
+        .descriptor
         .field
         .iter()
         .map(|f| {
@@ -125,7 +113,10 @@ fn add_message(
             (f.number(), field)
         })
         .collect();
-    schemas.insert(name, MessageSchema { go_name, fields });
+    MessageSchema {
+        go_name: m.go_name.clone(),
+        fields,
+    }
 }
 
 /// The Go name protoc-gen-gogo gives a field: each word (a letter and the
@@ -257,12 +248,6 @@ fn walk(
             at = start + skip(&bytes[start..])?;
             continue;
         };
-        let wrong = || {
-            format!(
-                "proto: wrong wireType = {wire_type} for field {}",
-                field.go_name
-            )
-        };
         let element = match &field.kind {
             Kind::Repeated(element) if wire_type == 2 => {
                 let end = delimited_end(bytes, &mut at)?;
@@ -277,7 +262,10 @@ fn walk(
             kind => kind,
         };
         if expected_wire(element) != wire_type {
-            return Err(wrong());
+            return Err(format!(
+                "proto: wrong wireType = {wire_type} for field {}",
+                field.go_name
+            ));
         }
         let mut encoded = Vec::new();
         match element {

@@ -27,6 +27,7 @@
 #![deny(missing_docs)]
 
 pub mod codec;
+pub mod descriptors;
 pub mod gogo;
 
 /// The encoded `FileDescriptorSet` of every package (field names, kinds and

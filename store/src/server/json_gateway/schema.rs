@@ -20,13 +20,12 @@
 //! Values are rewritten to one canonical form (integers as decimal strings,
 //! bytes re-encoded) for the generated decoder, which is more lenient.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use base64::Engine;
-use prost::Message;
+use etcd_proto::descriptors::{descriptors, Descriptors};
 use prost_types::field_descriptor_proto::{Label, Type};
-use prost_types::{DescriptorProto, EnumDescriptorProto, FieldDescriptorProto, FileDescriptorSet};
+use prost_types::{DescriptorProto, FieldDescriptorProto};
 use serde_json::{Map, Value};
 
 use super::json;
@@ -88,56 +87,27 @@ named!(
     AuthRoleRevokePermissionRequest,
 );
 
-/// Every message and enum of the etcd API, by full name (`.pkg.Name`).
-#[derive(Default)]
+/// Every message and enum of the etcd API, by full name (`.pkg.Name`):
+/// the proto crate's index of its compiled-in descriptors.
 pub struct Schema {
-    messages: HashMap<String, DescriptorProto>,
-    enums: HashMap<String, EnumDescriptorProto>,
+    index: &'static Descriptors,
 }
 
 /// The schema of the compiled-in descriptors.
 pub fn schema() -> &'static Schema {
     static SCHEMA: OnceLock<Schema> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let set = FileDescriptorSet::decode(etcd_proto::FILE_DESCRIPTOR_SET).unwrap_or_default();
-        Schema::new(&set)
+    SCHEMA.get_or_init(|| Schema {
+        index: descriptors(),
     })
 }
 
 impl Schema {
-    fn new(set: &FileDescriptorSet) -> Self {
-        let mut schema = Schema::default();
-        for file in &set.file {
-            let prefix = format!(".{}", file.package());
-            for m in &file.message_type {
-                schema.add_message(&prefix, m);
-            }
-            for e in &file.enum_type {
-                schema
-                    .enums
-                    .insert(format!("{prefix}.{}", e.name()), e.clone());
-            }
-        }
-        schema
-    }
-
-    fn add_message(&mut self, prefix: &str, m: &DescriptorProto) {
-        let name = format!("{prefix}.{}", m.name());
-        for nested in &m.nested_type {
-            self.add_message(&name, nested);
-        }
-        for e in &m.enum_type {
-            self.enums.insert(format!("{name}.{}", e.name()), e.clone());
-        }
-        self.messages.insert(name, m.clone());
-    }
-
     /// Checks and canonicalizes `value`, a request of message `full_name`
     /// (`.etcdserverpb.RangeRequest`). A message the schema does not know
     /// is left to the generated decoder.
     pub fn check(&self, full_name: &str, value: &mut Value) -> Result<(), String> {
-        match self.messages.get(full_name) {
-            Some(desc) => self.message(desc, value),
+        match self.index.messages.get(full_name) {
+            Some(m) => self.message(&m.descriptor, value),
             None => Ok(()),
         }
     }
@@ -184,8 +154,8 @@ impl Schema {
             Type::String => same_type(value, value.is_string(), "string"),
             Type::Bytes => bytes(value),
             Type::Enum => self.enumeration(field.type_name(), value),
-            Type::Message | Type::Group => match self.messages.get(field.type_name()) {
-                Some(desc) => self.message(desc, value),
+            Type::Message | Type::Group => match self.index.messages.get(field.type_name()) {
+                Some(m) => self.message(&m.descriptor, value),
                 None => Ok(()),
             },
             Type::Double | Type::Float => Ok(()),
@@ -193,7 +163,7 @@ impl Schema {
     }
 
     fn enumeration(&self, full_name: &str, value: &mut Value) -> Result<(), String> {
-        let Some(desc) = self.enums.get(full_name) else {
+        let Some(desc) = self.index.enums.get(full_name) else {
             return Ok(());
         };
         match value {
