@@ -61,6 +61,7 @@ use crate::server::cluster::ClusterService;
 use crate::server::conn;
 use crate::server::core::{Core, CoreConfig};
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
+use crate::server::grpc_dispatch::GrpcDispatch;
 use crate::server::grpc_metrics::GrpcMetricsLayer;
 use crate::server::http;
 use crate::server::kv::KvService;
@@ -71,6 +72,7 @@ use crate::server::watch::WatchService;
 use crate::server::{auto_compaction, corruption};
 use crate::tls::{TlsFiles, TlsListener};
 use crate::watch::WatchHub;
+use tower::Layer as _;
 
 const KEY_MEMBER_ID: &[u8] = b"identity/member_id";
 const KEY_CLUSTER_ID: &[u8] = b"identity/cluster_id";
@@ -692,6 +694,14 @@ async fn serve_client(
     let auth = AuthServer::new(AuthService::new(core.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);
+    let dispatch = GrpcDispatch::default()
+        .add(kv.clone())
+        .add(auth.clone())
+        .add(maintenance.clone())
+        .add(watch.clone())
+        .add(lease.clone())
+        .add(cluster.clone())
+        .add(grpc_health.clone());
     let grpc = tonic::service::Routes::new(kv)
         .add_service(auth)
         .add_service(maintenance)
@@ -702,6 +712,9 @@ async fn serve_client(
     // grpc-go's receive limit as etcd sets it, checked on each message's
     // header before the message is buffered (server::frame_limit).
     let frame_limit = max_request_bytes + GRPC_OVERHEAD_BYTES;
+    // The gRPC services as the JSON gateway and plain-HTTP gRPC calls reach
+    // them (through the HTTP router); gRPC calls on the listener go to
+    // `dispatch` with the same layers.
     let grpc =
         grpc.into_axum_router()
             .layer(GrpcMetricsLayer)
@@ -711,11 +724,11 @@ async fn serve_client(
     let app = conn::ClientApp {
         http: http::client_routes(http_state)
             .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
-            .merge(grpc.clone())
+            .merge(grpc)
             .fallback(http::fallback)
             .layer(axum::middleware::from_fn(http::cors)),
-        // Unknown methods answer as on the merged router (UNIMPLEMENTED).
-        grpc: grpc.fallback(http::fallback),
+        grpc: GrpcMetricsLayer.layer(dispatch),
+        frame_limit_bytes: frame_limit,
     };
     match tls {
         Some(config) => match TlsListener::new(listener, config) {

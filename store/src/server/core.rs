@@ -29,6 +29,7 @@ use super::forward::{
     LeaseTtl, ReplyKind,
 };
 use super::forward_batch::ForwardBatcher;
+use super::quota::SizeGauge;
 use crate::alarm::RaisedCache;
 use crate::auth::AuthStore;
 use crate::engine::Table;
@@ -111,6 +112,9 @@ pub struct Core {
     pub leader_contact: LeaderContact,
     /// openraft's view of the leader, notified only on changes.
     pub(super) leader_watch: LeaderWatch,
+    /// The state machine's size for the quota check, measured at most
+    /// every `QUOTA_SIZE_REFRESH` (see [`super::quota`]).
+    db_size: SizeGauge,
 }
 
 impl Core {
@@ -147,6 +151,7 @@ impl Core {
             peers,
             read_rounds,
             elections,
+            db_size: SizeGauge::default(),
         })
     }
 
@@ -240,7 +245,9 @@ impl Core {
             let attempt = if leader == self.config.member_id {
                 self.serve_as_leader(req.clone(), deadline).await
             } else {
-                self.forward(leader, &req, deadline).await
+                // Boxed: a tonic call's future is large, and every write's
+                // future on the leader would otherwise carry (and copy) it.
+                Box::pin(self.forward(leader, &req, deadline)).await
             };
             match attempt {
                 Ok(reply) => {
@@ -271,6 +278,21 @@ impl Core {
                     .into_iter()
                     .map(|p| self.propose_local(p, deadline));
                 Ok(LeaderReply::AppliedBatch(join_all(answers).await))
+            }
+            // Boxed, so the futures of writes stay small (see `ask_leader`).
+            other => Box::pin(self.serve_rare_as_leader(other, deadline)).await,
+        }
+    }
+
+    /// The leader requests other than proposals (see `serve_as_leader`).
+    async fn serve_rare_as_leader(
+        &self,
+        req: LeaderRequest,
+        deadline: Instant,
+    ) -> Result<LeaderReply, ForwardError> {
+        match req {
+            LeaderRequest::Propose(_) | LeaderRequest::ProposeBatch(_) => {
+                unreachable!("proposals are served by serve_as_leader")
             }
             LeaderRequest::LeaseRenew(id) => {
                 self.require_primary()?;
@@ -415,8 +437,11 @@ impl Core {
         if self.alarms.get().nospace {
             return Err(EtcdError::NoSpace.into());
         }
-        let used = engine.tables_size_bytes(&Table::STATE_MACHINE);
-        if used + cost_bytes <= self.config.quota_bytes {
+        let measure = || engine.tables_size_bytes(&Table::STATE_MACHINE);
+        if self
+            .db_size
+            .fits(cost_bytes, self.config.quota_bytes, measure)
+        {
             return Ok(());
         }
         let raise = AlarmRequest {
@@ -424,8 +449,9 @@ impl Core {
             member_id: self.config.member_id,
             alarm: AlarmType::Nospace as i32,
         };
-        self.propose_own::<etcd_proto::etcdserverpb::AlarmResponse>(Command::Alarm(raise))
-            .await?;
+        let propose =
+            self.propose_own::<etcd_proto::etcdserverpb::AlarmResponse>(Command::Alarm(raise));
+        Box::pin(propose).await?;
         Err(EtcdError::NoSpace.into())
     }
 }
