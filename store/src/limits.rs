@@ -22,6 +22,7 @@
 //! | `server::core` | `LEARNER_READY_PERCENT`, `LEADER_RETRY_PAUSE_MS` |
 //! | `raft::read_index` | `READ_INDEX_QUEUE` |
 //! | `server::kv` | `KV_OVERHEAD_BYTES` |
+//! | `server::quota` | `QUOTA_SIZE_REFRESH` |
 //! | `server::lease` | `EXPIRY_CHECK_INTERVAL`, `MAX_REVOKES_PER_CHECK`, `KEEPALIVE_OUTPUT_QUEUE`, `LEASE_OVERHEAD_BYTES` |
 //! | `server::watch` | `STREAM_OUTPUT_QUEUE`, `DEFAULT_PROGRESS_NOTIFY_INTERVAL`, `CATCH_UP_EVENTS_PER_STEP`, `NO_LEADER_ELECTION_TIMEOUTS` |
 //! | `server::cluster` | `MAX_LEARNERS` |

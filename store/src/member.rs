@@ -695,13 +695,13 @@ async fn serve_client(
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);
     let dispatch = GrpcDispatch::default()
-        .add(kv.clone())
-        .add(auth.clone())
-        .add(maintenance.clone())
-        .add(watch.clone())
-        .add(lease.clone())
-        .add(cluster.clone())
-        .add(grpc_health.clone());
+        .with_service(kv.clone())
+        .with_service(auth.clone())
+        .with_service(maintenance.clone())
+        .with_service(watch.clone())
+        .with_service(lease.clone())
+        .with_service(cluster.clone())
+        .with_service(grpc_health.clone());
     let grpc = tonic::service::Routes::new(kv)
         .add_service(auth)
         .add_service(maintenance)

@@ -42,7 +42,7 @@ pub struct GrpcDispatch {
 
 impl GrpcDispatch {
     /// Adds the tonic server `svc` under its service name.
-    pub fn add<S>(mut self, svc: S) -> Self
+    pub fn with_service<S>(mut self, svc: S) -> Self
     where
         S: Service<
                 Request<tonic::body::Body>,
