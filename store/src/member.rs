@@ -712,9 +712,10 @@ async fn serve_client(
     // grpc-go's receive limit as etcd sets it, checked on each message's
     // header before the message is buffered (server::frame_limit).
     let frame_limit = max_request_bytes + GRPC_OVERHEAD_BYTES;
-    // The gRPC services as the JSON gateway and plain-HTTP gRPC calls reach
-    // them (through the HTTP router); gRPC calls on the listener go to
-    // `dispatch` with the same layers.
+    // The gRPC services as the JSON gateway reaches them; gRPC calls on the
+    // listener go to `dispatch` with the same layers. A request for a gRPC
+    // method without gRPC's content type goes to the HTTP router, which
+    // answers 404 as etcd's HTTP mux does.
     let grpc =
         grpc.into_axum_router()
             .layer(GrpcMetricsLayer)
@@ -723,8 +724,7 @@ async fn serve_client(
             }));
     let app = conn::ClientApp {
         http: http::client_routes(http_state)
-            .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
-            .merge(grpc)
+            .merge(crate::server::json_gateway::routes(grpc, max_recv))
             .fallback(http::fallback)
             .layer(axum::middleware::from_fn(http::cors)),
         grpc: GrpcMetricsLayer.layer(dispatch),

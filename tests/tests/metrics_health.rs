@@ -94,6 +94,10 @@ const CLIENT_PATHS: &[(&str, &str)] = &[
     ("GET", "/metricsx"),
     ("GET", "/health/x"),
     ("POST", "/v3/nothing/here"),
+    // A gRPC method's path without gRPC's content type: etcd's HTTP mux,
+    // which has no gRPC routes.
+    ("POST", "/etcdserverpb.KV/Range"),
+    ("GET", "/etcdserverpb.Maintenance/Status"),
 ];
 
 /// Metrics-port paths with identical answers.

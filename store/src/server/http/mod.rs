@@ -9,8 +9,9 @@
 //! - [`metrics`]: `/metrics` in the Prometheus text format;
 //! - `/version` (client port only, as etcd).
 //!
-//! [`client_routes`] is merged with the gRPC router on every
-//! `--listen-client-urls` URL; [`metrics_routes`] is the whole of every
+//! [`client_routes`] (with the JSON gateway) answers the plain HTTP
+//! requests of every `--listen-client-urls` URL (gRPC requests go to the
+//! gRPC services, `conn::ClientApp`); [`metrics_routes`] is the whole of every
 //! `--listen-metrics-urls` listener. As on etcd's client port, plain HTTP
 //! answers there carry the CORS headers of etcd's default `--cors=*`
 //! ([`cors`]) and a path no router serves is answered by [`fallback`]:
@@ -95,7 +96,7 @@ pub async fn serve_metrics(
     }
 }
 
-/// The endpoints of the client port (merged with the gRPC services).
+/// The plain HTTP endpoints of the client port.
 pub fn client_routes(state: HttpState) -> Router {
     probe_routes()
         .route("/version", any(version))
