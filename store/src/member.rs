@@ -61,8 +61,7 @@ use crate::server::cluster::ClusterService;
 use crate::server::conn;
 use crate::server::core::{Core, CoreConfig};
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
-use crate::server::grpc_dispatch::GrpcDispatch;
-use crate::server::grpc_metrics::GrpcMetricsLayer;
+use crate::server::grpc_dispatch::{GrpcDispatch, GrpcServices};
 use crate::server::http;
 use crate::server::kv::KvService;
 use crate::server::lease::{spawn_lease_tasks, LeaseService};
@@ -72,7 +71,6 @@ use crate::server::watch::WatchService;
 use crate::server::{auto_compaction, corruption};
 use crate::tls::{TlsFiles, TlsListener};
 use crate::watch::WatchHub;
-use tower::Layer as _;
 
 const KEY_MEMBER_ID: &[u8] = b"identity/member_id";
 const KEY_CLUSTER_ID: &[u8] = b"identity/cluster_id";
@@ -695,40 +693,24 @@ async fn serve_client(
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);
     let dispatch = GrpcDispatch::default()
-        .with_service(kv.clone())
-        .with_service(auth.clone())
-        .with_service(maintenance.clone())
-        .with_service(watch.clone())
-        .with_service(lease.clone())
-        .with_service(cluster.clone())
-        .with_service(grpc_health.clone());
-    let grpc = tonic::service::Routes::new(kv)
-        .add_service(auth)
-        .add_service(maintenance)
-        .add_service(watch)
-        .add_service(lease)
-        .add_service(cluster)
-        .add_service(grpc_health);
+        .with_service(kv)
+        .with_service(auth)
+        .with_service(maintenance)
+        .with_service(watch)
+        .with_service(lease)
+        .with_service(cluster)
+        .with_service(grpc_health);
     // grpc-go's receive limit as etcd sets it, checked on each message's
     // header before the message is buffered (server::frame_limit).
-    let frame_limit = max_request_bytes + GRPC_OVERHEAD_BYTES;
-    // The gRPC services as the JSON gateway reaches them; gRPC calls on the
-    // listener go to `dispatch` with the same layers. A request for a gRPC
-    // method without gRPC's content type goes to the HTTP router, which
-    // answers 404 as etcd's HTTP mux does.
-    let grpc =
-        grpc.into_axum_router()
-            .layer(GrpcMetricsLayer)
-            .layer(tower::util::MapRequestLayer::new(move |r| {
-                crate::server::frame_limit::limit_grpc_request(r, frame_limit)
-            }));
+    let grpc = GrpcServices::new(dispatch, max_request_bytes + GRPC_OVERHEAD_BYTES);
+    // A request for a gRPC method without gRPC's content type goes to the
+    // HTTP router, which answers 404 as etcd's HTTP mux does.
     let app = conn::ClientApp {
         http: http::client_routes(http_state)
-            .merge(crate::server::json_gateway::routes(grpc, max_recv))
-            .fallback(http::fallback)
+            .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
+            .fallback(http::not_found)
             .layer(axum::middleware::from_fn(http::cors)),
-        grpc: GrpcMetricsLayer.layer(dispatch),
-        frame_limit_bytes: frame_limit,
+        grpc,
     };
     match tls {
         Some(config) => match TlsListener::new(listener, config) {

@@ -36,9 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::authority::AuthorityRepair;
-use super::frame_limit::limit_grpc_request;
-use super::grpc_dispatch::GrpcDispatch;
-use super::grpc_metrics::GrpcMetrics;
+use super::grpc_dispatch::GrpcServices;
 use super::write_batch::BatchedWrites;
 use crate::config::GrpcServerOptions;
 
@@ -56,8 +54,7 @@ fn builder(options: GrpcServerOptions) -> Builder<TokioExecutor> {
 }
 
 /// A client listener's routes: gRPC calls go straight to the gRPC
-/// services ([`GrpcDispatch`], behind the receive limit and the gRPC
-/// metrics); everything else (the JSON gateway, `/health`, `/version`,
+/// services ([`GrpcServices`]); everything else (the JSON gateway, `/health`, `/version`,
 /// CORS) to the HTTP router. Routing every gRPC call through the merged
 /// router and the CORS middleware (`from_fn` boxes a future and clones the
 /// router per call) cost, measured A/B at 1,000 streams: 12-21% more leader
@@ -65,11 +62,7 @@ fn builder(options: GrpcServerOptions) -> Builder<TokioExecutor> {
 #[derive(Clone)]
 pub struct ClientApp {
     /// The gRPC services.
-    pub grpc: GrpcMetrics<GrpcDispatch>,
-    /// grpc-go's receive limit as etcd sets it (`--max-request-bytes` plus
-    /// `GRPC_OVERHEAD_BYTES`), checked on each message's header before the
-    /// message is buffered (`server::frame_limit`).
-    pub frame_limit_bytes: usize,
+    pub grpc: GrpcServices,
     /// Everything else.
     pub http: Router,
 }
@@ -93,9 +86,7 @@ where
 
     fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
         if super::http::is_grpc(req.headers()) {
-            let req = req.map(axum::body::Body::new);
-            self.grpc
-                .call(limit_grpc_request(req, self.frame_limit_bytes))
+            self.grpc.call(req)
         } else {
             Box::pin(self.http.call(req))
         }

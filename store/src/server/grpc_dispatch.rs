@@ -11,6 +11,12 @@
 //! name it does not serve is answered UNIMPLEMENTED with no message, as
 //! etcd's grpc-go server and the router's fallback answer it.
 //!
+//! [`GrpcServices`] is the whole stack every caller reaches: gRPC clients
+//! on a client listener (`conn::ClientApp`) and the JSON gateway, which
+//! calls the services in-process: grpc-go's receive limit
+//! (`server::frame_limit`), the gRPC metrics (`server::grpc_metrics`), then
+//! the dispatcher.
+//!
 //! Example: `/etcdserverpb.KV/Put` goes to the service named
 //! `etcdserverpb.KV`, which answers `Put`; `/etcdserverpb.KV/Nope` to the
 //! same service, which answers UNIMPLEMENTED; `/nope.Svc/Put` and `/` are
@@ -25,7 +31,10 @@ use axum::http::{Request, Response};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tonic::server::NamedService;
-use tower::Service;
+use tower::{Layer, Service};
+
+use super::frame_limit::limit_grpc_request;
+use super::grpc_metrics::{GrpcMetrics, GrpcMetricsLayer};
 
 /// The answer to a call, in axum's body.
 type Answer = BoxFuture<'static, Result<Response<Body>, Infallible>>;
@@ -90,6 +99,48 @@ fn unimplemented() -> Response<Body> {
         .into_http::<()>()
         .into_parts();
     Response::from_parts(parts, Body::empty())
+}
+
+/// The gRPC services behind grpc-go's receive limit and the gRPC metrics
+/// (see the module docs).
+#[derive(Clone)]
+pub struct GrpcServices {
+    services: GrpcMetrics<GrpcDispatch>,
+    /// grpc-go's receive limit as etcd sets it (`--max-request-bytes` plus
+    /// `GRPC_OVERHEAD_BYTES`), checked on each message's header before the
+    /// message is buffered.
+    frame_limit_bytes: usize,
+}
+
+impl GrpcServices {
+    /// `dispatch` behind the layers, with the receive limit
+    /// `frame_limit_bytes`.
+    pub fn new(dispatch: GrpcDispatch, frame_limit_bytes: usize) -> Self {
+        Self {
+            services: GrpcMetricsLayer.layer(dispatch),
+            frame_limit_bytes,
+        }
+    }
+}
+
+impl<B> Service<Request<B>> for GrpcServices
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The dispatcher is always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let req = limit_grpc_request(req.map(Body::new), self.frame_limit_bytes);
+        self.services.call(req)
+    }
 }
 
 impl Service<Request<Body>> for GrpcDispatch {

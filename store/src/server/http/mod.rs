@@ -14,9 +14,9 @@
 //! gRPC services, `conn::ClientApp`); [`metrics_routes`] is the whole of every
 //! `--listen-metrics-urls` listener. As on etcd's client port, plain HTTP
 //! answers there carry the CORS headers of etcd's default `--cors=*`
-//! ([`cors`]) and a path no router serves is answered by [`fallback`]:
-//! Go's `404 page not found` for HTTP clients, gRPC's UNIMPLEMENTED for
-//! gRPC clients.
+//! ([`cors`]) and a path no router serves is answered Go's `404 page not
+//! found` ([`not_found`]; a gRPC call of a service no member serves is
+//! answered UNIMPLEMENTED by `grpc_dispatch`).
 
 pub mod health;
 pub mod metrics;
@@ -26,7 +26,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -170,26 +169,12 @@ pub async fn not_found() -> Response {
 
 /// True for a gRPC request's headers (`Content-Type:
 /// application/grpc[+proto]`): the one test of the client port's gRPC/HTTP
-/// split (`conn::ClientApp`), the fallback and the gRPC metrics.
+/// split (`conn::ClientApp`), the receive limit and the gRPC metrics.
 pub fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"))
-}
-
-/// The client port's fallback, for paths neither the HTTP endpoints nor
-/// any gRPC service (nor the JSON gateway) serve: gRPC requests get what
-/// tonic answers for an unknown method (UNIMPLEMENTED), HTTP requests
-/// Go's 404.
-pub async fn fallback(req: Request) -> Response {
-    if is_grpc(req.headers()) {
-        let (parts, ()) = tonic::Status::unimplemented("")
-            .into_http::<()>()
-            .into_parts();
-        return Response::from_parts(parts, Body::empty());
-    }
-    not_found().await
 }
 
 /// etcd's CORS handler with the default `--cors=*`, around every plain

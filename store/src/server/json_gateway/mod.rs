@@ -46,6 +46,7 @@ use serde::Serialize;
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::Status;
 
+use super::grpc_dispatch::GrpcServices;
 use crate::tls::ClientPeer;
 use stream::{Hold, RequestReader};
 
@@ -63,11 +64,11 @@ pub fn max_body_bytes(max_message_bytes: usize) -> usize {
     max_message_bytes.div_ceil(3) * 4 + JSON_SLACK_BYTES
 }
 
-/// The gateway's routes (`/v3/...`, `/v3beta/...`) over `grpc`, the router
-/// of the member's gRPC services as the client listener serves it (its
-/// layers included, so gateway calls count in the gRPC metrics as etcd's
-/// do), whose services decode messages of up to `max_message_bytes`.
-pub fn routes(grpc: Router, max_message_bytes: usize) -> Router {
+/// The gateway's routes (`/v3/...`, `/v3beta/...`) over `grpc`, the
+/// member's gRPC services as the client listener serves them (their layers
+/// included, so gateway calls count in the gRPC metrics as etcd's do),
+/// which decode messages of up to `max_message_bytes`.
+pub fn routes(grpc: GrpcServices, max_message_bytes: usize) -> Router {
     let gw = Gateway {
         grpc,
         max_body_bytes: max_body_bytes(max_message_bytes),
@@ -113,7 +114,7 @@ macro_rules! unary {
 
 #[derive(Clone)]
 struct Gateway {
-    grpc: Router,
+    grpc: GrpcServices,
     max_body_bytes: usize,
 }
 
@@ -260,7 +261,7 @@ impl Gateway {
     where
         Req: json::Request,
         Resp: Serialize,
-        F: FnOnce(Router, tonic::Request<Req>) -> Fut,
+        F: FnOnce(GrpcServices, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
         let (parts, msg) = match self.read_one::<Req>(req).await {
