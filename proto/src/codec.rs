@@ -65,22 +65,28 @@ impl<U: Message + Default> Decoder for EtcdDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        let bytes = buf.copy_to_bytes(buf.remaining());
-        match U::decode(bytes.clone()) {
-            Ok(message) => Ok(Some(message)),
-            Err(e) => match crate::gogo::unmarshal(&full_name::<U>(), &bytes) {
-                Some(Err(gogo)) => Err(refused(gogo)),
-                // gogo parses it: decode what gogo keeps.
-                Some(Ok(known)) => U::decode(&known[..])
-                    .map(Some)
-                    .map_err(|_| refused(e.to_string())),
-                None => Err(refused(e.to_string())),
-            },
-        }
+        decode(buf.copy_to_bytes(buf.remaining()))
+            .map(Some)
+            .map_err(refused)
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::default()
+    }
+}
+
+/// `bytes` as etcd parses a `U`: prost's decoding, or, for bytes prost
+/// refuses and gogo accepts, the fields gogo keeps; `Err` with the reason
+/// etcd gives (gogo's error, else prost's).
+pub fn decode<U: Message + Default>(bytes: prost::bytes::Bytes) -> Result<U, String> {
+    match U::decode(bytes.clone()) {
+        Ok(message) => Ok(message),
+        Err(e) => match crate::gogo::unmarshal(&full_name::<U>(), &bytes) {
+            Some(Err(gogo)) => Err(gogo),
+            // gogo parses it: decode what gogo keeps.
+            Some(Ok(known)) => U::decode(&known[..]).map_err(|_| e.to_string()),
+            None => Err(e.to_string()),
+        },
     }
 }
 

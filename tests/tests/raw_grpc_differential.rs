@@ -305,11 +305,7 @@ fn crashes_etcd(path: &str, body: &[u8]) -> Option<(Code, String)> {
 
 /// `body` as the members parse it: prost, or the fields gogo keeps.
 fn parsed<M: Message + Default>(body: &[u8]) -> Option<M> {
-    M::decode(body).ok().or_else(|| {
-        let name = std::any::type_name::<M>().strip_prefix("etcd_proto::")?;
-        let known = etcd_proto::gogo::unmarshal(&name.replace("::", "."), body)?;
-        M::decode(&known.ok()?[..]).ok()
-    })
+    etcd_proto::codec::decode(bytes::Bytes::copy_from_slice(body)).ok()
 }
 
 /// Whether `body` is a lease grant that parses with a TTL that could run
