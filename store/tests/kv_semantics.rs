@@ -13,12 +13,13 @@ use etcd_proto::etcdserverpb::response_op::Response;
 use etcd_proto::etcdserverpb::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
+use etcd_proto::mvccpb::Event;
 use store::engine::memory::MemoryEngine;
 use store::engine::rocks::RocksEngine;
 use store::engine::{Engine, WriteBatch};
 use store::errors::EtcdError;
 use store::kv::{self, KvError, NoLeases};
-use store::mvcc::MvccStore;
+use store::mvcc::{KeyRange, MvccStore, Prev};
 
 fn put(store: &MvccStore, key: &str, value: &str) -> i64 {
     let mut txn = store.write();
@@ -63,6 +64,89 @@ fn run_suite(make: &dyn Fn() -> Arc<dyn Engine>) {
     limits_counts_and_sorting(&MvccStore::open(make()).unwrap());
     txn_compares_and_revision_bumps(&MvccStore::open(make()).unwrap());
     compaction_errors_and_physical_deletion(make);
+    previous_values_only_when_wanted(&MvccStore::open(make()).unwrap());
+}
+
+/// The events of one write transaction running `f`.
+fn events_of(s: &MvccStore, f: impl FnOnce(&mut store::mvcc::WriteTxn<'_>)) -> Vec<Event> {
+    let mut txn = s.write();
+    f(&mut txn);
+    txn.commit(WriteBatch::new()).unwrap().1
+}
+
+fn put_event(s: &MvccStore, key: &str, value: &str) -> Event {
+    let mut events = events_of(s, |t| {
+        t.put(key.as_bytes(), value.into(), 0, Prev::Unread)
+            .unwrap();
+    });
+    assert_eq!(events.len(), 1);
+    events.remove(0)
+}
+
+/// Puts and deletes take create revision and version from the index; their
+/// events carry the replaced value only while a prev_kv watcher is open,
+/// and `prev_kv` finds it later otherwise.
+fn previous_values_only_when_wanted(s: &MvccStore) {
+    put(s, "k", "v1"); // rev 2
+    let ev = put_event(s, "k", "v2"); // rev 3
+    let kv = ev.kv.unwrap();
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (2, 3, 2));
+    assert_eq!(ev.prev_kv, None, "no watcher wants it: not read");
+    let late = s.prev_kv(b"k", 3).unwrap().expect("history has it");
+    assert_eq!((late.value, late.version), (b"v1".to_vec(), 1));
+    assert_eq!(s.prev_kv(b"k", 2).unwrap(), None, "created at 2");
+
+    let interest = s.watch_prev_kv();
+    let ev = put_event(s, "k", "v3"); // rev 4
+    assert_eq!(ev.prev_kv.unwrap().value, b"v2".to_vec());
+    let del = events_of(s, |t| {
+        assert_eq!(
+            t.delete_range(&KeyRange::Single(b"k".to_vec()), false)
+                .unwrap(),
+            (1, vec![])
+        );
+    }); // rev 5
+    assert_eq!(del[0].prev_kv.as_ref().unwrap().value, b"v3".to_vec());
+    drop(interest);
+
+    let ev = put_event(s, "k", "new"); // rev 6
+    let kv = ev.kv.unwrap();
+    assert_eq!((kv.create_revision, kv.version), (6, 1), "a new life");
+    assert_eq!(s.prev_kv(b"k", 6).unwrap(), None, "deleted at 5");
+    let del = events_of(s, |t| {
+        let (n, values) = t
+            .delete_range(&KeyRange::From(b"k".to_vec()), true)
+            .unwrap();
+        assert_eq!((n, values[0].value.as_slice()), (1, &b"new"[..]));
+    }); // rev 7
+    assert_eq!(
+        del[0].prev_kv, None,
+        "asked by the request, not by a watcher"
+    );
+
+    // Within one transaction, a later put sees the earlier one's version.
+    put(s, "t", "1"); // rev 8
+    let evs = events_of(s, |t| {
+        t.put(b"t", b"2".to_vec(), 0, Prev::Unread).unwrap();
+        t.seal();
+        t.put(b"t", b"3".to_vec(), 0, Prev::Unread).unwrap();
+    });
+    let kv = evs[0].kv.as_ref().unwrap();
+    assert_eq!(
+        (kv.create_revision, kv.mod_revision, kv.version),
+        (8, 10, 3)
+    );
+
+    // After compaction the index still knows the version; the history
+    // before the compaction revision is gone, so no late prev_kv.
+    let mut txn = s.write();
+    txn.compact(10).unwrap();
+    txn.commit(WriteBatch::new()).unwrap();
+    let ev = put_event(s, "t", "4"); // rev 11
+    let kv = ev.kv.unwrap();
+    assert_eq!((kv.create_revision, kv.version), (8, 4));
+    assert_eq!(s.prev_kv(b"t", 11).unwrap().unwrap().value, b"3".to_vec());
+    assert_eq!(s.prev_kv(b"t", 10).unwrap(), None, "compacted");
 }
 
 fn revisions_versions_and_history(s: &MvccStore) {

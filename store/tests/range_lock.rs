@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use store::engine::memory::MemoryEngine;
 use store::engine::{Engine, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch};
-use store::mvcc::{KeyRange, MvccStore, RangeOptions, RANGE_VALUES_UNDER_LOCK};
+use store::mvcc::{KeyRange, MvccStore, Prev, RangeOptions, RANGE_VALUES_UNDER_LOCK};
 
 /// Keys the range sees: more than are loaded under the lock.
 const KEYS: usize = RANGE_VALUES_UNDER_LOCK + 100;
@@ -128,7 +128,7 @@ impl Engine for GatedEngine {
 
 fn put(mvcc: &MvccStore, key: &str, value: &str) {
     let mut txn = mvcc.write();
-    txn.put(key.as_bytes(), value.as_bytes().to_vec(), 0)
+    txn.put(key.as_bytes(), value.as_bytes().to_vec(), 0, Prev::Unread)
         .expect("put");
     txn.commit(WriteBatch::new()).expect("commit");
 }

@@ -24,7 +24,7 @@ use etcd_proto::mvccpb::KeyValue;
 
 use super::{range::range, KvError, LeaseLookup, ReadView};
 use crate::errors::EtcdError;
-use crate::mvcc::{KeyRange, MvccError, MvccStore, RangeOptions, RangeResult, WriteTxn};
+use crate::mvcc::{KeyRange, MvccError, MvccStore, Prev, RangeOptions, RangeResult, WriteTxn};
 
 fn header(revision: i64) -> Option<ResponseHeader> {
     Some(ResponseHeader {
@@ -305,19 +305,33 @@ fn exec_txn(
 
 fn exec_put(txn: &mut WriteTxn<'_>, req: &PutRequest) -> Result<PutResponse, KvError> {
     crate::metrics::global().mvcc.put.inc();
-    let prev = txn.get(&req.key)?;
-    let value = match (&prev, req.ignore_value) {
+    // etcd reads the old value only for these; a put learns the key's
+    // create revision and version from the index.
+    let prev = if req.prev_kv || req.ignore_value || req.ignore_lease {
+        Prev::Read(txn.get(&req.key)?)
+    } else {
+        Prev::Unread
+    };
+    let old = match &prev {
+        Prev::Read(p) => p.as_ref(),
+        Prev::Unread => None,
+    };
+    let value = match (old, req.ignore_value) {
         (Some(p), true) => p.value.clone(),
         _ => req.value.clone(),
     };
-    let lease = match (&prev, req.ignore_lease) {
+    let lease = match (old, req.ignore_lease) {
         (Some(p), true) => p.lease,
         _ => req.lease,
     };
-    txn.put(&req.key, value, lease)?;
+    let prev_kv = match (&prev, req.prev_kv) {
+        (Prev::Read(p), true) => p.clone(),
+        _ => None,
+    };
+    txn.put(&req.key, value, lease, prev)?;
     Ok(PutResponse {
         header: header(txn.write_rev()),
-        prev_kv: if req.prev_kv { prev } else { None },
+        prev_kv,
     })
 }
 
@@ -326,12 +340,13 @@ fn exec_delete(
     req: &DeleteRangeRequest,
 ) -> Result<DeleteRangeResponse, KvError> {
     crate::metrics::global().mvcc.delete.inc();
-    let deleted = txn.delete_range(&KeyRange::new(&req.key, &req.range_end))?;
+    let (deleted, prev_kvs) =
+        txn.delete_range(&KeyRange::new(&req.key, &req.range_end), req.prev_kv)?;
     let rev = current_rev(txn);
     Ok(DeleteRangeResponse {
         header: header(rev),
-        deleted: deleted.len() as i64,
-        prev_kvs: if req.prev_kv { deleted } else { Vec::new() },
+        deleted: deleted as i64,
+        prev_kvs,
     })
 }
 

@@ -46,6 +46,9 @@ pub struct Lease {
 #[derive(Default)]
 struct State {
     leases: HashMap<i64, Lease>,
+    /// The lease of every attached key (etcd's `itemMap`): a put or delete
+    /// detaches the key from its old lease without reading the old value.
+    attached: HashMap<Vec<u8>, i64>,
     primary: bool,
 }
 
@@ -107,14 +110,17 @@ impl Lessor {
             }
             std::ops::ControlFlow::Continue(())
         })?;
+        let mut attached = HashMap::new();
         for (key, id) in live_keys {
             if let Some(l) = leases.get_mut(&id) {
-                l.keys.insert(key);
+                l.keys.insert(key.clone());
+                attached.insert(key, id);
             }
         }
         let mut state = self.lock();
         let primary = state.primary;
         state.leases = leases;
+        state.attached = attached;
         if primary {
             let now = Instant::now();
             for l in state.leases.values_mut() {
@@ -161,27 +167,43 @@ impl Lessor {
 
     /// Applies a revocation: forgets the lease and records it in `batch`.
     pub fn apply_revoke(&self, id: i64, batch: &mut WriteBatch) {
-        self.lock().leases.remove(&id);
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        if let Some(lease) = state.leases.remove(&id) {
+            for key in lease.keys {
+                if state.attached.get(&key) == Some(&id) {
+                    state.attached.remove(&key);
+                }
+            }
+        }
         batch.delete(Table::Lease, lease_key(id));
     }
 
-    /// Updates attachments from applied events: a key leaves the lease of
-    /// its previous value and joins the lease of its new one.
+    /// Updates attachments from applied events: a key leaves the lease it
+    /// was attached to and joins the lease of its new value. Events need
+    /// not carry `prev_kv`.
     pub fn apply_events(&self, events: &[Event]) {
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         for ev in events {
             let Some(kv) = &ev.kv else { continue };
-            if let Some(prev) = &ev.prev_kv {
-                if prev.lease != 0 {
-                    if let Some(l) = state.leases.get_mut(&prev.lease) {
-                        l.keys.remove(&kv.key);
-                    }
+            let new = match ev.r#type == EventType::Put as i32 {
+                true => kv.lease,
+                false => 0,
+            };
+            let old = state.attached.get(&kv.key).copied().unwrap_or(0);
+            if old == new {
+                continue;
+            }
+            if old != 0 {
+                state.attached.remove(&kv.key);
+                if let Some(l) = state.leases.get_mut(&old) {
+                    l.keys.remove(&kv.key);
                 }
             }
-            if ev.r#type == EventType::Put as i32 && kv.lease != 0 {
-                if let Some(l) = state.leases.get_mut(&kv.lease) {
-                    l.keys.insert(kv.key.clone());
-                }
+            if let Some(l) = state.leases.get_mut(&new) {
+                l.keys.insert(kv.key.clone());
+                state.attached.insert(kv.key.clone(), new);
             }
         }
     }
@@ -282,24 +304,32 @@ mod tests {
         assert!(lessor.apply_grant(1, 10, &mut b));
         assert!(lessor.apply_grant(2, 10, &mut b));
         assert!(!lessor.apply_grant(1, 10, &mut b), "duplicate id");
-        let put = |lease: i64, prev: Option<i64>| Event {
-            r#type: EventType::Put as i32,
+        // Events without prev_kv: the lessor knows each key's lease.
+        let event = |kind: EventType, key: &[u8], lease: i64| Event {
+            r#type: kind as i32,
             kv: Some(KeyValue {
-                key: b"k".to_vec(),
+                key: key.to_vec(),
                 lease,
                 ..Default::default()
             }),
-            prev_kv: prev.map(|p| KeyValue {
-                key: b"k".to_vec(),
-                lease: p,
-                ..Default::default()
-            }),
+            prev_kv: None,
         };
-        lessor.apply_events(&[put(1, None)]);
-        assert_eq!(lessor.keys(1).unwrap().len(), 1);
-        lessor.apply_events(&[put(2, Some(1))]);
-        assert_eq!(lessor.keys(1).unwrap().len(), 0);
-        assert_eq!(lessor.keys(2).unwrap().len(), 1);
+        let put = |key: &[u8], lease| event(EventType::Put, key, lease);
+        let keys = |id| lessor.keys(id).unwrap().len();
+        lessor.apply_events(&[put(b"k", 1), put(b"j", 1)]);
+        assert_eq!((keys(1), keys(2)), (2, 0));
+        lessor.apply_events(&[put(b"k", 2)]);
+        assert_eq!((keys(1), keys(2)), (1, 1));
+        lessor.apply_events(&[put(b"j", 0)]);
+        assert_eq!((keys(1), keys(2)), (0, 1));
+        lessor.apply_events(&[event(EventType::Delete, b"k", 0)]);
+        assert_eq!((keys(1), keys(2)), (0, 0));
+        lessor.apply_events(&[put(b"k", 2)]);
+        lessor.apply_revoke(2, &mut b);
+        assert!(lessor.lock().attached.is_empty(), "revoked keys detached");
+        // A put with an unknown lease (refused before apply) attaches nothing.
+        lessor.apply_events(&[put(b"k", 9)]);
+        assert!(lessor.lock().attached.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -21,6 +21,7 @@ pub mod store;
 pub use index::KeyRange;
 pub use revision::Revision;
 pub use store::{
-    CompactionJob, MvccError, MvccStore, RangeOptions, RangeResult, WriteTxn, META_CURRENT_REV,
-    META_FINISHED_COMPACT_REV, META_SCHEDULED_COMPACT_REV, RANGE_VALUES_UNDER_LOCK,
+    CompactionJob, MvccError, MvccStore, Prev, PrevKvInterest, RangeOptions, RangeResult, WriteTxn,
+    META_CURRENT_REV, META_FINISHED_COMPACT_REV, META_SCHEDULED_COMPACT_REV,
+    RANGE_VALUES_UNDER_LOCK,
 };

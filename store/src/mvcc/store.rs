@@ -11,6 +11,17 @@
 //! fetches those values from the engine under the same lock, so compaction
 //! cannot remove a value between the two steps.
 //!
+//! Previous values: a put or delete learns the key's create revision and
+//! version from the index, not from its old value, so it reads that value
+//! only when something needs it: the request asks for `prev_kv` (or
+//! `ignore_value`/`ignore_lease`), or a watcher with `prev_kv` is open
+//! ([`MvccStore::watch_prev_kv`]). Otherwise its event carries no
+//! `prev_kv`, and a watcher that opened since fills it in from history
+//! ([`MvccStore::prev_kv`]), as etcd's watch stream does for every event.
+//! Worked example, `k` at version 3 (created at 5, last changed at 9), no
+//! prev_kv watcher: `put(k)` at 12 writes `{create 5, mod 12, version 4}`
+//! after one index lookup and no engine read; its event has no prev_kv.
+//!
 //! Compaction: [`WriteTxn::compact`] compacts the index at once (so reads
 //! below the compaction revision fail immediately, as in etcd) and records
 //! the scheduled revision; [`MvccStore::run_physical_compaction`] then
@@ -19,6 +30,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -126,6 +138,29 @@ pub struct MvccStore {
     engine: Arc<dyn Engine>,
     state: RwLock<State>,
     finished_compact_tx: watch::Sender<i64>,
+    /// Open watchers that want `prev_kv` (see [`MvccStore::watch_prev_kv`]).
+    prev_kv_watchers: Arc<AtomicUsize>,
+}
+
+/// A watcher's interest in previous values: while one is held, writes put
+/// each replaced value in their events. Dropping it ends the interest.
+#[derive(Debug)]
+pub struct PrevKvInterest(Arc<AtomicUsize>);
+
+impl Drop for PrevKvInterest {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What a write knows of the value it replaces.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prev {
+    /// The caller read it (None: the key does not exist).
+    Read(Option<KeyValue>),
+    /// The caller did not read it: the transaction reads it only if a
+    /// watcher wants previous values.
+    Unread,
 }
 
 fn read_i64(engine: &dyn EngineRead, key: &[u8]) -> Result<i64, MvccError> {
@@ -171,6 +206,7 @@ impl MvccStore {
                 diverged: false,
             }),
             finished_compact_tx,
+            prev_kv_watchers: Arc::default(),
         };
         let pending = store.reload()?;
         Ok((store, pending))
@@ -286,6 +322,7 @@ impl MvccStore {
         WriteTxn {
             store: self,
             state,
+            events_prev: self.prev_kv_watchers.load(Ordering::Acquire) > 0,
             begin_rev,
             batch: WriteBatch::new(),
             pending: HashMap::new(),
@@ -313,6 +350,28 @@ impl MvccStore {
     /// Subscribes to the finished physical compaction revision.
     pub fn finished_compaction(&self) -> watch::Receiver<i64> {
         self.finished_compact_tx.subscribe()
+    }
+
+    /// Registers a watcher that wants `prev_kv`: from the next write
+    /// transaction on, events carry the values they replace.
+    pub fn watch_prev_kv(&self) -> PrevKvInterest {
+        self.prev_kv_watchers.fetch_add(1, Ordering::AcqRel);
+        PrevKvInterest(Arc::clone(&self.prev_kv_watchers))
+    }
+
+    /// The value `key` had just before `mod_revision` (an event's
+    /// `prev_kv` filled in late), or None if it did not exist or that
+    /// history is compacted (etcd's watch stream leaves prev_kv out then).
+    pub fn prev_kv(&self, key: &[u8], mod_revision: i64) -> Result<Option<KeyValue>, MvccError> {
+        let opts = RangeOptions {
+            rev: mod_revision - 1,
+            ..RangeOptions::default()
+        };
+        match self.range(&KeyRange::Single(key.to_vec()), opts) {
+            Ok(mut r) => Ok(r.kvs.pop()),
+            Err(MvccError::Compacted | MvccError::FutureRev) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The stored value of one revision (watch catch-up, prev_kv).
@@ -604,6 +663,8 @@ pub const RANGE_VALUES_UNDER_LOCK: usize = 256;
 pub struct WriteTxn<'a> {
     store: &'a MvccStore,
     state: RwLockWriteGuard<'a, State>,
+    /// Whether events carry the values they replace (a watcher wants them).
+    events_prev: bool,
     begin_rev: i64,
     batch: WriteBatch,
     /// Values written by this transaction, not yet in the engine.
@@ -656,19 +717,29 @@ impl WriteTxn<'_> {
         Revision::new(self.write_rev(), self.events.len() as i64)
     }
 
-    /// Puts `key = value` with `lease`; returns the previous value.
+    /// Puts `key = value` with `lease`. The key's create revision and
+    /// version come from the index; its old value is read only if `prev`
+    /// is [`Prev::Unread`] and a watcher wants it for the event.
     pub fn put(
         &mut self,
         key: &[u8],
         value: Vec<u8>,
         lease: i64,
-    ) -> Result<Option<KeyValue>, MvccError> {
-        let prev = self.get(key)?;
+        prev: Prev,
+    ) -> Result<(), MvccError> {
+        let prev = match prev {
+            Prev::Read(p) => p,
+            Prev::Unread if self.events_prev => self.get(key)?,
+            Prev::Unread => None,
+        };
         let rev = self.next_revision();
-        let (create_revision, version) = match &prev {
-            Some(p) => (p.create_revision, p.version + 1),
+        let (create_revision, version) = match self.state.index.get(key, rev.main) {
+            Some(at) => (at.created.main, at.version + 1),
             None => (rev.main, 1),
         };
+        debug_assert!(prev
+            .as_ref()
+            .is_none_or(|p| (p.create_revision, p.version + 1) == (create_revision, version)));
         let kv = KeyValue {
             key: key.to_vec(),
             create_revision,
@@ -684,20 +755,31 @@ impl WriteTxn<'_> {
         self.events.push(Event {
             r#type: EventType::Put as i32,
             kv: Some(kv),
-            prev_kv: prev.clone(),
+            prev_kv: prev,
         });
-        Ok(prev)
+        Ok(())
     }
 
-    /// Deletes every live key in `range`; returns the deleted values in key
-    /// order.
-    pub fn delete_range(&mut self, range: &KeyRange) -> Result<Vec<KeyValue>, MvccError> {
+    /// Deletes every live key in `range`; returns how many, and their
+    /// values in key order if `values` (a watcher that wants previous
+    /// values makes the transaction read them anyway, for the events).
+    pub fn delete_range(
+        &mut self,
+        range: &KeyRange,
+        values: bool,
+    ) -> Result<(usize, Vec<KeyValue>), MvccError> {
         let keys = self.state.index.live_keys(range);
-        let mut deleted = Vec::with_capacity(keys.len());
+        let count = keys.len();
+        let read = values || self.events_prev;
+        let mut deleted = Vec::with_capacity(if values { count } else { 0 });
         for key in keys {
-            let prev = self
-                .get(&key)?
-                .ok_or_else(|| EngineError::corrupt(format!("live key {key:?} has no value")))?;
+            let prev = if read {
+                Some(self.get(&key)?.ok_or_else(|| {
+                    EngineError::corrupt(format!("live key {key:?} has no value"))
+                })?)
+            } else {
+                None
+            };
             let rev = self.next_revision();
             let tomb = KeyValue {
                 key: key.clone(),
@@ -715,11 +797,13 @@ impl WriteTxn<'_> {
             self.events.push(Event {
                 r#type: EventType::Delete as i32,
                 kv: Some(event_kv),
-                prev_kv: Some(prev.clone()),
+                prev_kv: prev.clone().filter(|_| self.events_prev),
             });
-            deleted.push(prev);
+            if values {
+                deleted.extend(prev);
+            }
         }
-        Ok(deleted)
+        Ok((count, deleted))
     }
 
     /// Compacts history at `rev`: the index at once, the engine later via

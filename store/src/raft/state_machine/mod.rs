@@ -433,7 +433,7 @@ impl StateMachine {
             return Err(KvError::Etcd(EtcdError::LeaseNotFound));
         };
         for key in keys {
-            txn.delete_range(&KeyRange::Single(key))?;
+            txn.delete_range(&KeyRange::Single(key), false)?;
         }
         self.lessor.apply_revoke(r.id, extra);
         let revision = if txn.has_changes() {

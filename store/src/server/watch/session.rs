@@ -18,7 +18,7 @@ use tonic::{Status, Streaming};
 use crate::auth::{Access, AuthInfo};
 use crate::errors::{EtcdError, WatchCancelReason};
 use crate::metrics::{self, GaugeGuard};
-use crate::mvcc::{KeyRange, MvccError};
+use crate::mvcc::{KeyRange, MvccError, MvccStore, PrevKvInterest};
 use crate::server::core::Core;
 use crate::watch::hub::{HubReceiver, Lagged, RevisionEvents, WatchHub};
 
@@ -54,7 +54,9 @@ struct Watcher {
     range: KeyRange,
     /// The first revision not yet delivered.
     next_rev: i64,
-    prev_kv: bool,
+    /// Set if the watcher wants `prev_kv`: while held, writes read the
+    /// values they replace into their events.
+    prev_kv: Option<PrevKvInterest>,
     no_put: bool,
     no_delete: bool,
     progress_notify: bool,
@@ -73,12 +75,25 @@ impl Watcher {
         self.range.contains(&kv.key)
     }
 
-    fn shape(&self, ev: &Event) -> Event {
-        let mut ev = ev.clone();
-        if !self.prev_kv {
-            ev.prev_kv = None;
+    /// The event as this watcher sees it. A write applied before the
+    /// watcher's interest was registered carries no `prev_kv`; it is read
+    /// from history then (none if compacted, as etcd's watch stream).
+    fn shape(&self, ev: &Event, mvcc: &MvccStore) -> Result<Event, End> {
+        if self.prev_kv.is_none() {
+            return Ok(Event {
+                prev_kv: None,
+                ..ev.clone()
+            });
         }
-        ev
+        let mut ev = ev.clone();
+        let kv = ev.kv.as_ref().expect("wanted events have a key-value");
+        let replaced = ev.r#type == EventType::Delete as i32 || kv.version > 1;
+        if ev.prev_kv.is_none() && replaced {
+            ev.prev_kv = mvcc
+                .prev_kv(&kv.key, kv.mod_revision)
+                .map_err(|e| End::Fail(e.into()))?;
+        }
+        Ok(ev)
     }
 }
 
@@ -244,7 +259,7 @@ impl Session {
             id,
             range: KeyRange::new(&key, &c.range_end),
             next_rev: start,
-            prev_kv: c.prev_kv,
+            prev_kv: c.prev_kv.then(|| self.core.mvcc.watch_prev_kv()),
             no_put: filters.contains(&(FilterType::Noput as i32)),
             no_delete: filters.contains(&(FilterType::Nodelete as i32)),
             progress_notify: c.progress_notify,
@@ -304,11 +319,11 @@ impl Session {
             let w = self.watchers.get_mut(&id).expect("checked above");
             w.next_rev = last + 1;
             let w = self.watchers.get(&id).expect("checked above");
-            let mine: Vec<Event> = events
+            let mine = events
                 .iter()
                 .filter(|e| w.wants(e))
-                .map(|e| w.shape(e))
-                .collect();
+                .map(|e| w.shape(e, &self.core.mvcc))
+                .collect::<Result<Vec<Event>, End>>()?;
             if !mine.is_empty() {
                 self.send_events(id, mine, last).await?;
             }
@@ -377,12 +392,12 @@ impl Session {
                 continue;
             }
             w.next_rev = batch.revision + 1;
-            let mine: Vec<Event> = batch
+            let mine = batch
                 .events
                 .iter()
                 .filter(|e| w.wants(e))
-                .map(|e| w.shape(e))
-                .collect();
+                .map(|e| w.shape(e, &self.core.mvcc))
+                .collect::<Result<Vec<Event>, End>>()?;
             if !mine.is_empty() {
                 self.send_events(id, mine, batch.revision).await?;
             }
@@ -436,5 +451,73 @@ impl Session {
             self.send(self.response(id, self.processed)).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::memory::MemoryEngine;
+    use crate::engine::WriteBatch;
+    use crate::mvcc::Prev;
+
+    fn watcher(prev_kv: Option<PrevKvInterest>) -> Watcher {
+        Watcher {
+            id: 1,
+            range: KeyRange::new(b"k", b"\0"),
+            next_rev: 1,
+            prev_kv,
+            no_put: false,
+            no_delete: false,
+            progress_notify: false,
+            fragment: false,
+            _counted: GaugeGuard::new(&metrics::global().mvcc.watchers),
+        }
+    }
+
+    fn commit(mvcc: &MvccStore, f: impl FnOnce(&mut crate::mvcc::WriteTxn<'_>)) -> Vec<Event> {
+        let mut txn = mvcc.write();
+        f(&mut txn);
+        txn.commit(WriteBatch::new()).unwrap().1
+    }
+
+    /// Events applied before a prev_kv watcher registered carry no prev_kv;
+    /// the watcher reads it from history, and a watcher without prev_kv
+    /// never sees one.
+    #[test]
+    fn prev_kv_is_filled_in_for_events_written_before_the_interest() {
+        let mvcc = MvccStore::open(Arc::new(MemoryEngine::new())).unwrap();
+        let put = |v: &str| {
+            commit(&mvcc, |t| {
+                t.put(b"k1", v.into(), 0, Prev::Unread).unwrap();
+            })
+        };
+        let created = put("a");
+        let replaced = put("b");
+        let deleted = commit(&mvcc, |t| {
+            t.delete_range(&KeyRange::Single(b"k1".to_vec()), false)
+                .unwrap();
+        });
+        for ev in created.iter().chain(&replaced).chain(&deleted) {
+            assert_eq!(ev.prev_kv, None, "no interest when written");
+        }
+        let with = watcher(Some(mvcc.watch_prev_kv()));
+        let without = watcher(None);
+        let shaped = |w: &Watcher, evs: &[Event]| w.shape(&evs[0], &mvcc).ok().unwrap();
+        assert_eq!(shaped(&with, &created).prev_kv, None, "a creation");
+        assert_eq!(shaped(&with, &replaced).prev_kv.unwrap().value, b"a");
+        assert_eq!(shaped(&with, &deleted).prev_kv.unwrap().value, b"b");
+        let now = put("c");
+        assert_eq!(now[0].prev_kv, None, "deleted before");
+        let again = put("d");
+        assert_eq!(
+            again[0].prev_kv.as_ref().unwrap().value,
+            b"c",
+            "read eagerly now"
+        );
+        assert_eq!(shaped(&with, &again).prev_kv.unwrap().value, b"c");
+        assert_eq!(shaped(&without, &again).prev_kv, None);
+        drop(with);
+        assert_eq!(put("e")[0].prev_kv, None, "interest ended");
     }
 }
