@@ -74,7 +74,20 @@ async fn run() {
             std::process::exit(1);
         }
     };
-    wait_for_signal().await;
-    tracing::info!("shutting down");
+    let code = tokio::select! {
+        _ = wait_for_signal() => {
+            tracing::info!("shutting down");
+            0
+        }
+        reason = member.failed() => {
+            // etcd's `failed to commit tx` / `failed to save Raft hard state
+            // and entries` are fatal too: its supervisor restarts it.
+            tracing::error!(error = %reason, "raft stopped on a storage error; exiting");
+            1
+        }
+    };
     member.shutdown().await;
+    if code != 0 {
+        std::process::exit(code);
+    }
 }

@@ -505,6 +505,27 @@ impl Member {
         &self.core.raft
     }
 
+    /// Resolves, with the reason, when Raft stops on its own: a storage
+    /// error (a full or failing disk: the log or the state machine could
+    /// not be written) or a panic in its core. The member can then neither
+    /// apply nor vote nor serve a linearizable request again; etcd exits on
+    /// such errors (`failed to commit tx`, `failed to save Raft hard state
+    /// and entries`) so that its supervisor restarts it once the disk is
+    /// fixed, and the binary does the same. Never resolves while Raft runs.
+    pub async fn failed(&self) -> String {
+        use openraft::async_runtime::WatchReceiver as _;
+        let mut metrics = self.core.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_watched().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                // The metrics sender went away with Raft itself.
+                return "raft stopped".to_string();
+            }
+        }
+    }
+
     /// Stops serving, then stops Raft. Open requests and streams get etcd's
     /// request timeout (5 s + 2 x election timeout, the bound etcd gives its
     /// servers' graceful stop) to finish; then they are cut off.

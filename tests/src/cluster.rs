@@ -280,6 +280,22 @@ impl Cluster {
         process.as_ref().and_then(Process::pid)
     }
 
+    /// Member `i`'s exit status once its process has ended by itself
+    /// (None while it runs); an error if it was never started or was
+    /// killed by the harness.
+    pub fn exit_status(&self, i: usize) -> Result<Option<ExitStatus>> {
+        let process = self.members[i].process.lock().expect("member lock");
+        process
+            .as_ref()
+            .with_context(|| format!("member {i} was stopped by the test"))?
+            .try_wait()
+    }
+
+    /// The data directory of member `i`.
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        data_dir(self.dir(), &member_name(i))
+    }
+
     /// SIGKILLs member `i` and reaps it. Killing a stopped member is an error.
     pub fn kill(&self, i: usize) -> Result<()> {
         let process = self.members[i].process.lock().expect("member lock").take();
@@ -558,6 +574,11 @@ impl Member {
     }
 }
 
+/// The data directory of member `name` in a cluster directory.
+fn data_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.etcd"))
+}
+
 /// The name of member `i`: `m<i>`.
 pub fn member_name(i: usize) -> String {
     format!("m{i}")
@@ -595,7 +616,7 @@ impl MemberFlags {
     pub fn new(name: &str, ip: Ipv4Addr, dir: &Path, initial_cluster: &str, token: &str) -> Self {
         Self {
             name: name.to_string(),
-            data_dir: dir.join(format!("{name}.etcd")),
+            data_dir: data_dir(dir, name),
             client_url: client_url(ip),
             peer_url: peer_url(ip),
             initial_cluster: initial_cluster.to_string(),

@@ -29,6 +29,8 @@
 //!   stderr and the exit code.
 //! - [`http`]: a minimal HTTP/1.1 client for `/health`, `/livez`,
 //!   `/readyz`, `/version` and `/metrics`.
+//! - [`disk`]: a small tmpfs over one member's data directory and a filler
+//!   file, for full-disk faults.
 //! - [`differential`]: the oracle: runs the same step (etcdctl or
 //!   etcd-client) against reference etcd 3.5 and the candidate, and fails on
 //!   any difference after normalization (and optional masks); checks of the
@@ -51,6 +53,7 @@ pub mod binary;
 pub mod client;
 pub mod cluster;
 pub mod differential;
+pub mod disk;
 pub mod etcdctl;
 pub mod http;
 pub mod net;

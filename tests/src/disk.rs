@@ -1,0 +1,96 @@
+//! A small disk for one member: a tmpfs of a fixed size mounted over its
+//! data directory, and a filler file that leaves only a few bytes free, so
+//! the member's next writes fail with `ENOSPC` as on a full disk.
+//!
+//! Mounting needs root (as the network namespaces do). The mount is the
+//! test's own: [`SmallDisk`] unmounts it when dropped (lazily, so a member
+//! still holding files open does not keep it busy).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, ensure, Context, Result};
+
+/// Name of the filler file, at the top of the mounted directory.
+const FILLER: &str = "disk-filler";
+
+/// A tmpfs mounted over a directory.
+pub struct SmallDisk {
+    dir: PathBuf,
+}
+
+fn run(program: &str, args: &[&str]) -> Result<()> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program} {}", args.join(" ")))?;
+    if !output.status.success() {
+        bail!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+impl SmallDisk {
+    /// Moves `dir`'s contents onto a new tmpfs of `bytes` mounted at `dir`
+    /// (the owner of `dir` must not be running).
+    pub fn mount_over(dir: &Path, bytes: u64) -> Result<SmallDisk> {
+        let aside = dir.with_extension("before-small-disk");
+        std::fs::rename(dir, &aside).with_context(|| format!("moving {} aside", dir.display()))?;
+        std::fs::create_dir(dir)?;
+        let path = dir.to_str().context("non-UTF-8 data directory")?;
+        run(
+            "mount",
+            &["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs", path],
+        )?;
+        let disk = SmallDisk {
+            dir: dir.to_path_buf(),
+        };
+        let from = format!("{}/.", aside.display());
+        run("cp", &["-a", &from, path])?;
+        std::fs::remove_dir_all(&aside)?;
+        Ok(disk)
+    }
+
+    /// Bytes still free on the disk.
+    pub fn available(&self) -> Result<u64> {
+        let output = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(&self.dir)
+            .output()
+            .context("running df")?;
+        ensure!(output.status.success(), "df {} failed", self.dir.display());
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.lines()
+            .nth(1)
+            .and_then(|line| line.trim().parse().ok())
+            .with_context(|| format!("parsing df's output {text:?}"))
+    }
+
+    /// Allocates a filler file so that at most `leave` bytes stay free.
+    pub fn fill(&self, leave: u64) -> Result<()> {
+        let size = self.available()?.saturating_sub(leave);
+        let filler = self.dir.join(FILLER);
+        run(
+            "fallocate",
+            &["-l", &size.to_string(), filler.to_str().context("path")?],
+        )
+    }
+
+    /// Deletes the filler file: the disk has room again.
+    pub fn free(&self) -> Result<()> {
+        std::fs::remove_file(self.dir.join(FILLER)).context("removing the filler file")
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        if let Some(path) = self.dir.to_str() {
+            let _ = run("umount", &["-l", path]);
+        }
+    }
+}

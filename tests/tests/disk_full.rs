@@ -1,0 +1,163 @@
+//! A member whose disk fills up (a small tmpfs under its data directory,
+//! filled by a file): it stops with a non-zero exit status as etcd does
+//! (`failed to commit tx: no space left on device`), so that its supervisor
+//! restarts it, rather than running on without a Raft core. The other two
+//! keep acknowledging writes, and once the disk has room again the member
+//! restarts, catches up and serves every acknowledged write.
+//!
+//! Run: `cargo test --release -p integration-tests --test disk_full`
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use etcd_client::GetOptions;
+use integration_tests::client::describe_error;
+use integration_tests::disk::SmallDisk;
+use integration_tests::writer::{served, KeyValues, Writes};
+use integration_tests::{against_both, ClusterConfig, Server};
+
+/// Size of the full member's disk: room for etcd's two preallocated 64 MiB
+/// WAL segments and its database, and for the store's files.
+const DISK_BYTES: u64 = 192 * 1024 * 1024;
+/// Free bytes left once the disk is filled.
+const LEFT_FREE_BYTES: u64 = 1024 * 1024;
+/// Size of each value written: the free space lasts a few hundred puts.
+const VALUE_BYTES: usize = 4096;
+/// Puts acknowledged after the full member stopped, to show writes flow.
+const PUTS_AFTER_STOP: usize = 50;
+/// At most this many puts: a member still running after them never noticed
+/// its full disk (80 MiB of values against 1 MiB free).
+const MAX_PUTS: usize = 20_000;
+/// How long the scenario may take to see the member stop.
+const STOP_DEADLINE: Duration = Duration::from_secs(120);
+
+const PREFIX: &str = "full/";
+
+async fn full_disk_stops_one_member_and_loses_no_write(server: Server) {
+    scenario(server).await.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+async fn scenario(server: Server) -> Result<()> {
+    let cluster = server.start(ClusterConfig::new(3)).await;
+    let full = cluster.follower().await?;
+    cluster.terminate(full, Duration::from_secs(30)).await?;
+    let disk = SmallDisk::mount_over(&cluster.data_dir(full), DISK_BYTES)?;
+    cluster.restart_and_wait(full).await?;
+    disk.fill(LEFT_FREE_BYTES)?;
+
+    let writer = (0..cluster.size()).find(|&i| i != full).expect("3 members");
+    let mut client = cluster.client(writer).await?;
+    let mut writes = Writes::default();
+    let started = Instant::now();
+    let mut after_stop = 0;
+    for n in 0..MAX_PUTS {
+        let key = format!("{PREFIX}{n:05}");
+        let value = format!("{n:05}").repeat(VALUE_BYTES / 5);
+        writes.attempted.insert(key.clone());
+        // Quorum stays (two members of three): every put is acknowledged,
+        // a leader change excepted, after which it is sent again.
+        let revision = loop {
+            match client.put(key.as_str(), value.as_str(), None).await {
+                Ok(r) => break r.header().context("put without header")?.revision(),
+                Err(e) if started.elapsed() < STOP_DEADLINE => {
+                    writes.errors.push(describe_error(&e));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => bail!("put {key}: {}", describe_error(&e)),
+            }
+        };
+        writes.acknowledged.insert(key, (value, revision));
+        if let Some(status) = cluster.exit_status(full)? {
+            if after_stop == 0 {
+                assert!(
+                    !status.success(),
+                    "a member that cannot write exits non-zero: {status}"
+                );
+                eprintln!("{server:?}: member {full} stopped ({status}) after {n} puts");
+            }
+            after_stop += 1;
+            if after_stop == PUTS_AFTER_STOP {
+                break;
+            }
+        } else if started.elapsed() > STOP_DEADLINE {
+            bail!(
+                "member {full} still runs on a full disk after {n} puts:\n{}",
+                cluster.log_tail(full)
+            );
+        }
+    }
+    assert_eq!(
+        after_stop, PUTS_AFTER_STOP,
+        "member {full} never stopped on its full disk"
+    );
+    eprintln!(
+        "{server:?}: {} puts retried: {:?}",
+        writes.errors.len(),
+        writes.errors.first()
+    );
+
+    disk.free()?;
+    cluster.restart_and_wait(full).await?;
+    for i in 0..cluster.size() {
+        let served = integration_tests::wait::retry_until(
+            "every acknowledged write",
+            Duration::from_secs(60),
+            || async { read_all(&cluster, i).await },
+        )
+        .await?;
+        if let Some((key, value)) = writes
+            .acknowledged
+            .iter()
+            .find(|(k, v)| served.get(*k) != Some(v))
+        {
+            bail!(
+                "member {i}: acknowledged {key} at revision {} is served as {:?}",
+                value.1,
+                served.get(key).map(|v| v.1)
+            );
+        }
+        if let Some(key) = served.keys().find(|k| !writes.attempted.contains(*k)) {
+            bail!("member {i} serves {key}, which was never written");
+        }
+    }
+    let mut again = cluster.client(full).await?;
+    again.put("after-disk-full", "ok", None).await?;
+    drop(cluster);
+    drop(disk);
+    Ok(())
+}
+
+/// Member `i`'s serializable view of the prefix, in pages of
+/// [`PAGE_KEYS`] keys (all of it at once is more than a gRPC message).
+async fn read_all(cluster: &integration_tests::Cluster, i: usize) -> Result<KeyValues> {
+    let mut client = cluster.client(i).await?;
+    let mut all = KeyValues::new();
+    let end = format!("{PREFIX}\u{ff}");
+    let mut from = PREFIX.to_string();
+    loop {
+        let options = GetOptions::new()
+            .with_range(end.as_str())
+            .with_limit(PAGE_KEYS)
+            .with_serializable();
+        let page = client.get(from.as_str(), Some(options)).await?;
+        let more = page.more();
+        let kvs = served(&page);
+        let Some(last) = kvs.keys().last().cloned() else {
+            break;
+        };
+        all.extend(kvs);
+        if !more {
+            break;
+        }
+        from = format!("{last}\0");
+    }
+    Ok(all)
+}
+
+/// Keys per page of [`read_all`]: 200 values of 4 KiB.
+const PAGE_KEYS: i64 = 200;
+
+against_both!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    full_disk_stops_one_member_and_loses_no_write
+);
