@@ -514,14 +514,26 @@ impl Member {
     /// fixed, and the binary does the same. Never resolves while Raft runs.
     pub async fn failed(&self) -> String {
         use openraft::async_runtime::WatchReceiver as _;
-        let mut metrics = self.core.raft.metrics();
+        // The server metrics change with elections only (the full metrics
+        // with every write); their sender goes away with Raft's core, after
+        // it recorded why it stopped in the full metrics.
+        let mut server = self.core.raft.server_metrics();
         loop {
-            if let Err(fatal) = &metrics.borrow_watched().running_state {
+            if let Err(fatal) = &self.core.raft.metrics().borrow_watched().running_state {
                 return fatal.to_string();
             }
-            if metrics.changed().await.is_err() {
-                // The metrics sender went away with Raft itself.
-                return "raft stopped".to_string();
+            if server.changed().await.is_err() {
+                let stopped = self
+                    .core
+                    .raft
+                    .metrics()
+                    .borrow_watched()
+                    .running_state
+                    .clone();
+                return match stopped {
+                    Err(fatal) => fatal.to_string(),
+                    Ok(()) => "raft stopped".to_string(),
+                };
             }
         }
     }

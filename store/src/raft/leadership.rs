@@ -6,28 +6,31 @@
 //! timeout. openraft keeps such a leader in place, so this module
 //! applies etcd's rule on top of it: a member that leads counts as
 //! having a leader only while a quorum acknowledged it within the last
-//! election timeout. openraft reports `millis_since_quorum_ack` only when
-//! it publishes metrics (which it does not when nothing happens), so a
-//! watcher task turns every report into the instant of the last quorum
-//! acknowledgement; the staleness is measured against the clock when
-//! asked. A follower counts its leader only while it heard from it within
+//! election timeout. openraft reports the instant of the last quorum
+//! acknowledgement in its metrics; it is recorded whenever the leader is
+//! asked for and by a watcher task, and its staleness is measured against
+//! the clock when asked. A follower counts its leader only while it heard from it within
 //! the last election timeout ([`LeaderContact`]): etcd's follower forgets
 //! its leader when it starts a pre-vote, while openraft's pre-vote leaves a
 //! follower's view unchanged until a real election starts, which without
 //! a quorum never happens.
 //!
-//! The watcher also counts leader changes the way etcd does
+//! Leader changes are counted the way etcd does
 //! (`etcd_server_leader_changes_seen_total`: each time a leader is known
 //! and differs from the previous one, including after a leaderless spell,
 //! so a leader that lost its quorum and got it back counts once more, as
-//! etcd's leader steps down and is elected again). It looks at every
-//! metrics report and, between reports, every [`LEADER_CHECKS_PER_TIMEOUT`]th
-//! of an election timeout, since staleness sets in without any report.
+//! etcd's leader steps down and is elected again), by whoever looks: health
+//! checks and `/metrics` as well as a watcher task, which wakes on every change
+//! of openraft's server metrics (state, leader, vote, membership; not on
+//! the replication progress every write changes, which woke it several
+//! times per write) and, between them, every
+//! [`LEADER_CHECKS_PER_TIMEOUT`]th of an election timeout, since staleness
+//! sets in without any report.
 
 use openraft::async_runtime::WatchReceiver as _;
 use openraft::Instant as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::ServerState;
@@ -53,6 +56,9 @@ pub struct Leadership {
     quorum_ack: Stamp,
     contact: LeaderContact,
     election_timeout: Duration,
+    /// The leader last seen by anyone who asked (the watcher, health
+    /// checks, metrics), for `etcd_server_leader_changes_seen_total`.
+    last_seen: Arc<Mutex<Option<NodeId>>>,
 }
 
 /// An instant, kept as milliseconds since `base` ([`NEVER`]: none yet), and
@@ -141,6 +147,7 @@ impl Leadership {
             quorum_ack: Stamp::new(election_timeout),
             contact,
             election_timeout,
+            last_seen: Arc::default(),
         };
         tokio::spawn(watch(leadership.clone()));
         leadership
@@ -151,10 +158,23 @@ impl Leadership {
     /// that no quorum acknowledged for an election timeout.
     pub fn leader(&self) -> Option<NodeId> {
         let m = self.raft.metrics().borrow_watched().clone();
-        match m.current_leader {
+        record_quorum_ack(&self.quorum_ack, &m);
+        let leader = match m.current_leader {
             Some(id) if id == m.id && !self.quorum_fresh(&m) => None,
             _ => self.contact.leader(&m),
+        };
+        self.observe(leader);
+        leader
+    }
+
+    /// Counts a leader change when a leader is seen that differs from the
+    /// one seen last (none included), whoever looked.
+    fn observe(&self, leader: Option<NodeId>) {
+        let mut last = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if leader.is_some() && leader != *last {
+            metrics::global().server.leader_changes_seen.inc();
         }
+        *last = leader;
     }
 
     /// True when a leader exists (etcd's `etcd_server_has_leader`).
@@ -191,16 +211,11 @@ pub fn is_learner(m: &RaftMetrics) -> bool {
 /// Follows openraft's metrics: records quorum acknowledgements and counts
 /// leader changes.
 async fn watch(leadership: Leadership) {
-    let mut rx = leadership.raft.metrics();
+    let mut rx = leadership.raft.server_metrics();
     let pause = leadership.election_timeout / LEADER_CHECKS_PER_TIMEOUT;
-    let mut last_leader: Option<NodeId> = None;
     loop {
-        record_quorum_ack(&leadership.quorum_ack, &rx.borrow_and_update());
-        let leader = leadership.leader();
-        if leader.is_some() && leader != last_leader {
-            metrics::global().server.leader_changes_seen.inc();
-        }
-        last_leader = leader;
+        rx.borrow_and_update();
+        leadership.leader();
         // Wake when the leadership would turn stale, so a leaderless
         // spell is seen however short it is.
         let wait = [

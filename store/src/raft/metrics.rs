@@ -56,9 +56,10 @@ pub struct LeaderWatch {
 }
 
 impl LeaderWatch {
-    /// Follows `raft`'s metrics until Raft stops.
+    /// Follows `raft`'s server metrics (state, leader, vote, membership:
+    /// they change with elections, not with every write) until Raft stops.
     pub fn spawn(raft: &Raft) -> Self {
-        let mut metrics = raft.metrics();
+        let mut metrics = raft.server_metrics();
         let first = metrics.borrow_watched().current_leader;
         let (tx, rx) = tokio::sync::watch::channel(first);
         tokio::spawn(async move {

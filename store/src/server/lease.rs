@@ -179,7 +179,8 @@ pub fn spawn_lease_tasks(
     let leader_core = core.clone();
     let mut leader_stop = stop.clone();
     tokio::spawn(async move {
-        let mut metrics = leader_core.raft.metrics();
+        // Server metrics: they change with elections, not with every write.
+        let mut metrics = leader_core.raft.server_metrics();
         loop {
             let leading = metrics.borrow_watched().state == ServerState::Leader;
             if leading && !leader_core.lessor.is_primary() {
