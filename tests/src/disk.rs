@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 
 /// Name of the filler file, at the top of the mounted directory.
 const FILLER: &str = "disk-filler";
@@ -20,19 +20,7 @@ pub struct SmallDisk {
 }
 
 fn run(program: &str, args: &[&str]) -> Result<()> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {program} {}", args.join(" ")))?;
-    if !output.status.success() {
-        bail!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
+    crate::process::run_checked(program, args).map(drop)
 }
 
 impl SmallDisk {

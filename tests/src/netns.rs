@@ -262,19 +262,7 @@ fn remove_stale() {
 
 /// Runs `ip ARGS`, failing with its standard error.
 fn ip(args: &[&str]) -> Result<()> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .with_context(|| format!("running ip {} (iproute2 installed?)", args.join(" ")))?;
-    if !output.status.success() {
-        bail!(
-            "ip {} failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
+    crate::process::run_checked("ip", args).map(drop)
 }
 
 fn ip_quiet(args: &[&str]) -> Result<()> {

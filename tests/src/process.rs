@@ -204,6 +204,25 @@ fn kill_and_reap(child: &mut Child) -> Result<()> {
     Ok(())
 }
 
+/// Runs `program` with `args` to completion (a tool such as `ip` or
+/// `mount`): its output, or an error with its exit status and standard
+/// error unless it succeeded.
+pub fn run_checked(program: &str, args: &[&str]) -> Result<std::process::Output> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program} {}", args.join(" ")))?;
+    if !output.status.success() {
+        bail!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output)
+}
+
 /// Resident memory of process `pid` in bytes, from a `/proc/<pid>/status`
 /// field given in kB: `"VmRSS:"` (now) or `"VmHWM:"` (the peak).
 pub fn status_bytes(pid: u32, field: &str) -> Result<u64> {
