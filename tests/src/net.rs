@@ -47,6 +47,20 @@ pub fn allocate_ip() -> Result<Ipv4Addr> {
     bail!("no loopback address with free ports {CLIENT_PORT}/{PEER_PORT} after {MAX_PROBES} probes")
 }
 
+/// A fresh loopback address with its client port held by the returned
+/// listener (a member started there fails to bind it). Allocation and
+/// binding are one step: an address whose client port is taken between
+/// the two (by a process outside this one) is skipped.
+pub fn allocate_ip_with_client_port_taken() -> Result<(Ipv4Addr, TcpListener)> {
+    for _ in 0..MAX_PROBES {
+        let ip = allocate_ip()?;
+        if let Ok(listener) = TcpListener::bind((ip, CLIENT_PORT)) {
+            return Ok((ip, listener));
+        }
+    }
+    bail!("no loopback address whose client port {CLIENT_PORT} could be held after {MAX_PROBES} probes")
+}
+
 /// The address with the given index in the allocation space.
 fn ip_at(index: u32) -> Ipv4Addr {
     let host = index % HOSTS_PER_BLOCK;

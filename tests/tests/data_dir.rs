@@ -12,14 +12,16 @@
 //!
 //! Run: `cargo test --release -p integration-tests --test data_dir -- --test-threads=2`
 
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use integration_tests::etcdctl::Etcdctl;
-use integration_tests::net::{allocate_ip, client_url, peer_url, CLIENT_PORT};
+use integration_tests::net::{
+    allocate_ip, allocate_ip_with_client_port_taken, client_url, peer_url,
+};
 use integration_tests::process::Process;
 use integration_tests::wait::retry_until;
 use integration_tests::Binary;
@@ -125,9 +127,8 @@ async fn an_etcd_data_dir_is_refused_and_left_intact() -> Result<()> {
 /// must serve writes.
 async fn failed_first_start_then_serve(binary: Binary) -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let ip = allocate_ip()?;
+    let (ip, busy) = allocate_ip_with_client_port_taken()?;
     let args = member_args(ip, &dir.path().join("data"));
-    let busy = TcpListener::bind((ip, CLIENT_PORT))?;
     let (code, text) = run_to_exit(&binary, &args, &dir.path().join("first.log")).await?;
     ensure!(code != 0, "started with the client port taken:\n{text}");
     drop(busy);
