@@ -518,23 +518,15 @@ impl Member {
         // with every write); their sender goes away with Raft's core, after
         // it recorded why it stopped in the full metrics.
         let mut server = self.core.raft.server_metrics();
+        let mut core_gone = false;
         loop {
             if let Err(fatal) = &self.core.raft.metrics().borrow_watched().running_state {
                 return fatal.to_string();
             }
-            if server.changed().await.is_err() {
-                let stopped = self
-                    .core
-                    .raft
-                    .metrics()
-                    .borrow_watched()
-                    .running_state
-                    .clone();
-                return match stopped {
-                    Err(fatal) => fatal.to_string(),
-                    Ok(()) => "raft stopped".to_string(),
-                };
+            if core_gone {
+                return "raft stopped".to_string();
             }
+            core_gone = server.changed().await.is_err();
         }
     }
 

@@ -187,9 +187,10 @@ impl Lessor {
         let state = &mut *guard;
         for ev in events {
             let Some(kv) = &ev.kv else { continue };
-            let new = match ev.r#type == EventType::Put as i32 {
-                true => kv.lease,
-                false => 0,
+            let new = if ev.r#type == EventType::Put as i32 {
+                kv.lease
+            } else {
+                0
             };
             let old = state.attached.get(&kv.key).copied().unwrap_or(0);
             if old == new {

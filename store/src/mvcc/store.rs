@@ -797,7 +797,7 @@ impl WriteTxn<'_> {
             self.events.push(Event {
                 r#type: EventType::Delete as i32,
                 kv: Some(event_kv),
-                prev_kv: prev.clone().filter(|_| self.events_prev),
+                prev_kv: if self.events_prev { prev.clone() } else { None },
             });
             if values {
                 deleted.extend(prev);
