@@ -33,6 +33,7 @@ use crate::client::{check_serving, connect};
 use crate::net::{allocate_ip, client_url, metrics_url, peer_url};
 use crate::netns::Topology;
 use crate::process::{signal, tail, Process};
+use crate::relay::{Endpoint, Relay};
 use crate::wait::{permanent, retry_until};
 
 /// Deadline for a whole cluster (or a restarted member) to become healthy.
@@ -80,8 +81,8 @@ pub struct ClusterConfig {
     pub metrics: bool,
     /// Run every member in a network namespace of its own
     /// ([`crate::netns`]), so that links between members can be cut
-    /// ([`Cluster::network`]). Otherwise members share the loopback
-    /// interface.
+    /// ([`Cluster::network`]) and delayed (their peer traffic passes through
+    /// [`Cluster::relay`]). Otherwise members share the loopback interface.
     pub namespaces: bool,
     /// More flags, given to every member after the ones above.
     pub extra_args: Vec<String>,
@@ -130,6 +131,8 @@ pub struct Cluster {
     /// The members' namespaces, when started with
     /// [`ClusterConfig::namespaces`]; dropped after the members are killed.
     network: Option<Topology>,
+    /// The relay of the members' peer traffic, with the namespaces.
+    relay: Option<Relay>,
 }
 
 impl Cluster {
@@ -162,7 +165,22 @@ impl Cluster {
                 .map(|_| allocate_ip())
                 .collect::<Result<Vec<_>>>()?,
         };
-        let peer_urls: Vec<String> = ips.iter().map(|ip| peer_url(*ip)).collect();
+        // Namespaced members are reached by their peers through the relay.
+        let (relay, advertised) = match &network {
+            Some(network) => {
+                let endpoints: Vec<Endpoint> = (0..config.size)
+                    .map(|i| Endpoint {
+                        ip: network.ip(i),
+                        relay_ip: network.relay_ip(i),
+                    })
+                    .collect();
+                let relay = Relay::start(endpoints)?;
+                let advertised = (0..config.size).map(|i| network.relay_ip(i)).collect();
+                (Some(relay), advertised)
+            }
+            None => (None, ips.clone()),
+        };
+        let peer_urls: Vec<String> = advertised.iter().map(|ip| peer_url(*ip)).collect();
         let initial_cluster = initial_cluster(&peer_urls);
         let token = new_token("it");
         let members = ips
@@ -171,6 +189,7 @@ impl Cluster {
             .map(|(i, ip)| {
                 let mut flags =
                     MemberFlags::new(&member_name(i), *ip, dir.path(), &initial_cluster, &token);
+                flags.advertise_peer_url = peer_urls[i].clone();
                 if config.metrics {
                     flags.metrics_url = Some(metrics_url(*ip));
                 }
@@ -182,6 +201,7 @@ impl Cluster {
             members,
             dir: Some(dir),
             network,
+            relay,
         };
         for i in 0..cluster.size() {
             cluster.launch(i)?;
@@ -226,9 +246,18 @@ impl Cluster {
             .context("the cluster was not started in network namespaces")
     }
 
-    /// Peer URL of member `i`.
+    /// The relay of the members' peer traffic, to delay links; an error
+    /// unless the cluster was started with [`ClusterConfig::namespaces`].
+    pub fn relay(&self) -> Result<&Relay> {
+        self.relay
+            .as_ref()
+            .context("the cluster was not started in network namespaces")
+    }
+
+    /// Peer URL member `i` advertises (its relay address in namespaces).
     pub fn peer_url(&self, i: usize) -> String {
-        peer_url(self.members[i].ip)
+        self.flag(i, "initial-advertise-peer-urls")
+            .unwrap_or_else(|| peer_url(self.members[i].ip))
     }
 
     /// Member `i`'s metrics URL (served when the cluster was started with
@@ -597,8 +626,11 @@ pub struct MemberFlags {
     pub data_dir: PathBuf,
     /// `--listen-client-urls` and `--advertise-client-urls`.
     pub client_url: String,
-    /// `--listen-peer-urls` and `--initial-advertise-peer-urls`.
+    /// `--listen-peer-urls`.
     pub peer_url: String,
+    /// `--initial-advertise-peer-urls` (the same as `peer_url` unless
+    /// something passes the traffic on).
+    pub advertise_peer_url: String,
     /// `--initial-cluster`.
     pub initial_cluster: String,
     /// `--initial-cluster-state=existing` (a member joining a running
@@ -619,6 +651,7 @@ impl MemberFlags {
             data_dir: data_dir(dir, name),
             client_url: client_url(ip),
             peer_url: peer_url(ip),
+            advertise_peer_url: peer_url(ip),
             initial_cluster: initial_cluster.to_string(),
             existing: false,
             token: token.to_string(),
@@ -635,7 +668,7 @@ impl MemberFlags {
             format!("--listen-client-urls={}", self.client_url),
             format!("--advertise-client-urls={}", self.client_url),
             format!("--listen-peer-urls={}", self.peer_url),
-            format!("--initial-advertise-peer-urls={}", self.peer_url),
+            format!("--initial-advertise-peer-urls={}", self.advertise_peer_url),
             format!("--initial-cluster={}", self.initial_cluster),
             format!("--initial-cluster-state={state}"),
             format!("--initial-cluster-token={}", self.token),

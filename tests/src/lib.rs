@@ -16,6 +16,8 @@
 //! - [`netns`]: a network namespace per member on one bridge, for network
 //!   faults: links between members cut and healed with blackhole routes
 //!   while the test's clients reach every member.
+//! - [`relay`]: the peer traffic of namespaced members passes through the
+//!   test process, which can delay each link (slow networks without netem).
 //! - [`cluster`]: 1, 3 or 5 member clusters in a temporary directory, with
 //!   health waiting, SIGKILL, restart with the original flags, leader lookup,
 //!   log capture and cleanup on drop (also during a panic); [`MemberFlags`]
@@ -61,6 +63,7 @@ pub mod netns;
 pub mod normalize;
 pub mod pki;
 pub mod process;
+pub mod relay;
 pub mod robustness;
 pub mod server;
 pub mod wait;

@@ -20,11 +20,20 @@
 //! A member's process runs under `ip netns exec <its namespace>`, which
 //! `exec`s the server, so the pid the harness holds is the server's.
 //!
-//! **Cutting a link** `a <-> b` adds a blackhole route for `b`'s address in
-//! `a`'s namespace and one for `a`'s in `b`'s: packets between them are
-//! dropped silently on the way out (as a real partition: no reset, no
-//! error, connections time out), in both directions, while the clients'
-//! address (`.254`) stays reachable from both. Healing deletes the routes.
+//! The root-side interface also holds one *relay address* per member
+//! (`10.<a>.<b>.<101 + i>/32`, [`Topology::relay_ip`]): members advertise
+//! it as their peer URL and [`crate::relay`] passes the traffic on, with a
+//! delay per link when a test asks for one.
+//!
+//! **Cutting a link** `a <-> b` adds blackhole routes for `b`'s addresses
+//! (its own and its relay address) in `a`'s namespace and for `a`'s in
+//! `b`'s: packets between them are dropped silently on the way out (as a
+//! real partition: no reset, no error, connections time out), in both
+//! directions, while the clients' address (`.254`) stays reachable from
+//! both. Healing deletes the routes.
+//!
+//! Every interface also has an IPv6 address in `fd0a:<a>:<b>::/64` (hex; host part as in
+//! IPv4, [`Topology::ipv6`]), added without duplicate address detection, for IPv6 tests.
 //!
 //! The subnet `10.<a>.<b>.0/24` is chosen per topology (from the process
 //! id and a counter) among those no interface of the machine uses; all
@@ -37,7 +46,7 @@
 //! interfaces.
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -53,6 +62,8 @@ const SUBNET_SECOND_BYTE_BASE: u32 = 200;
 const MAX_SUBNET_PROBES: u32 = 256;
 /// Last address byte of the test process's (root-side) interface.
 const CLIENT_HOST: u8 = 254;
+/// Last address byte of member 0's relay address (member `i`: this + `i`).
+const RELAY_HOST_BASE: u8 = 101;
 /// Members one topology supports (addresses .1 to .N).
 pub const MAX_MEMBERS: usize = 16;
 
@@ -111,6 +122,10 @@ impl Topology {
             ip(&["-n", hub, "link", "set", &port, "master", "br0", "up"])?;
             let address = format!("{}/24", self.ip(i));
             ip(&["-n", ns, "addr", "add", &address, "dev", "eth0"])?;
+            let address = format!("{}/64", self.ipv6(i));
+            ip(&[
+                "-n", ns, "-6", "addr", "add", &address, "dev", "eth0", "nodad",
+            ])?;
             ip(&["-n", ns, "link", "set", "eth0", "up"])?;
         }
         let root_if = &self.root_if;
@@ -120,6 +135,12 @@ impl Topology {
         ip(&["-n", hub, "link", "set", "c", "master", "br0", "up"])?;
         let client = format!("{}/24", self.client_ip());
         ip(&["addr", "add", &client, "dev", root_if])?;
+        let client = format!("{}/64", self.client_ipv6());
+        ip(&["-6", "addr", "add", &client, "dev", root_if, "nodad"])?;
+        for i in 0..self.members.len() {
+            let relay = format!("{}/32", self.relay_ip(i));
+            ip(&["addr", "add", &relay, "dev", root_if])?;
+        }
         ip(&["link", "set", root_if, "up"])?;
         Ok(())
     }
@@ -128,6 +149,43 @@ impl Topology {
     pub fn ip(&self, i: usize) -> Ipv4Addr {
         let [a, b, c] = self.subnet;
         Ipv4Addr::new(a, b, c, i as u8 + 1)
+    }
+
+    /// Member `i`'s IPv6 address (inside its namespace).
+    pub fn ipv6(&self, i: usize) -> Ipv6Addr {
+        self.ipv6_host(u16::from(i as u8 + 1))
+    }
+
+    /// The IPv6 address of the test process's interface.
+    pub fn client_ipv6(&self) -> Ipv6Addr {
+        self.ipv6_host(u16::from(CLIENT_HOST))
+    }
+
+    /// `host` in the topology's IPv6 /64 (`fd0a:<a>:<b>::<host>`).
+    pub fn ipv6_host(&self, host: u16) -> Ipv6Addr {
+        let [a, b, c] = self.subnet;
+        Ipv6Addr::new(
+            0xfd00 | u16::from(a),
+            u16::from(b),
+            u16::from(c),
+            0,
+            0,
+            0,
+            0,
+            host,
+        )
+    }
+
+    /// The name of the test process's interface on the bridge (in the root namespace).
+    pub fn client_interface(&self) -> &str {
+        &self.root_if
+    }
+
+    /// Member `i`'s relay address (on the test process's interface): see
+    /// [`crate::relay`].
+    pub fn relay_ip(&self, i: usize) -> Ipv4Addr {
+        let [a, b, c] = self.subnet;
+        Ipv4Addr::new(a, b, c, RELAY_HOST_BASE + i as u8)
     }
 
     /// The address the test process's connections come from.
@@ -207,17 +265,21 @@ impl Topology {
             .collect()
     }
 
-    /// `ip route <action> blackhole <to's address>` in `from`'s namespace.
+    /// `ip route <action> blackhole <address>` in `from`'s namespace, for
+    /// both of `to`'s addresses.
     fn route(&self, action: &str, from: usize, to: usize) -> Result<()> {
-        let target = format!("{}/32", self.ip(to));
-        ip(&[
-            "-n",
-            &self.members[from],
-            "route",
-            action,
-            "blackhole",
-            &target,
-        ])
+        for address in [self.ip(to), self.relay_ip(to)] {
+            let target = format!("{address}/32");
+            ip(&[
+                "-n",
+                &self.members[from],
+                "route",
+                action,
+                "blackhole",
+                &target,
+            ])?;
+        }
+        Ok(())
     }
 
     fn teardown(&self) {

@@ -1,7 +1,8 @@
 //! The robustness suite ([`integration_tests::robustness`]): concurrent
-//! clients on a 3-member cluster under seeded kill -9 / SIGSTOP faults, the
-//! history checked for linearizability, on etcd 3.5.1 (the control: a
-//! failure there is a wrong test) and on the candidate.
+//! clients on a 3-member cluster under seeded faults (kill -9, SIGSTOP,
+//! partitions, lost and delayed peer messages), the history checked for
+//! linearizability, on etcd 3.5.1 (the control: a failure there is a wrong
+//! test) and on the candidate.
 //!
 //! CI runs the fixed seeds `CI_SEEDS`; `ROBUSTNESS_SEEDS=<n>` runs seeds
 //! `1..=n`, `ROBUSTNESS_SEED=<seed>` one seed. A failure prints the seed and

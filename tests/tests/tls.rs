@@ -196,6 +196,7 @@ impl TlsCluster {
             let certs = &pki.members[i];
             let mut flags = MemberFlags::new(&name, *ip, dir.path(), &initial_cluster, &token);
             flags.peer_url = peer_urls[i].clone();
+            flags.advertise_peer_url = peer_urls[i].clone();
             if client_tls {
                 flags.client_url = https_client_url(*ip);
             }

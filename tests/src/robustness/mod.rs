@@ -11,8 +11,9 @@
 //! 3. meanwhile the [`nemesis`] injects and heals its seeded faults (kill -9
 //!    of the leader, of a follower, of all members; SIGSTOP of the leader;
 //!    the leader or a follower cut off from the other members by a network
-//!    partition; links between members flapping: the members run in
-//!    network namespaces, [`crate::netns`]);
+//!    partition; links between members flapping; links between members
+//!    delayed: the members run in network namespaces, [`crate::netns`],
+//!    and their peer traffic passes through [`crate::relay`]);
 //! 4. stops the clients, waits until the cluster serves, and reads every
 //!    key linearizably: those final reads join the history, so an
 //!    acknowledged write that is missing from the final state (and not
@@ -105,6 +106,9 @@ pub struct RunReport {
     pub watched: Vec<(usize, usize)>,
     /// What the lease clients did and found (merged).
     pub leases: lease::LeaseLog,
+    /// Bytes the members sent each other through the relay (none means the
+    /// slow-network fault could not have slowed anything).
+    pub relayed_bytes: u64,
 }
 
 impl RunReport {
@@ -172,6 +176,12 @@ impl RunReport {
                 );
             }
         }
+        if self.relayed_bytes == 0 {
+            let _ = writeln!(
+                problems,
+                "no peer traffic went through the relay: the slow-network fault delayed nothing"
+            );
+        }
         if self.completed() < MIN_COMPLETED_OPS {
             let _ = writeln!(
                 problems,
@@ -211,13 +221,14 @@ impl fmt::Display for RunReport {
         }
         write!(
             f,
-            "; watchers (events, streams): {:?}, {} watch problems; leases: {} granted, {} expired, {} checks, {} problems; errors: {:?}",
+            "; watchers (events, streams): {:?}, {} watch problems; leases: {} granted, {} expired, {} checks, {} problems; {} KiB relayed between members; errors: {:?}",
             self.watched,
             self.watch_problems.len(),
             self.leases.leases,
             self.leases.expired,
             self.leases.checked,
             self.leases.problems.len(),
+            self.relayed_bytes / 1024,
             self.errors()
         )
     }
@@ -303,6 +314,7 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
             .map(|l| (l.events.len(), l.streams))
             .collect(),
         leases,
+        relayed_bytes: cluster.relay()?.relayed_bytes(),
     })
 }
 
@@ -391,6 +403,7 @@ mod tests {
             watch_problems: Vec::new(),
             watched: Vec::new(),
             leases: lease::LeaseLog::default(),
+            relayed_bytes: 1,
         }
     }
 
@@ -444,6 +457,7 @@ mod tests {
                 FaultKind::PartitionLeader,
                 FaultKind::PartitionFollower,
                 FaultKind::LossyNetwork,
+                FaultKind::SlowNetwork,
             ]
         );
         for fault in plan(3) {
@@ -452,7 +466,8 @@ mod tests {
                 FaultKind::PauseLeader => nemesis::PAUSE_MILLIS,
                 FaultKind::PartitionLeader
                 | FaultKind::PartitionFollower
-                | FaultKind::LossyNetwork => nemesis::PARTITION_MILLIS,
+                | FaultKind::LossyNetwork
+                | FaultKind::SlowNetwork => nemesis::PARTITION_MILLIS,
                 _ => nemesis::DOWNTIME_MILLIS,
             };
             assert!(range.contains(&millis), "{fault:?}");

@@ -1,7 +1,7 @@
 //! The nemesis: process and network faults on a seeded schedule, each
 //! healed before the next.
 //!
-//! A run injects each of the seven [`Fault`] kinds once, in an order drawn
+//! A run injects each of the eight [`Fault`] kinds once, in an order drawn
 //! from the run's seed: SIGKILL of the leader, SIGKILL of a follower (both
 //! restarted after a drawn downtime with their original flags and data),
 //! SIGKILL of every member at once (all restarted), SIGSTOP of the leader
@@ -12,7 +12,11 @@
 //! links drop packets silently, as a real partition), and a lossy network:
 //! for a drawn [`PARTITION_MILLIS`], one link between two members after
 //! another is cut or healed every [`FLAP_MILLIS`] (drawn), so messages are
-//! lost in bursts in both directions while every member stays up. Before each fault the
+//! lost in bursts in both directions while every member stays up, and a
+//! slow network: for a drawn [`PARTITION_MILLIS`], every [`SLOW_CHANGE_MILLIS`]
+//! (drawn) one link gets a new delay drawn from [`LINK_DELAY_MILLIS`] (the
+//! peer traffic passes through [`crate::relay`]), so messages arrive late
+//! but in order, some later than the election timeout. Before each fault the
 //! workload runs undisturbed for a drawn [`LOAD_MILLIS`]; after healing, the
 //! nemesis waits until every member serves a linearizable read again.
 //! Signals go to the member's own pid (`kill -s STOP|CONT <pid>`).
@@ -45,6 +49,13 @@ pub const PARTITION_MILLIS: RangeInclusive<u64> = 500..=4000;
 /// milliseconds (drawn uniformly for each change): around the heartbeat
 /// interval (100 ms), so heartbeats, appends and votes are lost in bursts.
 pub const FLAP_MILLIS: RangeInclusive<u64> = 20..=300;
+/// During a slow-network fault, time between two delay changes, in
+/// milliseconds (drawn uniformly for each change).
+pub const SLOW_CHANGE_MILLIS: RangeInclusive<u64> = 100..=500;
+/// A slow link's delay each way, in milliseconds (drawn uniformly): from
+/// none to past the election timeout (1 s), so some delays only slow the
+/// commits and some let a follower's election timer fire.
+pub const LINK_DELAY_MILLIS: RangeInclusive<u64> = 0..=1500;
 /// Load after the last fault has healed, before the clients stop.
 pub const FINAL_LOAD: Duration = Duration::from_secs(1);
 
@@ -58,6 +69,7 @@ pub enum FaultKind {
     PartitionLeader,
     PartitionFollower,
     LossyNetwork,
+    SlowNetwork,
 }
 
 impl fmt::Display for FaultKind {
@@ -70,6 +82,7 @@ impl fmt::Display for FaultKind {
             FaultKind::PartitionLeader => "partition: leader isolated",
             FaultKind::PartitionFollower => "partition: follower isolated",
             FaultKind::LossyNetwork => "lossy network: links flapping",
+            FaultKind::SlowNetwork => "slow network: links delayed",
         })
     }
 }
@@ -99,7 +112,7 @@ pub struct Injected {
     pub recovery: Duration,
 }
 
-/// The seven fault kinds in a seeded order, with drawn loads and downtimes.
+/// The eight fault kinds in a seeded order, with drawn loads and downtimes.
 pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
     let mut kinds = vec![
         FaultKind::KillLeader,
@@ -109,6 +122,7 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
         FaultKind::PartitionLeader,
         FaultKind::PartitionFollower,
         FaultKind::LossyNetwork,
+        FaultKind::SlowNetwork,
     ];
     kinds.shuffle(rng);
     kinds
@@ -118,7 +132,8 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
                 FaultKind::PauseLeader => rng.gen_range(PAUSE_MILLIS),
                 FaultKind::PartitionLeader
                 | FaultKind::PartitionFollower
-                | FaultKind::LossyNetwork => rng.gen_range(PARTITION_MILLIS),
+                | FaultKind::LossyNetwork
+                | FaultKind::SlowNetwork => rng.gen_range(PARTITION_MILLIS),
                 _ => rng.gen_range(DOWNTIME_MILLIS),
             };
             Fault {
@@ -154,7 +169,7 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
         FaultKind::KillFollower | FaultKind::PartitionFollower => {
             vec![cluster.follower().await?]
         }
-        FaultKind::KillAll | FaultKind::LossyNetwork => cluster.running(),
+        FaultKind::KillAll | FaultKind::LossyNetwork | FaultKind::SlowNetwork => cluster.running(),
     };
     let at = match fault.kind {
         FaultKind::PauseLeader => pause(cluster, clock, victims[0], fault.downtime).await?,
@@ -162,6 +177,7 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
             isolate(cluster, clock, victims[0], fault.downtime).await?
         }
         FaultKind::LossyNetwork => flap(cluster, clock, fault).await?,
+        FaultKind::SlowNetwork => slow(cluster, clock, fault).await?,
         FaultKind::KillLeader | FaultKind::KillFollower | FaultKind::KillAll => {
             for &member in &victims {
                 cluster.kill(member)?;
@@ -225,5 +241,27 @@ async fn flap(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(FLAP_MILLIS))).await;
     }
     network.heal_all()?;
+    Ok(at)
+}
+
+/// For `fault.downtime`, gives one link between two members after another
+/// a new delay from [`LINK_DELAY_MILLIS`], every [`SLOW_CHANGE_MILLIS`]
+/// (links, delays and pauses drawn from `fault.seed`), then takes every
+/// delay away (bytes already held keep theirs); the run-clock instant of
+/// the first change.
+async fn slow(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
+    let relay = cluster.relay()?;
+    let mut rng = StdRng::seed_from_u64(fault.seed);
+    let members = cluster.size();
+    let at = clock.now();
+    let end = tokio::time::Instant::now() + fault.downtime;
+    while tokio::time::Instant::now() < end {
+        let a = rng.gen_range(0..members);
+        let b = (a + rng.gen_range(1..members)) % members;
+        let delay = Duration::from_millis(rng.gen_range(LINK_DELAY_MILLIS));
+        relay.set_delay(a, b, delay)?;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(SLOW_CHANGE_MILLIS))).await;
+    }
+    relay.clear_delays();
     Ok(at)
 }
