@@ -73,7 +73,8 @@ pub struct Cli {
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
-    /// Virtual IP to hold while elected, `IPV4[/PREFIX]` (flags mode; the file has `[vip]`).
+    /// Virtual IP to hold while elected, `IPV4[/PREFIX]` or `IPV6[/PREFIX]` (flags mode; the
+    /// file has `[vip]`).
     #[arg(long, value_name = "ADDR/PREFIX", requires_all = ["vip_interface", "vip_election"], conflicts_with = "config")]
     pub vip: Option<String>,
     /// Interface that gets the VIP.

@@ -31,14 +31,18 @@ pub fn bind_listener(address: SocketAddr) -> io::Result<TcpListener> {
     bind_listener_with(address, false)
 }
 
-/// [`bind_listener`], with `IP_FREEBIND` when `nonlocal`: the listener binds an address that
+/// [`bind_listener`], with `IP_FREEBIND` (`IPV6_FREEBIND`) when `nonlocal`: the listener binds an address that
 /// is not (yet) on any interface, the VIP on a gateway that does not hold it, and accepts
 /// connections to it once the VIP arrives.
 pub fn bind_listener_with(address: SocketAddr, nonlocal: bool) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
-    if nonlocal && address.is_ipv4() {
-        socket.set_freebind_v4(true)?;
+    if nonlocal {
+        if address.is_ipv4() {
+            socket.set_freebind_v4(true)?;
+        } else {
+            socket.set_freebind_v6(true)?;
+        }
     }
     socket.set_nonblocking(true)?;
     socket.bind(&address.into())?;

@@ -148,7 +148,7 @@ impl Supervisor {
             let on_vip = config
                 .vip
                 .as_ref()
-                .is_some_and(|vip| frontend.listen.ip() == std::net::IpAddr::V4(vip.address));
+                .is_some_and(|vip| frontend.listen.ip() == vip.address);
             let listener = if reused {
                 None
             } else {

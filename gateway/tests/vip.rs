@@ -17,6 +17,13 @@
 //!   SIGSTOP the holder cannot remove the address itself: the kernel does, when the lifetime
 //!   the gateway gave it ends, before the store can elect anyone else (`gateway::vip::fence`).
 //!
+//! Before the faults, each test checks that the holder's announcement reaches the client: the
+//! client's neighbour entry for the VIP (made by its first connection) points to the holder's
+//! MAC; the holder's gateway is killed, and with no traffic from the client the entry must
+//! change to the successor's MAC, which only the successor's gratuitous ARP (IPv4) or
+//! unsolicited neighbour advertisement (IPv6) can do. The IPv6 test runs the same lab with an
+//! IPv6 VIP (`fd0a:...::100/128`) and the kill and pause faults.
+//!
 //! `keepalived_takeover_in_the_same_namespaces` runs keepalived (VRRP, advert_int 1 s) in the
 //! same kind of setup and measures its takeover after SIGKILL and SIGSTOP of the master's VRRP
 //! process, and how long the old master keeps the address (it cannot remove it), for the
@@ -24,7 +31,7 @@
 
 mod common;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,16 +124,49 @@ fn vip_of(topology: &Topology) -> Ipv4Addr {
     Ipv4Addr::new(a, b, c, VIP_HOST)
 }
 
+/// The VIP of the IP version asked for, in `topology`'s subnets.
+fn vip_of_version(topology: &Topology, ipv6: bool) -> IpAddr {
+    if ipv6 {
+        IpAddr::V6(topology.ipv6_host(u16::from(VIP_HOST)))
+    } else {
+        IpAddr::V4(vip_of(topology))
+    }
+}
+
+/// The VIP's prefix length as the gateways add it: one address.
+fn host_prefix(vip: IpAddr) -> u8 {
+    if vip.is_ipv4() {
+        32
+    } else {
+        128
+    }
+}
+
+/// `ip`'s family flag for `vip`.
+fn family(vip: IpAddr) -> &'static str {
+    if vip.is_ipv4() {
+        "-4"
+    } else {
+        "-6"
+    }
+}
+
+/// Whether `ip -o addr show` output of an interface lists `vip`.
+fn lists_vip(output: &[u8], vip: IpAddr) -> bool {
+    let needle = format!(" {vip}/{} ", host_prefix(vip));
+    String::from_utf8_lossy(output).contains(&needle)
+}
+
 /// The nodes of `topology` whose interface holds `vip` now.
-fn holders(topology: &Topology, vip: Ipv4Addr) -> Vec<usize> {
-    let needle = format!(" {vip}/32 ");
+fn holders(topology: &Topology, vip: impl Into<IpAddr>) -> Vec<usize> {
+    let vip = vip.into();
     (0..NODES)
         .filter(|&i| {
             let output = Command::new("ip")
                 .args([
                     "-n",
                     topology.namespace(i),
-                    "-4",
+                    family(vip),
                     "-o",
                     "addr",
                     "show",
@@ -135,13 +175,47 @@ fn holders(topology: &Topology, vip: Ipv4Addr) -> Vec<usize> {
                 ])
                 .output()
                 .expect("run ip addr show");
-            String::from_utf8_lossy(&output.stdout).contains(&needle)
+            lists_vip(&output.stdout, vip)
         })
         .collect()
 }
 
+/// Node `i`'s MAC address on its bridge interface, as `ip` prints it.
+fn node_mac(topology: &Topology, i: usize) -> String {
+    let output = Command::new("ip")
+        .args([
+            "-n",
+            topology.namespace(i),
+            "-o",
+            "link",
+            "show",
+            "dev",
+            INTERFACE,
+        ])
+        .output()
+        .expect("run ip link show");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let mut words = text.split_whitespace();
+    words.find(|word| *word == "link/ether");
+    words.next().expect("a MAC address").to_string()
+}
+
+/// The MAC address the test process's neighbour table holds for `vip`, if any.
+fn client_neighbour_mac(topology: &Topology, vip: IpAddr) -> Option<String> {
+    let output = Command::new("ip")
+        .args([family(vip), "neigh", "show", &vip.to_string()])
+        .args(["dev", topology.client_interface()])
+        .output()
+        .expect("run ip neigh show");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let mut words = text.split_whitespace();
+    words.find(|word| *word == "lladdr")?;
+    words.next().map(str::to_string)
+}
+
 /// Asks the node behind the VIP for its name: `Some(node index)` when one answered.
-async fn probe(vip: Ipv4Addr) -> Option<usize> {
+async fn probe(vip: impl Into<IpAddr>) -> Option<usize> {
+    let vip = vip.into();
     let address = (vip, FRONTEND_PORT);
     let mut stream = tokio::time::timeout(PROBE_CONNECT_TIMEOUT, TcpStream::connect(address))
         .await
@@ -171,14 +245,14 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(topology: &Topology, vip: Ipv4Addr) -> Sampler {
+    fn start(topology: &Topology, vip: impl Into<IpAddr>) -> Sampler {
+        let vip = vip.into();
         let namespaces: Vec<String> = (0..NODES)
             .map(|i| topology.namespace(i).to_string())
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
-            let needle = format!(" {vip}/32 ");
             let mut samples = Vec::new();
             while !flag.load(Ordering::Relaxed) {
                 let at = Instant::now();
@@ -187,9 +261,18 @@ impl Sampler {
                     .enumerate()
                     .filter(|(_, ns)| {
                         Command::new("ip")
-                            .args(["-n", ns, "-4", "-o", "addr", "show", "dev", INTERFACE])
+                            .args([
+                                "-n",
+                                ns,
+                                family(vip),
+                                "-o",
+                                "addr",
+                                "show",
+                                "dev",
+                                INTERFACE,
+                            ])
                             .output()
-                            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(&needle))
+                            .is_ok_and(|out| lists_vip(&out.stdout, vip))
                     })
                     .map(|(i, _)| i)
                     .collect();
@@ -306,7 +389,12 @@ fn signal(process: &Process, signal: i32) {
 }
 
 /// Polls until exactly one node holds the VIP and a probe through it reaches that node.
-async fn wait_single_holder(topology: &Topology, vip: Ipv4Addr, deadline: Duration) -> usize {
+async fn wait_single_holder(
+    topology: &Topology,
+    vip: impl Into<IpAddr>,
+    deadline: Duration,
+) -> usize {
+    let vip = vip.into();
     let start = Instant::now();
     loop {
         let held = holders(topology, vip);
@@ -325,11 +413,12 @@ async fn wait_single_holder(topology: &Topology, vip: Ipv4Addr, deadline: Durati
 
 /// Probes until a node other than `old` answers through the VIP; returns it and the time taken.
 async fn wait_takeover(
-    vip: Ipv4Addr,
+    vip: impl Into<IpAddr>,
     old: usize,
     since: Instant,
     deadline: Duration,
 ) -> (usize, Duration) {
+    let vip = vip.into();
     loop {
         if let Some(node) = probe(vip).await.filter(|&node| node != old) {
             return (node, since.elapsed());
@@ -359,11 +448,12 @@ struct Lab {
     nginx: Vec<Process>,
     cluster: Cluster,
     dir: TempDir,
-    vip: Ipv4Addr,
+    vip: IpAddr,
 }
 
 impl Lab {
-    async fn start() -> Lab {
+    /// The lab with an IPv4 VIP, or an IPv6 one.
+    async fn start(ipv6: bool) -> Lab {
         let binary = Binary::candidate().expect("the store binary (cargo build --release)");
         let mut config = ClusterConfig::new(NODES);
         config.namespaces = true;
@@ -375,7 +465,7 @@ impl Lab {
             .tempdir()
             .expect("temp dir");
         let topology = cluster.network().expect("namespaces");
-        let vip = vip_of(topology);
+        let vip = vip_of_version(topology, ipv6);
         let nginx = (0..NODES)
             .map(|i| start_nginx(topology, i, dir.path()))
             .collect();
@@ -404,7 +494,7 @@ impl Lab {
             .collect();
         let extra = [
             "--vip".to_string(),
-            format!("{}/32", self.vip),
+            format!("{}/{}", self.vip, host_prefix(self.vip)),
             "--vip-interface".to_string(),
             INTERFACE.to_string(),
             "--vip-election".to_string(),
@@ -414,7 +504,7 @@ impl Lab {
             "--vip-name".to_string(),
             format!("node{i}"),
         ];
-        let listen = format!("{}:{FRONTEND_PORT}", self.vip);
+        let listen = SocketAddr::new(self.vip, FRONTEND_PORT).to_string();
         let process = start_gateway(
             self.topology(),
             i,
@@ -524,19 +614,56 @@ async fn run_fault(lab: &mut Lab, fault: Fault, bound: Duration) -> Outcome {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vip_moves_on_kill_pause_cut_and_backend_loss_without_overlap() {
-    let mut lab = Lab::start().await;
+/// Kills the holder's gateway and waits, sending nothing to the VIP, until the client's
+/// neighbour entry for the VIP holds the successor's MAC address: only the successor's
+/// announcement changes it. Restarts the killed gateway; returns the time the entry took.
+async fn announcement_reaches_the_client(lab: &mut Lab) -> Duration {
+    let vip = lab.vip;
+    let holder = wait_single_holder(lab.topology(), vip, STARTUP_DEADLINE).await;
+    let old_mac = node_mac(lab.topology(), holder);
+    assert_eq!(
+        client_neighbour_mac(lab.topology(), vip).as_deref(),
+        Some(old_mac.as_str()),
+        "the client's probes resolved the VIP to its holder"
+    );
+    let since = Instant::now();
+    lab.inject(Fault::Kill, holder);
+    let bound = takeover_bound_after_holder_loss();
+    let (successor, took) = loop {
+        let seen = client_neighbour_mac(lab.topology(), vip);
+        if let Some(mac) = seen.filter(|mac| *mac != old_mac) {
+            let successor = (0..NODES)
+                .find(|&i| node_mac(lab.topology(), i) == mac)
+                .unwrap_or_else(|| panic!("the VIP was announced at {mac}, no node's MAC"));
+            break (successor, since.elapsed());
+        }
+        assert!(
+            since.elapsed() < bound,
+            "the client still sends the VIP to node {holder} ({old_mac}) after {bound:?}: no \
+             announcement reached it (holders now {:?})",
+            holders(lab.topology(), vip)
+        );
+        tokio::time::sleep(PROBE_INTERVAL).await;
+    };
+    assert_eq!(holders(lab.topology(), vip), [successor]);
+    lab.recover(Fault::Kill, holder);
+    lab.wait_candidate(holder).await;
+    eprintln!(
+        "gateway VIP {vip}: the client's neighbour entry moved from node {holder} to node \
+         {successor} {} ms after the kill, without traffic",
+        took.as_millis()
+    );
+    took
+}
+
+/// Runs `faults` on `lab` one after the other and checks every outcome.
+async fn faults_without_overlap(lab: &mut Lab, faults: &[(Fault, Duration)]) {
     let mut outcomes = Vec::new();
-    for (fault, bound) in [
-        (Fault::Kill, takeover_bound_after_holder_loss()),
-        (Fault::Pause, takeover_bound_after_holder_loss()),
-        (Fault::Cut, takeover_bound_after_cut()),
-        (Fault::BackendDown, takeover_bound_after_backend_loss()),
-    ] {
-        let outcome = run_fault(&mut lab, fault, bound).await;
+    for &(fault, bound) in faults {
+        let outcome = run_fault(lab, fault, bound).await;
         eprintln!(
-            "gateway VIP, {:?}: takeover {} ms (bound {} ms), {} address samples, longest overlap {} ms",
+            "gateway VIP {}, {:?}: takeover {} ms (bound {} ms), {} address samples, longest overlap {} ms",
+            lab.vip,
             outcome.fault,
             outcome.takeover.as_millis(),
             bound.as_millis(),
@@ -559,6 +686,36 @@ async fn vip_moves_on_kill_pause_cut_and_backend_loss_without_overlap() {
             outcome.overlap
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vip_moves_on_kill_pause_cut_and_backend_loss_without_overlap() {
+    let mut lab = Lab::start(false).await;
+    announcement_reaches_the_client(&mut lab).await;
+    faults_without_overlap(
+        &mut lab,
+        &[
+            (Fault::Kill, takeover_bound_after_holder_loss()),
+            (Fault::Pause, takeover_bound_after_holder_loss()),
+            (Fault::Cut, takeover_bound_after_cut()),
+            (Fault::BackendDown, takeover_bound_after_backend_loss()),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_vip_is_announced_and_moves_on_kill_and_pause_without_overlap() {
+    let mut lab = Lab::start(true).await;
+    announcement_reaches_the_client(&mut lab).await;
+    faults_without_overlap(
+        &mut lab,
+        &[
+            (Fault::Kill, takeover_bound_after_holder_loss()),
+            (Fault::Pause, takeover_bound_after_holder_loss()),
+        ],
+    )
+    .await;
 }
 
 /// keepalived's configuration for node `i` (priorities 100, 99, 98; node 0 starts as master).

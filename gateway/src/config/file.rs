@@ -618,6 +618,7 @@ name = "cp1"
         let config = Config::from_toml(&format!("{MINIMAL}{VIP}")).expect("valid");
         let vip = config.vip.expect("a VIP");
         assert_eq!(vip.address, std::net::Ipv4Addr::new(10, 0, 0, 100));
+        assert_eq!(vip.prefix_len, 32);
         assert_eq!(vip.endpoints.len(), 2);
         assert_eq!(vip.prefix, "/gateway/vip/10.0.0.100");
         assert_eq!(vip.lease_ttl, Duration::from_secs(4));
@@ -626,10 +627,23 @@ name = "cp1"
     }
 
     #[test]
+    fn ipv6_vip_parses() {
+        let text = format!("{MINIMAL}{VIP}").replace("10.0.0.100/32", "fd00:10::100/128");
+        let vip = Config::from_toml(&text).expect("valid").vip.expect("a VIP");
+        let address: std::net::IpAddr = "fd00:10::100".parse().unwrap();
+        assert_eq!((vip.address, vip.prefix_len), (address, 128));
+        assert_eq!(vip.prefix, "/gateway/vip/fd00:10::100");
+    }
+
+    #[test]
     fn bad_vip_values_name_their_lines() {
-        let text = format!("{MINIMAL}{VIP}").replace("10.0.0.100/32", "fd00::1/128");
+        let text = format!("{MINIMAL}{VIP}").replace("10.0.0.100/32", "fe80::1/128");
         let (line, message) = error_line(&text);
-        assert_eq!((line, message.contains("IPv6")), (11, true), "{message}");
+        assert_eq!(
+            (line, message.contains("link-local")),
+            (11, true),
+            "{message}"
+        );
         let text = format!("{MINIMAL}{VIP}").replace("\"4s\"", "\"1s\"");
         assert_eq!(error_line(&text).0, 14);
         let text = format!("{MINIMAL}{VIP}ca_file = \"/ca.pem\"\n");

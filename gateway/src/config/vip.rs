@@ -3,7 +3,7 @@
 //! The values are parsed here once, for the file and for the flags, so both refuse the same
 //! input with the same message. What the VIP does with them is explained in `crate::vip`.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,11 +30,13 @@ pub const MAX_VIP_NAME_BYTES: usize = 253;
 /// The virtual IP and its election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VipConfig {
-    /// The virtual address (IPv4 only: see `crate::vip`).
-    pub address: Ipv4Addr,
-    /// Its prefix length on the interface (32 for a VIP inside the node's subnet).
+    /// The virtual address, IPv4 or IPv6 (see `crate::vip`).
+    pub address: IpAddr,
+    /// Its prefix length on the interface (32, or 128 for IPv6, for a VIP inside the node's
+    /// subnet).
     pub prefix_len: u8,
-    /// The interface that gets the address and sends the gratuitous ARPs.
+    /// The interface that gets the address and sends the gratuitous ARPs (IPv4) or unsolicited
+    /// neighbour advertisements (IPv6).
     pub interface: String,
     /// gRPC URLs of the store (or etcd) members: `http://host:port` or `https://host:port`.
     pub endpoints: Vec<String>,
@@ -57,27 +59,37 @@ pub struct ElectionTls {
     pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
-/// Parses `10.0.0.100/32` (or `10.0.0.100`, meaning /32).
-pub fn parse_vip_address(text: &str) -> Result<(Ipv4Addr, u8), String> {
+/// Parses `10.0.0.100/32` (or `10.0.0.100`, meaning /32), or an IPv6 address such as
+/// `fd00:10::100/128` (without a prefix: /128).
+pub fn parse_vip_address(text: &str) -> Result<(IpAddr, u8), String> {
     let (ip_text, prefix_text) = match text.split_once('/') {
         Some((ip, prefix)) => (ip, Some(prefix)),
         None => (text, None),
     };
     let ip: IpAddr = ip_text
         .parse()
-        .map_err(|_| format!("VIP `{text}` is not an IPv4 address with an optional /PREFIX"))?;
-    let IpAddr::V4(ip) = ip else {
-        return Err(format!(
-            "VIP `{text}` is IPv6: only IPv4 VIPs are supported (gratuitous ARP announces them)"
-        ));
+        .map_err(|_| format!("VIP `{text}` is not an IP address with an optional /PREFIX"))?;
+    let unicast = match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast() || v4.is_loopback())
+        }
+        IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_multicast() || v6.is_loopback()),
     };
-    if ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast() || ip.is_loopback() {
+    if !unicast {
         return Err(format!("VIP `{text}` is not a unicast address"));
     }
+    if let IpAddr::V6(v6) = ip {
+        if is_link_local(v6) || v6.to_ipv4_mapped().is_some() {
+            return Err(format!(
+                "VIP `{text}` is link-local or IPv4-mapped: an IPv6 VIP must be routable"
+            ));
+        }
+    }
+    let max_len = if ip.is_ipv4() { 32 } else { 128 };
     let prefix_len = match prefix_text {
-        None => 32,
+        None => max_len,
         Some(prefix) => match prefix.parse::<u8>() {
-            Ok(len) if (1..=32).contains(&len) => len,
+            Ok(len) if (1..=max_len).contains(&len) => len,
             _ => {
                 return Err(format!(
                     "VIP `{text}` has an invalid prefix length `{prefix}`"
@@ -86,6 +98,11 @@ pub fn parse_vip_address(text: &str) -> Result<(Ipv4Addr, u8), String> {
         },
     };
     Ok((ip, prefix_len))
+}
+
+/// Whether `ip` is in fe80::/10.
+fn is_link_local(ip: Ipv6Addr) -> bool {
+    ip.segments()[0] & 0xffc0 == 0xfe80
 }
 
 /// Checks a Linux interface name.
@@ -193,7 +210,7 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 }
 
 /// The default election prefix for `address`.
-pub fn default_prefix(address: Ipv4Addr) -> String {
+pub fn default_prefix(address: IpAddr) -> String {
     format!("{DEFAULT_VIP_PREFIX_ROOT}/{address}")
 }
 
@@ -214,15 +231,22 @@ mod tests {
     fn vip_addresses() {
         assert_eq!(
             parse_vip_address("10.0.0.100/32").unwrap(),
-            (Ipv4Addr::new(10, 0, 0, 100), 32)
+            (IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 100)), 32)
         );
         assert_eq!(parse_vip_address("10.0.0.100").unwrap().1, 32);
         assert_eq!(parse_vip_address("10.0.0.100/24").unwrap().1, 24);
         assert!(parse_vip_address("10.0.0.100/33").is_err());
         assert!(parse_vip_address("10.0.0.100/0").is_err());
-        assert!(parse_vip_address("fd00::1/128")
-            .unwrap_err()
-            .contains("IPv6"));
+        let v6: IpAddr = "fd00:10::100".parse().unwrap();
+        assert_eq!(parse_vip_address("fd00:10::100/128").unwrap(), (v6, 128));
+        assert_eq!(parse_vip_address("fd00:10::100").unwrap(), (v6, 128));
+        assert_eq!(parse_vip_address("fd00:10::100/64").unwrap().1, 64);
+        assert!(parse_vip_address("fd00:10::100/129").is_err());
+        assert!(parse_vip_address("fe80::1/128").is_err());
+        assert!(parse_vip_address("::ffff:10.0.0.1").is_err());
+        assert!(parse_vip_address("::1").is_err());
+        assert!(parse_vip_address("ff02::1").is_err());
+        assert!(parse_vip_address("::").is_err());
         assert!(parse_vip_address("0.0.0.0").is_err());
         assert!(parse_vip_address("224.0.0.18").is_err());
         assert!(parse_vip_address("eth0").is_err());

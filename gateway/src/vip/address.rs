@@ -4,7 +4,7 @@
 //! VIPs); running it costs a few milliseconds per renewal, and keeps the gateway free of a
 //! netlink stack. Every invocation has a deadline and is killed if it overruns.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::process::Command;
@@ -31,14 +31,14 @@ pub struct InterfaceIdentity {
 /// The VIP on its interface.
 #[derive(Debug, Clone)]
 pub struct VipAddress {
-    address: Ipv4Addr,
+    address: IpAddr,
     prefix_len: u8,
     interface: String,
 }
 
 impl VipAddress {
     /// `address/prefix_len` on `interface`.
-    pub fn new(address: Ipv4Addr, prefix_len: u8, interface: &str) -> Self {
+    pub fn new(address: IpAddr, prefix_len: u8, interface: &str) -> Self {
         VipAddress {
             address,
             prefix_len,
@@ -47,7 +47,7 @@ impl VipAddress {
     }
 
     /// The address.
-    pub fn address(&self) -> Ipv4Addr {
+    pub fn address(&self) -> IpAddr {
         self.address
     }
 
@@ -60,13 +60,24 @@ impl VipAddress {
         format!("{}/{}", self.address, self.prefix_len)
     }
 
+    /// `ip`'s address family flag.
+    fn family(&self) -> &'static str {
+        if self.address.is_ipv4() {
+            "-4"
+        } else {
+            "-6"
+        }
+    }
+
     /// Adds the address, or renews it, valid (and preferred) for `lifetime_seconds`: the
-    /// kernel removes it by itself when the lifetime ends (see `super::fence`).
+    /// kernel removes it by itself when the lifetime ends (see `super::fence`). An IPv6 VIP is
+    /// added with `nodad`: duplicate address detection would hold it *tentative* (unusable)
+    /// for a second, and the election, not DAD, keeps it unique.
     pub async fn hold(&self, lifetime_seconds: u32) -> Result<(), AddressError> {
         let lifetime = lifetime_seconds.to_string();
         let cidr = self.cidr();
-        let args = [
-            "-4",
+        let mut args = vec![
+            self.family(),
             "addr",
             "replace",
             &cidr,
@@ -77,13 +88,17 @@ impl VipAddress {
             "preferred_lft",
             &lifetime,
         ];
+        if self.address.is_ipv6() {
+            args.push("nodad");
+        }
         run_ip(&args).await.map(drop)
     }
 
     /// Removes the address; `Ok(false)` when it was not there.
     pub async fn release(&self) -> Result<bool, AddressError> {
         let cidr = self.cidr();
-        match run_ip(&["-4", "addr", "del", &cidr, "dev", &self.interface]).await {
+        let args = [self.family(), "addr", "del", &cidr, "dev", &self.interface];
+        match run_ip(&args).await {
             Ok(_) => Ok(true),
             Err(AddressError::Failed { stderr, .. })
                 if NOT_PRESENT_MESSAGES
@@ -96,7 +111,7 @@ impl VipAddress {
         }
     }
 
-    /// The interface's index and MAC address (for the gratuitous ARP).
+    /// The interface's index and MAC address (for the announcements).
     pub async fn interface_identity(&self) -> Result<InterfaceIdentity, AddressError> {
         let output = run_ip(&["-o", "link", "show", "dev", &self.interface]).await?;
         parse_link_line(&output).ok_or_else(|| AddressError::UnexpectedOutput {

@@ -290,7 +290,14 @@ impl Controller {
             let result = match address.interface_identity().await {
                 Ok(identity) => announce(identity, address.address())
                     .await
-                    .map_err(|error| format!("gratuitous ARP on {}: {error}", address.interface())),
+                    .map_err(|error| {
+                        let what = if address.address().is_ipv4() {
+                            "gratuitous ARP"
+                        } else {
+                            "neighbour advertisement"
+                        };
+                        format!("{what} on {}: {error}", address.interface())
+                    }),
                 Err(error) => Err(error.to_string()),
             };
             if let Err(error) = result {

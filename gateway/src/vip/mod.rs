@@ -16,8 +16,9 @@
 //!   is killed (SIGKILL) or paused (SIGSTOP) loses the address by itself. A new holder is
 //!   elected only after the old lease expired, hence two holders never hold the VIP at the
 //!   same time (given the clock assumption stated there).
-//! * [`address`]: `ip addr replace/del` with the lifetime; [`announce`]: gratuitous ARP (an ARP
-//!   request and an ARP reply, broadcast from an `AF_PACKET` socket).
+//! * [`address`]: `ip addr replace/del` with the lifetime (IPv6 with `nodad`); [`announce`]:
+//!   gratuitous ARP for IPv4 (an ARP request and an ARP reply, broadcast from an `AF_PACKET`
+//!   socket), an unsolicited neighbour advertisement to all nodes for IPv6.
 //! * [`controller`]: the state machine: compete only while a backend is healthy, hold, and
 //!   release at once when fenced, when the lease or the key disappears, when no backend is
 //!   healthy, or on shutdown (releasing the address first, then revoking the lease so the next
@@ -39,10 +40,13 @@
 //! on a store quorum: without a quorum no gateway holds the VIP (and then the apiservers, which
 //! need the same quorum, could not serve anyway).
 //!
-//! **IPv4 only.** An IPv6 VIP would need an unsolicited neighbour advertisement instead of the
-//! gratuitous ARP and DAD to be skipped (`nodad`); the configuration refuses IPv6 VIPs.
+//! **IPv4 and IPv6.** An IPv6 VIP is added without duplicate address detection (`nodad`: DAD
+//! would keep it unusable for a second, and the fenced election already keeps it unique) and
+//! announced with unsolicited neighbour advertisements instead of gratuitous ARP; the
+//! frontend binds it with `IPV6_FREEBIND` before it arrives, as `IP_FREEBIND` for IPv4.
 //!
-//! **Privileges.** Adding addresses needs `CAP_NET_ADMIN`, the raw ARP socket `CAP_NET_RAW`.
+//! **Privileges.** Adding addresses needs `CAP_NET_ADMIN`, the raw ARP and ICMPv6 sockets
+//! `CAP_NET_RAW`.
 
 pub mod address;
 pub mod announce;
