@@ -13,6 +13,8 @@
 #   - iproute2 (ip): the robustness suite runs members in network namespaces
 #     it creates, to cut links between them (tests/src/netns.rs); the
 #     gateway's virtual IP adds and removes its address with it
+#   - strace: tests/tests/disk_faults.rs runs a member under strace to make
+#     its fdatasync calls fail with EIO (tests/src/disk.rs)
 #   - keepalived: the gateway's VIP failover test measures keepalived's
 #     takeover in the same namespaces, for comparison (gateway/tests/vip.rs)
 #   - python-etcd3 (PyPI etcd3, with grpcio and protobuf 3) in its own
@@ -39,7 +41,7 @@ ETCD3_VENV="${ETCD3_VENV:-/opt/python-etcd3-venv}"
 ETCD3_PACKAGES=(etcd3==0.12.0 protobuf==3.20.3 grpcio==1.85.1)
 BUILD_PACKAGES=(clang libclang-dev protobuf-compiler libprotobuf-dev)
 TEST_PACKAGES=(etcd-server etcd-client nginx-light haproxy openssl nghttp2-client wrk
-  python3-pip python3-venv iproute2 procps curl keepalived)
+  python3-pip python3-venv iproute2 procps curl keepalived strace)
 # Packages whose install would start (and enable) a system service.
 SERVICE_PACKAGES=(etcd-server:etcd nginx-light:nginx haproxy:haproxy keepalived:keepalived)
 

@@ -361,16 +361,38 @@ impl Cluster {
         self.launch(i)
     }
 
+    /// Starts member `i` again as [`Self::restart`] does, but under
+    /// `wrapper` (a program and its arguments, followed by the server and
+    /// its flags), e.g. a fault injector; the member's pid is the wrapper's.
+    /// Not for namespaced clusters.
+    pub fn restart_under(&self, i: usize, wrapper: &[String]) -> Result<()> {
+        ensure!(
+            self.network.is_none(),
+            "members in namespaces run under `ip netns exec`"
+        );
+        self.launch_with(i, wrapper)
+    }
+
     /// Starts member `i`'s process with its fixed flags, unless it is running.
     fn launch(&self, i: usize) -> Result<()> {
+        self.launch_with(i, &[])
+    }
+
+    /// [`Self::launch`] under `wrapper` (none when empty).
+    fn launch_with(&self, i: usize, wrapper: &[String]) -> Result<()> {
         let member = &self.members[i];
         let mut slot = member.process.lock().expect("member lock");
         if slot.as_ref().is_some_and(Process::is_running) {
             bail!("member {i} is already running");
         }
-        let command = match &self.network {
-            Some(network) => network.command(i, &self.binary.path),
-            None => std::process::Command::new(&self.binary.path),
+        let command = match (&self.network, wrapper.split_first()) {
+            (Some(network), _) => network.command(i, &self.binary.path),
+            (None, Some((program, args))) => {
+                let mut command = std::process::Command::new(program);
+                command.args(args).arg(&self.binary.path);
+                command
+            }
+            (None, None) => std::process::Command::new(&self.binary.path),
         };
         *slot = Some(member.spawn(command)?);
         Ok(())

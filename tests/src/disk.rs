@@ -1,6 +1,16 @@
-//! A small disk for one member: a tmpfs of a fixed size mounted over its
-//! data directory, and a filler file that leaves only a few bytes free, so
-//! the member's next writes fail with `ENOSPC` as on a full disk.
+//! Disk faults for one member.
+//!
+//! A small disk: a tmpfs of a fixed size mounted over its data directory,
+//! and a filler file that leaves only a few bytes free, so the member's next
+//! writes fail with `ENOSPC` as on a full disk.
+//!
+//! A failing sync ([`failing_fdatasync`]): the member runs under `strace`,
+//! which makes its `fdatasync` calls from the n-th on fail with `EIO`
+//! without running them, as a disk that reports write errors (this
+//! machine's kernel has no device-mapper `error` or `flakey` target). The
+//! seccomp filter stops the process only at `fdatasync`, so everything else
+//! runs at full speed. Both etcd (Go's raw syscalls, not libc) and the store
+//! are caught, since strace works at the system-call level.
 //!
 //! Mounting needs root (as the network namespaces do). The mount is the
 //! test's own: [`SmallDisk`] unmounts it when dropped (lazily, so a member
@@ -10,6 +20,30 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
+
+/// The fault injector [`failing_fdatasync`] runs members under.
+pub const STRACE: &str = "strace";
+
+/// The wrapper (for `Cluster::restart_under`) that runs a member under
+/// strace with every `fdatasync` from the `from_call`-th on (counted over
+/// all threads, from 1) failing with `EIO`.
+pub fn failing_fdatasync(from_call: u32) -> Vec<String> {
+    [
+        STRACE,
+        "--follow-forks",
+        "--seccomp-bpf",
+        "--quiet=all",
+        "--output=/dev/null",
+        "--trace=fdatasync",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        format!("--inject=fdatasync:error=EIO:when={from_call}+"),
+        "--".to_string(),
+    ])
+    .collect()
+}
 
 /// Name of the filler file, at the top of the mounted directory.
 const FILLER: &str = "disk-filler";

@@ -1,18 +1,25 @@
-//! A member whose disk fills up (a small tmpfs under its data directory,
-//! filled by a file): it stops with a non-zero exit status as etcd does
-//! (`failed to commit tx: no space left on device`), so that its supervisor
-//! restarts it, rather than running on without a Raft core. The other two
-//! keep acknowledging writes, and once the disk has room again the member
-//! restarts, catches up and serves every acknowledged write.
+//! A follower whose disk fails, on both systems:
 //!
-//! Run: `cargo test --release -p integration-tests --test disk_full`
+//! - its disk fills up (a small tmpfs under its data directory, filled by a
+//!   file): it stops with a non-zero exit status as etcd does (`failed to
+//!   commit tx: no space left on device`), so that its supervisor restarts
+//!   it, rather than running on without a Raft core;
+//! - its `fdatasync` calls start failing with `EIO`
+//!   ([`integration_tests::disk::failing_fdatasync`]): it must stop too
+//!   (etcd: `failed to save Raft hard state and entries`), never count an
+//!   append whose sync failed as stored, and never go on as if it had.
+//!
+//! Meanwhile the other two keep acknowledging writes; once the fault is
+//! gone the member restarts, catches up and serves every acknowledged write.
+//!
+//! Run: `cargo test --release -p integration-tests --test disk_faults`
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use etcd_client::GetOptions;
 use integration_tests::client::describe_error;
-use integration_tests::disk::SmallDisk;
+use integration_tests::disk::{failing_fdatasync, SmallDisk};
 use integration_tests::writer::{served, KeyValues, Writes};
 use integration_tests::{against_both, ClusterConfig, Server};
 
@@ -30,20 +37,48 @@ const PUTS_AFTER_STOP: usize = 50;
 const MAX_PUTS: usize = 20_000;
 /// How long the scenario may take to see the member stop.
 const STOP_DEADLINE: Duration = Duration::from_secs(120);
+/// The failing member's first `fdatasync` that fails: past its start-up
+/// and catch-up (a few dozen), so it fails while following the writes.
+const FIRST_FAILING_SYNC: u32 = 200;
 
-const PREFIX: &str = "full/";
+const PREFIX: &str = "disk/";
 
-async fn full_disk_stops_one_member_and_loses_no_write(server: Server) {
-    scenario(server).await.unwrap_or_else(|e| panic!("{e:#}"));
+/// The fault put on one follower's disk.
+#[derive(Clone, Copy, Debug)]
+enum DiskFault {
+    Full,
+    SyncFails,
 }
 
-async fn scenario(server: Server) -> Result<()> {
+async fn full_disk_stops_one_member_and_loses_no_write(server: Server) {
+    scenario(server, DiskFault::Full)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+async fn failing_fsync_stops_one_member_and_loses_no_write(server: Server) {
+    scenario(server, DiskFault::SyncFails)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
     let cluster = server.start(ClusterConfig::new(3)).await;
     let full = cluster.follower().await?;
     cluster.terminate(full, Duration::from_secs(30)).await?;
-    let disk = SmallDisk::mount_over(&cluster.data_dir(full), DISK_BYTES)?;
-    cluster.restart_and_wait(full).await?;
-    disk.fill(LEFT_FREE_BYTES)?;
+    let disk = match fault {
+        DiskFault::Full => {
+            let disk = SmallDisk::mount_over(&cluster.data_dir(full), DISK_BYTES)?;
+            cluster.restart_and_wait(full).await?;
+            disk.fill(LEFT_FREE_BYTES)?;
+            Some(disk)
+        }
+        DiskFault::SyncFails => {
+            cluster.restart_under(full, &failing_fdatasync(FIRST_FAILING_SYNC))?;
+            cluster.wait_member_ready(full).await?;
+            None
+        }
+    };
 
     let writer = (0..cluster.size()).find(|&i| i != full).expect("3 members");
     let mut client = cluster.client(writer).await?;
@@ -73,7 +108,7 @@ async fn scenario(server: Server) -> Result<()> {
                     !status.success(),
                     "a member that cannot write exits non-zero: {status}"
                 );
-                eprintln!("{server:?}: member {full} stopped ({status}) after {n} puts");
+                eprintln!("{server:?} {fault:?}: member {full} stopped ({status}) after {n} puts");
             }
             after_stop += 1;
             if after_stop == PUTS_AFTER_STOP {
@@ -81,22 +116,24 @@ async fn scenario(server: Server) -> Result<()> {
             }
         } else if started.elapsed() > STOP_DEADLINE {
             bail!(
-                "member {full} still runs on a full disk after {n} puts:\n{}",
+                "member {full} still runs on its failing disk ({fault:?}) after {n} puts:\n{}",
                 cluster.log_tail(full)
             );
         }
     }
     assert_eq!(
         after_stop, PUTS_AFTER_STOP,
-        "member {full} never stopped on its full disk"
+        "member {full} never stopped on its failing disk ({fault:?})"
     );
     eprintln!(
-        "{server:?}: {} puts retried: {:?}",
+        "{server:?} {fault:?}: {} puts retried: {:?}",
         writes.errors.len(),
         writes.errors.first()
     );
 
-    disk.free()?;
+    if let Some(disk) = &disk {
+        disk.free()?;
+    }
     cluster.restart_and_wait(full).await?;
     for i in 0..cluster.size() {
         let served = integration_tests::wait::retry_until(
@@ -121,7 +158,7 @@ async fn scenario(server: Server) -> Result<()> {
         }
     }
     let mut again = cluster.client(full).await?;
-    again.put("after-disk-full", "ok", None).await?;
+    again.put("after-disk-fault", "ok", None).await?;
     drop(cluster);
     drop(disk);
     Ok(())
@@ -159,5 +196,6 @@ const PAGE_KEYS: i64 = 200;
 
 against_both!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    full_disk_stops_one_member_and_loses_no_write
+    full_disk_stops_one_member_and_loses_no_write,
+    failing_fsync_stops_one_member_and_loses_no_write
 );
