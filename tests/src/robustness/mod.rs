@@ -13,7 +13,8 @@
 //!    the leader or a follower cut off from the other members by a network
 //!    partition; links between members flapping; links between members
 //!    delayed: the members run in network namespaces, [`crate::netns`],
-//!    and their peer traffic passes through [`crate::relay`]);
+//!    and their peer traffic passes through [`crate::relay`]; leadership
+//!    moved to a follower with `MoveLeader`);
 //! 4. stops the clients, waits until the cluster serves, and reads every
 //!    key linearizably: those final reads join the history, so an
 //!    acknowledged write that is missing from the final state (and not
@@ -458,6 +459,7 @@ mod tests {
                 FaultKind::PartitionFollower,
                 FaultKind::LossyNetwork,
                 FaultKind::SlowNetwork,
+                FaultKind::TransferLeader,
             ]
         );
         for fault in plan(3) {
@@ -468,6 +470,7 @@ mod tests {
                 | FaultKind::PartitionFollower
                 | FaultKind::LossyNetwork
                 | FaultKind::SlowNetwork => nemesis::PARTITION_MILLIS,
+                FaultKind::TransferLeader => 0..=0,
                 _ => nemesis::DOWNTIME_MILLIS,
             };
             assert!(range.contains(&millis), "{fault:?}");

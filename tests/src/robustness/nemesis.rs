@@ -1,7 +1,7 @@
 //! The nemesis: process and network faults on a seeded schedule, each
 //! healed before the next.
 //!
-//! A run injects each of the eight [`Fault`] kinds once, in an order drawn
+//! A run injects each of the nine [`Fault`] kinds once, in an order drawn
 //! from the run's seed: SIGKILL of the leader, SIGKILL of a follower (both
 //! restarted after a drawn downtime with their original flags and data),
 //! SIGKILL of every member at once (all restarted), SIGSTOP of the leader
@@ -16,7 +16,9 @@
 //! slow network: for a drawn [`PARTITION_MILLIS`], every [`SLOW_CHANGE_MILLIS`]
 //! (drawn) one link gets a new delay drawn from [`LINK_DELAY_MILLIS`] (the
 //! peer traffic passes through [`crate::relay`]), so messages arrive late
-//! but in order, some later than the election timeout. Before each fault the
+//! but in order, some later than the election timeout; and a leadership
+//! transfer (etcd's `MoveLeader`, asked of the leader) to a follower drawn
+//! from the fault's seed, under load. Before each fault the
 //! workload runs undisturbed for a drawn [`LOAD_MILLIS`]; after healing, the
 //! nemesis waits until every member serves a linearizable read again.
 //! Signals go to the member's own pid (`kill -s STOP|CONT <pid>`).
@@ -70,6 +72,7 @@ pub enum FaultKind {
     PartitionFollower,
     LossyNetwork,
     SlowNetwork,
+    TransferLeader,
 }
 
 impl fmt::Display for FaultKind {
@@ -83,6 +86,7 @@ impl fmt::Display for FaultKind {
             FaultKind::PartitionFollower => "partition: follower isolated",
             FaultKind::LossyNetwork => "lossy network: links flapping",
             FaultKind::SlowNetwork => "slow network: links delayed",
+            FaultKind::TransferLeader => "MoveLeader to a follower",
         })
     }
 }
@@ -112,7 +116,8 @@ pub struct Injected {
     pub recovery: Duration,
 }
 
-/// The eight fault kinds in a seeded order, with drawn loads and downtimes.
+/// The nine fault kinds in a seeded order, with drawn loads and downtimes
+/// (none for a leadership transfer).
 pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
     let mut kinds = vec![
         FaultKind::KillLeader,
@@ -123,6 +128,7 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
         FaultKind::PartitionFollower,
         FaultKind::LossyNetwork,
         FaultKind::SlowNetwork,
+        FaultKind::TransferLeader,
     ];
     kinds.shuffle(rng);
     kinds
@@ -134,6 +140,7 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
                 | FaultKind::PartitionFollower
                 | FaultKind::LossyNetwork
                 | FaultKind::SlowNetwork => rng.gen_range(PARTITION_MILLIS),
+                FaultKind::TransferLeader => 0,
                 _ => rng.gen_range(DOWNTIME_MILLIS),
             };
             Fault {
@@ -169,6 +176,12 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
         FaultKind::KillFollower | FaultKind::PartitionFollower => {
             vec![cluster.follower().await?]
         }
+        FaultKind::TransferLeader => {
+            let leader = cluster.leader().await?;
+            let followers: Vec<usize> = (0..cluster.size()).filter(|&i| i != leader).collect();
+            let target = followers[StdRng::seed_from_u64(fault.seed).gen_range(0..followers.len())];
+            vec![leader, target]
+        }
         FaultKind::KillAll | FaultKind::LossyNetwork | FaultKind::SlowNetwork => cluster.running(),
     };
     let at = match fault.kind {
@@ -178,6 +191,7 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
         }
         FaultKind::LossyNetwork => flap(cluster, clock, fault).await?,
         FaultKind::SlowNetwork => slow(cluster, clock, fault).await?,
+        FaultKind::TransferLeader => transfer(cluster, clock, victims[0], victims[1]).await?,
         FaultKind::KillLeader | FaultKind::KillFollower | FaultKind::KillAll => {
             for &member in &victims {
                 cluster.kill(member)?;
@@ -263,5 +277,19 @@ async fn slow(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(SLOW_CHANGE_MILLIS))).await;
     }
     relay.clear_delays();
+    Ok(at)
+}
+
+/// Asks leader `from` to hand leadership to `to` (etcd's `MoveLeader`,
+/// which waits until `to` leads or fails); the run-clock instant of the
+/// request. A refusal fails the run: with every member up, etcd grants it.
+async fn transfer(cluster: &Cluster, clock: Clock, from: usize, to: usize) -> Result<u64> {
+    let target = cluster.member_id(to).await?;
+    let mut client = cluster.client(from).await?;
+    let at = clock.now();
+    client
+        .move_leader(target)
+        .await
+        .with_context(|| format!("MoveLeader from member {from} to member {to}"))?;
     Ok(at)
 }
