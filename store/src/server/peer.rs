@@ -22,7 +22,10 @@ use crate::codec;
 use crate::raft::network::SnapshotHeader;
 use crate::raft::state_machine::snapshot_file::SnapshotReceiver;
 use crate::raft::{NodeId, Snapshot, TypeConfig};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, TransferLeaderRequest,
+    VoteRequest,
+};
 
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
@@ -245,6 +248,14 @@ impl RaftPeer for PeerService {
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         reply(&transfer::serve_peer(&self.core, decode(req)?))
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc: TransferLeaderRequest<TypeConfig> = decode(req)?;
+        reply(&answer(self.core.raft.handle_transfer_leader(rpc).await))
     }
 }
 

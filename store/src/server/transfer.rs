@@ -1,9 +1,9 @@
-//! Leadership transfer: etcd's `Maintenance.MoveLeader` on openraft's elections.
+//! Leadership transfer: etcd's `Maintenance.MoveLeader` on openraft's
+//! handoff message, with ordinary elections as the fallback.
 //!
 //! # The constraint
 //!
-//! This predates openraft 0.10's leadership-transfer API (moving to it is
-//! open). openraft's voters refuse every
+//! openraft's voters refuse every
 //! vote request while the leader lease they last saw may still hold
 //! (`Engine::handle_vote_req`: the voter's vote is committed and
 //! `now <= vote_utime + leader_lease`, with `leader_lease =
@@ -17,6 +17,18 @@
 //! grants the vote of any candidate with a higher term and a log at least as
 //! long as its own, and steps down. In a 3-member cluster that vote plus the
 //! candidate's own is a quorum.
+//!
+//! openraft 0.10's handoff lifts the constraint: a voter that receives a
+//! `TransferLeaderRequest` carrying the vote of the leader it follows drops
+//! that leader's lease (it may vote at once), and the member the request
+//! names campaigns as soon as its log holds the leader's last entry
+//! (`Raft::handle_transfer_leader`). openraft's own sender,
+//! `trigger().transfer_leader()`, also marks the leader as handing over,
+//! which stops its proposals and heartbeats until it steps down, with no way
+//! back: a transfer to a member that died would end in an election. etcd's
+//! leader aborts a transfer that does not complete and goes on leading, so
+//! this module sends the request itself (`storepeer.RaftPeer/TransferLeader`)
+//! and keeps the rest in its own hands.
 //!
 //! # The algorithm
 //!
@@ -38,10 +50,15 @@
 //! 3. **Catch up exactly**: wait until T's matched index equals L's last log
 //!    index. From here on L's log does not grow, so T's log is as up to date
 //!    as any voter's and every voter whose lease has expired will grant T.
-//! 4. **Campaign**: every other voter is told to hold its elections for the
+//! 4. **Hand over**: every other voter is told to hold its elections for the
 //!    rest of the transfer (peer message [`TransferMessage::HoldElections`];
 //!    the member re-enables them by its own timer, so a leader that dies
-//!    mid-transfer cannot leave them disabled), and T is told to campaign
+//!    mid-transfer cannot leave them disabled: L's heartbeats are off); then
+//!    openraft's handoff request goes to the other voters (they drop L's
+//!    lease) and then to T, which campaigns at once and wins with their
+//!    votes. This usually ends the transfer within a few milliseconds.
+//!    **Campaign** if L still leads one election timeout later (a lost
+//!    message, a target that refused): T is told to campaign
 //!    ([`TransferMessage::Campaign`]): it calls `trigger().elect(false)` (no pre-vote) every
 //!    [`CAMPAIGN_RETRY_HEARTBEATS`] heartbeat intervals until it leads or its
 //!    time is up. Refused rounds are expected while leases still hold; the
@@ -74,7 +91,8 @@ use crate::errors::EtcdError;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
 use crate::raft::elections::after;
 use crate::raft::metrics::{self, matched_index, WaitError};
-use crate::raft::{MemberInfo, NodeId, Raft};
+use crate::raft::{MemberInfo, NodeId, Raft, TypeConfig};
+use openraft::raft::{TransferLeaderRequest, TransferLeaderResponse};
 
 /// Bound of a whole transfer, in leader leases (openraft's
 /// `election_timeout_max`, half of `--election-timeout`). A transfer
@@ -154,6 +172,15 @@ pub enum SendError {
     /// The member refused.
     #[error(transparent)]
     Refused(#[from] TransferRefusal),
+    /// The member's Raft refused the handoff (its vote or log differs) or
+    /// has stopped.
+    #[error("member {member:x} refused the handoff: {reason}")]
+    HandoffRefused {
+        /// The member.
+        member: NodeId,
+        /// openraft's words.
+        reason: String,
+    },
 }
 
 /// Timing of a transfer, from the Raft configuration.
@@ -254,7 +281,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
     })
     .await?;
 
-    // 4 and 5. Campaign, wait; lift the holds whatever happened.
+    // 4 and 5. Hand over, else campaign; lift the holds whatever happened.
     let others: Vec<(NodeId, MemberInfo)> = {
         let m = core.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
@@ -264,7 +291,7 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
             .filter_map(|v| membership.get_node(&v).map(|n| (v, n.clone())))
             .collect()
     };
-    let result = campaign_and_wait(&core, target, &others, timing, deadline).await;
+    let result = hand_over_or_campaign(&core, target, &others, timing, deadline).await;
     for (id, _) in &others {
         send_in_background(
             &core,
@@ -272,7 +299,16 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
             TransferMessage::HoldElections { duration_ms: 0 },
         );
     }
-    match result {
+    report(started, target, result)
+}
+
+/// Logs how the transfer ended and passes the outcome on.
+fn report(
+    started: Instant,
+    target: NodeId,
+    result: Result<(), EtcdError>,
+) -> Result<(), EtcdError> {
+    match &result {
         Ok(()) => tracing::info!(
             target = format!("{target:x}"),
             took_ms = started.elapsed().as_millis() as u64,
@@ -288,17 +324,89 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
     result
 }
 
-async fn campaign_and_wait(
+/// Step 4, openraft's handoff message (`TransferLeaderRequest`, served by
+/// `Raft::handle_transfer_leader`), sent by this module rather than by
+/// `trigger().transfer_leader()`, which would leave this leader unable to
+/// propose until it steps down, so a failed transfer would end in an
+/// election (etcd's leader aborts the transfer and goes on leading). First
+/// the other voters: each drops this leader's lease, so it may vote at once;
+/// then the target, which campaigns as soon as its log holds this leader's
+/// last entry (step 3 made sure of that). `Ok(true)` once this member no
+/// longer leads and knows a leader; `Ok(false)` if that did not happen
+/// within one election timeout (a message lost, the target dead or slow).
+async fn hand_over(
+    core: &Arc<Core>,
+    target: NodeId,
+    others: &[(NodeId, MemberInfo)],
+    timing: Timing,
+    deadline: Instant,
+) -> Result<bool, EtcdError> {
+    let me = core.config.member_id;
+    let request = {
+        let m = core.raft.metrics().borrow_watched().clone();
+        let last = m
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&target).cloned().flatten());
+        TransferLeaderRequest::<TypeConfig>::new(m.vote, target, last)
+    };
+    let sends = others
+        .iter()
+        .map(|(id, _)| send_handoff(core, *id, &request, deadline));
+    for (result, (id, _)) in futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .zip(others)
+    {
+        if let Err(error) = result {
+            tracing::debug!(member = format!("{id:x}"), %error, "leadership handoff not delivered");
+        }
+    }
+    if let Err(error) = send_handoff(core, target, &request, deadline).await {
+        tracing::warn!(
+            target = format!("{target:x}"),
+            %error,
+            "leadership handoff refused; campaigning instead"
+        );
+        return Ok(false);
+    }
+    let until = after(timing.election_timeout).min(deadline);
+    match wait_for(&core.raft, until, |m| {
+        m.current_leader.is_some_and(|l| l != me)
+    })
+    .await
+    {
+        Ok(()) => Ok(true),
+        Err(EtcdError::LeaderTransferTimeout) if Instant::now() < deadline => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Holds the other voters' elections, then hands over ([`hand_over`]), and
+/// if that did not move the leadership, campaigns ([`campaign_and_wait`]).
+async fn hand_over_or_campaign(
     core: &Arc<Core>,
     target: NodeId,
     others: &[(NodeId, MemberInfo)],
     timing: Timing,
     deadline: Instant,
 ) -> Result<(), EtcdError> {
-    let me = core.config.member_id;
-    if core.leader() != Some(me) {
+    hold_others(core, others, timing, deadline);
+    if hand_over(core, target, others, timing, deadline).await? {
         return finished(core, target);
     }
+    campaign_and_wait(core, target, deadline).await
+}
+
+/// Tells every voter in `others` to start no election until the transfer's
+/// deadline (plus a margin): with this leader's heartbeats off, their
+/// election timers would otherwise fire during the transfer.
+fn hold_others(
+    core: &Arc<Core>,
+    others: &[(NodeId, MemberInfo)],
+    timing: Timing,
+    deadline: Instant,
+) {
     let remaining = deadline.saturating_duration_since(Instant::now());
     let margin = timing
         .election_timeout
@@ -311,6 +419,48 @@ async fn campaign_and_wait(
             TransferMessage::HoldElections { duration_ms: hold },
         );
     }
+}
+
+/// Sends openraft's handoff message to member `to` and returns its answer.
+async fn send_handoff(
+    core: &Core,
+    to: NodeId,
+    request: &TransferLeaderRequest<TypeConfig>,
+    deadline: Instant,
+) -> Result<(), SendError> {
+    let mut client = core.peer(to).map_err(|_| SendError::NotMember(to))?;
+    let timeout = Duration::from_millis(PEER_RPC_TIMEOUT_MS)
+        .min(deadline.saturating_duration_since(Instant::now()));
+    let mut message = tonic::Request::new(RaftMessage {
+        payload: codec::encode(request),
+    });
+    message.set_timeout(timeout);
+    let reply = tokio::time::timeout(timeout, client.transfer_leader(message))
+        .await
+        .map_err(|_| SendError::NoAnswer {
+            member: to,
+            timeout,
+        })?
+        .map_err(|source| SendError::Rpc { member: to, source })?;
+    let payload = reply.into_inner().payload;
+    let answer: Result<TransferLeaderResponse<TypeConfig>, String> =
+        codec::decode(&payload).map_err(|source| SendError::Garbage { member: to, source })?;
+    let refused = |reason: String| SendError::HandoffRefused { member: to, reason };
+    answer.map_err(refused)?.map_err(|e| refused(e.to_string()))
+}
+
+/// Step 5, when the handoff did not move the leadership: tells the target
+/// to campaign until it leads, and waits.
+async fn campaign_and_wait(
+    core: &Arc<Core>,
+    target: NodeId,
+    deadline: Instant,
+) -> Result<(), EtcdError> {
+    let me = core.config.member_id;
+    if core.leader() != Some(me) {
+        return finished(core, target);
+    }
+    let remaining = deadline.saturating_duration_since(Instant::now());
     let campaign = TransferMessage::Campaign {
         duration_ms: millis(remaining),
     };
