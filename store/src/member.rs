@@ -530,10 +530,12 @@ impl Member {
         }
     }
 
-    /// Stops serving, then stops Raft. Open requests and streams get etcd's
+    /// Hands leadership over if this member leads (as etcd's `Stop`), stops
+    /// serving, then stops Raft. Open requests and streams get etcd's
     /// request timeout (5 s + 2 x election timeout, the bound etcd gives its
     /// servers' graceful stop) to finish; then they are cut off.
     pub async fn shutdown(mut self) {
+        crate::server::transfer::hand_over_on_stop(&self.core).await;
         self.shutdown.send_replace(true);
         let grace = self.core.config.request_timeout;
         let drained = tokio::time::timeout(grace, async {

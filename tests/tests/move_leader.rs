@@ -15,6 +15,10 @@
 //!   acknowledged write is served by every member with its value and mod
 //!   revision, and nothing that was not written. (Writes may fail during a
 //!   transfer, on etcd they do; only acknowledged ones must survive.)
+//! - `leader_stop_hands_over_*`: SIGTERM to the leader of 3 members while a
+//!   client writes: it hands leadership over before it stops, as etcd's
+//!   `Stop` does (both log etcd's `leadership transfer finished`), exits 0,
+//!   and the two others serve every acknowledged write.
 //! - `failed_transfer_leaves_a_working_cluster_candidate`: the target is
 //!   killed after it has caught up; the transfer fails with etcd's
 //!   "leader transfer took too long", and the old leader keeps leading
@@ -28,6 +32,7 @@
 //! Run: `STORE_BIN=/path/to/store cargo test --release -p integration-tests --test move_leader`
 
 use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -482,6 +487,90 @@ async fn transfers_under_writes_5_candidate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_under_writes_5_etcd() {
     transfers_under_writes(Binary::etcd35().expect("reference etcd 3.5"), 5).await;
+}
+
+// ---------------------------------------------------------------------------
+// A graceful stop of the leader.
+// ---------------------------------------------------------------------------
+
+/// What the stopping leader logs once it has handed over: etcd's words
+/// (`etcdserver/server.go`), which the store uses too.
+const TRANSFER_FINISHED_LOG: &str = "leadership transfer finished";
+/// SIGTERM's number on Linux.
+const SIGTERM: i32 = 15;
+
+/// Deadline of the leader's graceful stop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn leader_stop_hands_over(binary: Binary) {
+    let cluster = Cluster::start(binary, ClusterConfig::new(3))
+        .await
+        .expect("starting the cluster");
+    let role = cluster.binary().role.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn(write_until_stopped(
+        cluster.endpoints(),
+        WRITER_PREFIX,
+        WRITE_PAUSE,
+        stop.clone(),
+        acknowledged.clone(),
+    ));
+    wait_for_writes(&acknowledged, WRITES_BETWEEN_TRANSFERS)
+        .await
+        .expect("writes before the stop");
+
+    let leader = cluster.leader().await.expect("leader");
+    let stopped = Instant::now();
+    let status = cluster
+        .terminate(leader, STOP_TIMEOUT)
+        .await
+        .expect("SIGTERM to the leader");
+    eprintln!("{role}: the leader stopped after {:?}", stopped.elapsed());
+    // etcd re-raises the signal once it has cleaned up; the store exits 0.
+    let graceful = status.success() || status.signal() == Some(SIGTERM);
+    assert!(graceful, "{role}: the leader exited with {status}");
+    assert!(
+        cluster.log(leader).contains(TRANSFER_FINISHED_LOG),
+        "{role}: the stopping leader did not hand leadership over:\n{}",
+        cluster.log_tail(leader)
+    );
+    let successor = cluster.leader().await.expect("a new leader");
+    assert_ne!(successor, leader);
+    let so_far = acknowledged.load(Ordering::Relaxed);
+    wait_for_writes(&acknowledged, so_far + WRITES_BETWEEN_TRANSFERS)
+        .await
+        .expect("writes after the stop");
+
+    stop.store(true, Ordering::Relaxed);
+    let writes = tokio::time::timeout(WRITER_STOP_TIMEOUT, writer)
+        .await
+        .expect("the writer stops")
+        .expect("the writer task");
+    let barrier = connect(&cluster.running_endpoints())
+        .await
+        .expect("client")
+        .put("barrier", "", None)
+        .await
+        .expect("barrier write")
+        .header()
+        .expect("header")
+        .revision();
+    for i in cluster.running() {
+        check_writes(&cluster, i, barrier, &writes)
+            .await
+            .unwrap_or_else(|e| panic!("{role}: {e:#}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_stop_hands_over_candidate() {
+    leader_stop_hands_over(Binary::candidate().expect("candidate server")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_stop_hands_over_etcd() {
+    leader_stop_hands_over(Binary::etcd35().expect("reference etcd 3.5")).await;
 }
 
 // ---------------------------------------------------------------------------

@@ -218,6 +218,35 @@ pub async fn move_leader(core: &Arc<Core>, target: NodeId) -> Result<(), EtcdErr
         .unwrap_or(Err(EtcdError::Stopped))
 }
 
+/// On a graceful stop (SIGTERM), as etcd's `EtcdServer.Stop`: if this member
+/// leads and has another voter, hands leadership to the follower with the
+/// most of its log, so the cluster keeps a leader instead of waiting out an
+/// election timeout. A failure is logged; the stop goes on.
+pub async fn hand_over_on_stop(core: &Arc<Core>) {
+    let me = core.config.member_id;
+    let target = {
+        let m = core.raft.metrics().borrow_watched().clone();
+        if m.current_leader != Some(me) {
+            return;
+        }
+        let membership = m.membership_config.membership();
+        membership
+            .voter_ids()
+            .filter(|&v| v != me)
+            .max_by_key(|&v| (matched_index(&m, v), std::cmp::Reverse(v)))
+    };
+    let Some(target) = target else {
+        return;
+    };
+    tracing::info!(
+        target = format!("{target:x}"),
+        "leader is stopping, transferring leadership"
+    );
+    if let Err(error) = move_leader(core, target).await {
+        tracing::warn!(%error, "leadership transfer on stop failed; stopping anyway");
+    }
+}
+
 /// etcd's checks: this member leads, the target is a voter. `Ok(false)` if
 /// the target already leads.
 fn admit(core: &Core, target: NodeId) -> Result<bool, EtcdError> {
@@ -312,7 +341,7 @@ fn report(
         Ok(()) => tracing::info!(
             target = format!("{target:x}"),
             took_ms = started.elapsed().as_millis() as u64,
-            "leadership transferred"
+            "leadership transfer finished"
         ),
         Err(error) => tracing::warn!(
             target = format!("{target:x}"),
