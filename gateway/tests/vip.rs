@@ -688,34 +688,33 @@ async fn faults_without_overlap(lab: &mut Lab, faults: &[(Fault, Duration)]) {
     }
 }
 
+/// A lab with an IPv4 or IPv6 VIP: the announcement check, then `faults`.
+async fn lab_run(ipv6: bool, faults: &[Fault]) {
+    let mut lab = Lab::start(ipv6).await;
+    announcement_reaches_the_client(&mut lab).await;
+    let bounded: Vec<(Fault, Duration)> = faults
+        .iter()
+        .map(|&fault| {
+            let bound = match fault {
+                Fault::Kill | Fault::Pause => takeover_bound_after_holder_loss(),
+                Fault::Cut => takeover_bound_after_cut(),
+                Fault::BackendDown => takeover_bound_after_backend_loss(),
+            };
+            (fault, bound)
+        })
+        .collect();
+    faults_without_overlap(&mut lab, &bounded).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vip_moves_on_kill_pause_cut_and_backend_loss_without_overlap() {
-    let mut lab = Lab::start(false).await;
-    announcement_reaches_the_client(&mut lab).await;
-    faults_without_overlap(
-        &mut lab,
-        &[
-            (Fault::Kill, takeover_bound_after_holder_loss()),
-            (Fault::Pause, takeover_bound_after_holder_loss()),
-            (Fault::Cut, takeover_bound_after_cut()),
-            (Fault::BackendDown, takeover_bound_after_backend_loss()),
-        ],
-    )
-    .await;
+    let faults = [Fault::Kill, Fault::Pause, Fault::Cut, Fault::BackendDown];
+    lab_run(false, &faults).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_vip_is_announced_and_moves_on_kill_and_pause_without_overlap() {
-    let mut lab = Lab::start(true).await;
-    announcement_reaches_the_client(&mut lab).await;
-    faults_without_overlap(
-        &mut lab,
-        &[
-            (Fault::Kill, takeover_bound_after_holder_loss()),
-            (Fault::Pause, takeover_bound_after_holder_loss()),
-        ],
-    )
-    .await;
+    lab_run(true, &[Fault::Kill, Fault::Pause]).await;
 }
 
 /// keepalived's configuration for node `i` (priorities 100, 99, 98; node 0 starts as master).

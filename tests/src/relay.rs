@@ -316,6 +316,17 @@ mod tests {
         (endpoints, relay)
     }
 
+    /// A connection from member 0's address to member 1's relay address,
+    /// as a member's peer connection.
+    async fn member_0_to_member_1(endpoints: &[Endpoint]) -> TcpStream {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::V4(SocketAddrV4::new(endpoints[0].ip, 0)))
+            .unwrap();
+        let relay = SocketAddrV4::new(endpoints[1].relay_ip, PEER_PORT);
+        socket.connect(SocketAddr::V4(relay)).await.unwrap()
+    }
+
     /// Member 0 sends `line` to member 1 through the relay; the answer and
     /// the round trip's duration.
     async fn round_trip(stream: &mut TcpStream, line: &str) -> (String, Duration) {
@@ -332,17 +343,7 @@ mod tests {
     #[tokio::test]
     async fn relayed_bytes_come_from_the_callers_relay_address_and_wait_out_the_delay() {
         let (endpoints, relay) = two_members().await;
-        let socket = TcpSocket::new_v4().unwrap();
-        socket
-            .bind(SocketAddr::V4(SocketAddrV4::new(endpoints[0].ip, 0)))
-            .unwrap();
-        let mut stream = socket
-            .connect(SocketAddr::V4(SocketAddrV4::new(
-                endpoints[1].relay_ip,
-                PEER_PORT,
-            )))
-            .await
-            .unwrap();
+        let mut stream = member_0_to_member_1(&endpoints).await;
         let (answer, _) = round_trip(&mut stream, "hello").await;
         assert_eq!(answer, format!("{} hello", endpoints[0].relay_ip));
         let relayed = "hello".len() + answer.len();
@@ -367,17 +368,7 @@ mod tests {
     #[tokio::test]
     async fn a_shrinking_delay_keeps_the_bytes_in_order() {
         let (endpoints, relay) = two_members().await;
-        let socket = TcpSocket::new_v4().unwrap();
-        socket
-            .bind(SocketAddr::V4(SocketAddrV4::new(endpoints[0].ip, 0)))
-            .unwrap();
-        let mut stream = socket
-            .connect(SocketAddr::V4(SocketAddrV4::new(
-                endpoints[1].relay_ip,
-                PEER_PORT,
-            )))
-            .await
-            .unwrap();
+        let mut stream = member_0_to_member_1(&endpoints).await;
         let (mut read, mut write) = stream.split();
         relay.set_delay(0, 1, Duration::from_millis(300)).unwrap();
         write.write_all(b"first;").await.unwrap();

@@ -400,24 +400,78 @@ async fn check_writes(cluster: &Cluster, i: usize, barrier: i64, writes: &Writes
     Ok(())
 }
 
+/// The background writer of these tests: unique keys through every
+/// endpoint, counted as they are acknowledged.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    acknowledged: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<Writes>,
+}
+
+impl Writer {
+    /// Starts writing and waits for the first [`WRITES_BETWEEN_TRANSFERS`].
+    async fn start(cluster: &Cluster) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acknowledged = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(write_until_stopped(
+            cluster.endpoints(),
+            WRITER_PREFIX,
+            WRITE_PAUSE,
+            stop.clone(),
+            acknowledged.clone(),
+        ));
+        let writer = Writer {
+            stop,
+            acknowledged,
+            task,
+        };
+        writer.more("before the first fault").await;
+        writer
+    }
+
+    /// Waits for [`WRITES_BETWEEN_TRANSFERS`] more acknowledged writes.
+    async fn more(&self, when: &str) {
+        let so_far = self.acknowledged.load(Ordering::Relaxed);
+        wait_for_writes(&self.acknowledged, so_far + WRITES_BETWEEN_TRANSFERS)
+            .await
+            .unwrap_or_else(|e| panic!("writes {when}: {e:#}"));
+    }
+
+    /// Stops writing; then a linearizable barrier write through `members`,
+    /// and each of them must serve every acknowledged write.
+    async fn finish_and_check(self, cluster: &Cluster, members: &[usize]) -> Writes {
+        let role = cluster.binary().role.clone();
+        self.stop.store(true, Ordering::Relaxed);
+        let writes = tokio::time::timeout(WRITER_STOP_TIMEOUT, self.task)
+            .await
+            .expect("the writer stops")
+            .expect("the writer task");
+        let endpoints: Vec<String> = members.iter().map(|&i| cluster.endpoint(i)).collect();
+        let barrier = connect(&endpoints)
+            .await
+            .expect("client")
+            .put("barrier", "", None)
+            .await
+            .expect("barrier write")
+            .header()
+            .expect("header")
+            .revision();
+        for &i in members {
+            check_writes(cluster, i, barrier, &writes)
+                .await
+                .unwrap_or_else(|e| panic!("{role}: {e:#}"));
+        }
+        writes
+    }
+}
+
 async fn transfers_under_writes(binary: Binary, size: usize) {
     let cluster = Cluster::start(binary, ClusterConfig::new(size))
         .await
         .expect("starting the cluster");
     let role = cluster.binary().role.clone();
     let ctl = ctl35(cluster.endpoints());
-    let stop = Arc::new(AtomicBool::new(false));
-    let acknowledged = Arc::new(AtomicUsize::new(0));
-    let writer = tokio::spawn(write_until_stopped(
-        cluster.endpoints(),
-        WRITER_PREFIX,
-        WRITE_PAUSE,
-        stop.clone(),
-        acknowledged.clone(),
-    ));
-    wait_for_writes(&acknowledged, WRITES_BETWEEN_TRANSFERS)
-        .await
-        .expect("writes before the first transfer");
+    let writer = Writer::start(&cluster).await;
 
     // To every follower in turn, then back to the first leader.
     let first = cluster.leader().await.expect("leader");
@@ -434,39 +488,17 @@ async fn transfers_under_writes(binary: Binary, size: usize) {
         wait_leader(&cluster, target)
             .await
             .expect("the target leads");
-        let so_far = acknowledged.load(Ordering::Relaxed);
-        wait_for_writes(&acknowledged, so_far + WRITES_BETWEEN_TRANSFERS)
-            .await
-            .expect("writes after the transfer");
+        writer.more("after the transfer").await;
     }
 
-    stop.store(true, Ordering::Relaxed);
-    let writes = tokio::time::timeout(WRITER_STOP_TIMEOUT, writer)
-        .await
-        .expect("the writer stops")
-        .expect("the writer task");
+    let all: Vec<usize> = (0..size).collect();
+    let writes = writer.finish_and_check(&cluster, &all).await;
     eprintln!(
         "{role}, {size} members: {} writes acknowledged, {} failed: {:?}",
         writes.acknowledged.len(),
         writes.errors.len(),
         writes.errors
     );
-    // A linearizable write after everything: every member must reach it.
-    let barrier = cluster
-        .client_all()
-        .await
-        .expect("client")
-        .put("barrier", "", None)
-        .await
-        .expect("barrier write")
-        .header()
-        .expect("header")
-        .revision();
-    for i in 0..size {
-        check_writes(&cluster, i, barrier, &writes)
-            .await
-            .unwrap_or_else(|e| panic!("{role}: {e:#}"));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -507,18 +539,7 @@ async fn leader_stop_hands_over(binary: Binary) {
         .await
         .expect("starting the cluster");
     let role = cluster.binary().role.clone();
-    let stop = Arc::new(AtomicBool::new(false));
-    let acknowledged = Arc::new(AtomicUsize::new(0));
-    let writer = tokio::spawn(write_until_stopped(
-        cluster.endpoints(),
-        WRITER_PREFIX,
-        WRITE_PAUSE,
-        stop.clone(),
-        acknowledged.clone(),
-    ));
-    wait_for_writes(&acknowledged, WRITES_BETWEEN_TRANSFERS)
-        .await
-        .expect("writes before the stop");
+    let writer = Writer::start(&cluster).await;
 
     let leader = cluster.leader().await.expect("leader");
     let stopped = Instant::now();
@@ -537,30 +558,8 @@ async fn leader_stop_hands_over(binary: Binary) {
     );
     let successor = cluster.leader().await.expect("a new leader");
     assert_ne!(successor, leader);
-    let so_far = acknowledged.load(Ordering::Relaxed);
-    wait_for_writes(&acknowledged, so_far + WRITES_BETWEEN_TRANSFERS)
-        .await
-        .expect("writes after the stop");
-
-    stop.store(true, Ordering::Relaxed);
-    let writes = tokio::time::timeout(WRITER_STOP_TIMEOUT, writer)
-        .await
-        .expect("the writer stops")
-        .expect("the writer task");
-    let barrier = connect(&cluster.running_endpoints())
-        .await
-        .expect("client")
-        .put("barrier", "", None)
-        .await
-        .expect("barrier write")
-        .header()
-        .expect("header")
-        .revision();
-    for i in cluster.running() {
-        check_writes(&cluster, i, barrier, &writes)
-            .await
-            .unwrap_or_else(|e| panic!("{role}: {e:#}"));
-    }
+    writer.more("after the stop").await;
+    writer.finish_and_check(&cluster, &cluster.running()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

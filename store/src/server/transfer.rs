@@ -457,25 +457,56 @@ async fn send_handoff(
     request: &TransferLeaderRequest<TypeConfig>,
     deadline: Instant,
 ) -> Result<(), SendError> {
+    let answer: Result<TransferLeaderResponse<TypeConfig>, String> = call(
+        core,
+        to,
+        PeerCall::Handoff,
+        codec::encode(request),
+        deadline,
+    )
+    .await?;
+    let refused = |reason: String| SendError::HandoffRefused { member: to, reason };
+    answer.map_err(refused)?.map_err(|e| refused(e.to_string()))
+}
+
+/// The two peer RPCs of a transfer.
+#[derive(Clone, Copy)]
+enum PeerCall {
+    /// `storepeer.RaftPeer/LeaderTransfer`: a [`TransferMessage`].
+    Transfer,
+    /// `storepeer.RaftPeer/TransferLeader`: openraft's handoff request.
+    Handoff,
+}
+
+/// Calls `rpc` on member `to` with `payload`, bounded by the peer RPC
+/// timeout and `deadline`, and decodes the answer.
+async fn call<A: serde::de::DeserializeOwned>(
+    core: &Core,
+    to: NodeId,
+    rpc: PeerCall,
+    payload: Vec<u8>,
+    deadline: Instant,
+) -> Result<A, SendError> {
     let mut client = core.peer(to).map_err(|_| SendError::NotMember(to))?;
     let timeout = Duration::from_millis(PEER_RPC_TIMEOUT_MS)
         .min(deadline.saturating_duration_since(Instant::now()));
-    let mut message = tonic::Request::new(RaftMessage {
-        payload: codec::encode(request),
-    });
-    message.set_timeout(timeout);
-    let reply = tokio::time::timeout(timeout, client.transfer_leader(message))
+    let mut request = tonic::Request::new(RaftMessage { payload });
+    request.set_timeout(timeout);
+    let reply = async {
+        match rpc {
+            PeerCall::Transfer => client.leader_transfer(request).await,
+            PeerCall::Handoff => client.transfer_leader(request).await,
+        }
+    };
+    let reply = tokio::time::timeout(timeout, reply)
         .await
         .map_err(|_| SendError::NoAnswer {
             member: to,
             timeout,
         })?
         .map_err(|source| SendError::Rpc { member: to, source })?;
-    let payload = reply.into_inner().payload;
-    let answer: Result<TransferLeaderResponse<TypeConfig>, String> =
-        codec::decode(&payload).map_err(|source| SendError::Garbage { member: to, source })?;
-    let refused = |reason: String| SendError::HandoffRefused { member: to, reason };
-    answer.map_err(refused)?.map_err(|e| refused(e.to_string()))
+    codec::decode(&reply.into_inner().payload)
+        .map_err(|source| SendError::Garbage { member: to, source })
 }
 
 /// Step 5, when the handoff did not move the leadership: tells the target
@@ -574,23 +605,15 @@ async fn send(
     message: &TransferMessage,
     deadline: Instant,
 ) -> Result<(), SendError> {
-    let mut client = core.peer(to).map_err(|_| SendError::NotMember(to))?;
-    let timeout = Duration::from_millis(PEER_RPC_TIMEOUT_MS)
-        .min(deadline.saturating_duration_since(Instant::now()));
-    let mut request = tonic::Request::new(RaftMessage {
-        payload: codec::encode(message),
-    });
-    request.set_timeout(timeout);
-    let reply = tokio::time::timeout(timeout, client.leader_transfer(request))
-        .await
-        .map_err(|_| SendError::NoAnswer {
-            member: to,
-            timeout,
-        })?
-        .map_err(|source| SendError::Rpc { member: to, source })?;
-    codec::decode::<Result<(), TransferRefusal>>(&reply.into_inner().payload)
-        .map_err(|source| SendError::Garbage { member: to, source })??;
-    Ok(())
+    let answer: Result<(), TransferRefusal> = call(
+        core,
+        to,
+        PeerCall::Transfer,
+        codec::encode(message),
+        deadline,
+    )
+    .await?;
+    Ok(answer?)
 }
 
 /// [`send`] without waiting for the answer (best effort: a hold ends by

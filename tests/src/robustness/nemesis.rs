@@ -244,16 +244,11 @@ async fn isolate(cluster: &Cluster, clock: Clock, i: usize, duration: Duration) 
 /// change.
 async fn flap(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
     let network = cluster.network()?;
-    let mut rng = StdRng::seed_from_u64(fault.seed);
-    let members = cluster.size();
     let at = clock.now();
-    let end = tokio::time::Instant::now() + fault.downtime;
-    while tokio::time::Instant::now() < end {
-        let a = rng.gen_range(0..members);
-        let b = (a + rng.gen_range(1..members)) % members;
-        network.toggle(a, b)?;
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(FLAP_MILLIS))).await;
-    }
+    on_drawn_links(cluster.size(), fault, FLAP_MILLIS, |a, b, _| {
+        network.toggle(a, b)
+    })
+    .await?;
     network.heal_all()?;
     Ok(at)
 }
@@ -265,19 +260,34 @@ async fn flap(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
 /// the first change.
 async fn slow(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<u64> {
     let relay = cluster.relay()?;
-    let mut rng = StdRng::seed_from_u64(fault.seed);
-    let members = cluster.size();
     let at = clock.now();
+    on_drawn_links(cluster.size(), fault, SLOW_CHANGE_MILLIS, |a, b, rng| {
+        let delay = Duration::from_millis(rng.gen_range(LINK_DELAY_MILLIS));
+        relay.set_delay(a, b, delay)
+    })
+    .await?;
+    relay.clear_delays();
+    Ok(at)
+}
+
+/// Until `fault.downtime` has passed: draws a link `a <-> b` between two of
+/// `members`, calls `change(a, b, rng)`, sleeps a pause drawn from `pause`
+/// (milliseconds); every draw from `fault.seed`.
+async fn on_drawn_links(
+    members: usize,
+    fault: Fault,
+    pause: RangeInclusive<u64>,
+    mut change: impl FnMut(usize, usize, &mut StdRng) -> Result<()>,
+) -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(fault.seed);
     let end = tokio::time::Instant::now() + fault.downtime;
     while tokio::time::Instant::now() < end {
         let a = rng.gen_range(0..members);
         let b = (a + rng.gen_range(1..members)) % members;
-        let delay = Duration::from_millis(rng.gen_range(LINK_DELAY_MILLIS));
-        relay.set_delay(a, b, delay)?;
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(SLOW_CHANGE_MILLIS))).await;
+        change(a, b, &mut rng)?;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(pause.clone()))).await;
     }
-    relay.clear_delays();
-    Ok(at)
+    Ok(())
 }
 
 /// Asks leader `from` to hand leadership to `to` (etcd's `MoveLeader`,
