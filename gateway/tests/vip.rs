@@ -151,36 +151,35 @@ fn family(vip: IpAddr) -> &'static str {
     }
 }
 
-/// Whether `ip -o addr show` output of an interface lists `vip`.
-fn lists_vip(output: &[u8], vip: IpAddr) -> bool {
+/// Whether the interface in `namespace` holds `vip` now (`ip -o addr show` lists it); an error
+/// when `ip` cannot be run.
+fn holds_vip(namespace: &str, vip: IpAddr) -> std::io::Result<bool> {
     let needle = format!(" {vip}/{} ", host_prefix(vip));
-    String::from_utf8_lossy(output).contains(&needle)
+    let output = Command::new("ip")
+        .args([
+            "-n",
+            namespace,
+            family(vip),
+            "-o",
+            "addr",
+            "show",
+            "dev",
+            INTERFACE,
+        ])
+        .output()?;
+    Ok(String::from_utf8_lossy(&output.stdout).contains(&needle))
 }
 
 /// The nodes of `topology` whose interface holds `vip` now.
 fn holders(topology: &Topology, vip: impl Into<IpAddr>) -> Vec<usize> {
     let vip = vip.into();
     (0..NODES)
-        .filter(|&i| {
-            let output = Command::new("ip")
-                .args([
-                    "-n",
-                    topology.namespace(i),
-                    family(vip),
-                    "-o",
-                    "addr",
-                    "show",
-                    "dev",
-                    INTERFACE,
-                ])
-                .output()
-                .expect("run ip addr show");
-            lists_vip(&output.stdout, vip)
-        })
+        .filter(|&i| holds_vip(topology.namespace(i), vip).expect("run ip addr show"))
         .collect()
 }
 
-/// Node `i`'s MAC address on its bridge interface, as `ip` prints it.
+/// Node `i`'s MAC address on its bridge interface, as `ip` prints it (read with the gateway's
+/// own parser of `ip -o link show`).
 fn node_mac(topology: &Topology, i: usize) -> String {
     let output = Command::new("ip")
         .args([
@@ -194,10 +193,10 @@ fn node_mac(topology: &Topology, i: usize) -> String {
         ])
         .output()
         .expect("run ip link show");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let mut words = text.split_whitespace();
-    words.find(|word| *word == "link/ether");
-    words.next().expect("a MAC address").to_string()
+    let identity = gateway::vip::address::parse_link_line(&String::from_utf8_lossy(&output.stdout))
+        .expect("an Ethernet interface");
+    let bytes: Vec<String> = identity.mac.iter().map(|b| format!("{b:02x}")).collect();
+    bytes.join(":")
 }
 
 /// The MAC address the test process's neighbour table holds for `vip`, if any.
@@ -259,21 +258,7 @@ impl Sampler {
                 let held: Vec<usize> = namespaces
                     .iter()
                     .enumerate()
-                    .filter(|(_, ns)| {
-                        Command::new("ip")
-                            .args([
-                                "-n",
-                                ns,
-                                family(vip),
-                                "-o",
-                                "addr",
-                                "show",
-                                "dev",
-                                INTERFACE,
-                            ])
-                            .output()
-                            .is_ok_and(|out| lists_vip(&out.stdout, vip))
-                    })
+                    .filter(|(_, ns)| holds_vip(ns, vip).unwrap_or(false))
                     .map(|(i, _)| i)
                     .collect();
                 samples.push((at, held));

@@ -174,9 +174,8 @@ impl Cluster {
                         relay_ip: network.relay_ip(i),
                     })
                     .collect();
-                let relay = Relay::start(endpoints)?;
-                let advertised = (0..config.size).map(|i| network.relay_ip(i)).collect();
-                (Some(relay), advertised)
+                let advertised = endpoints.iter().map(|e| e.relay_ip).collect();
+                (Some(Relay::start(endpoints)?), advertised)
             }
             None => (None, ips.clone()),
         };

@@ -30,7 +30,7 @@ const DISK_BYTES: u64 = 192 * 1024 * 1024;
 const LEFT_FREE_BYTES: u64 = 1024 * 1024;
 /// Size of each value written: the free space lasts a few hundred puts.
 const VALUE_BYTES: usize = 4096;
-/// Puts acknowledged after the full member stopped, to show writes flow.
+/// Puts acknowledged after the failing member stopped, to show writes flow.
 const PUTS_AFTER_STOP: usize = 50;
 /// At most this many puts: a member still running after them never noticed
 /// its full disk (80 MiB of values against 1 MiB free).
@@ -64,23 +64,25 @@ async fn failing_fsync_stops_one_member_and_loses_no_write(server: Server) {
 
 async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
     let cluster = server.start(ClusterConfig::new(3)).await;
-    let full = cluster.follower().await?;
-    cluster.terminate(full, Duration::from_secs(30)).await?;
+    let victim = cluster.follower().await?;
+    cluster.terminate(victim, Duration::from_secs(30)).await?;
     let disk = match fault {
         DiskFault::Full => {
-            let disk = SmallDisk::mount_over(&cluster.data_dir(full), DISK_BYTES)?;
-            cluster.restart_and_wait(full).await?;
+            let disk = SmallDisk::mount_over(&cluster.data_dir(victim), DISK_BYTES)?;
+            cluster.restart_and_wait(victim).await?;
             disk.fill(LEFT_FREE_BYTES)?;
             Some(disk)
         }
         DiskFault::SyncFails => {
-            cluster.restart_under(full, &failing_fdatasync(FIRST_FAILING_SYNC))?;
-            cluster.wait_member_ready(full).await?;
+            cluster.restart_under(victim, &failing_fdatasync(FIRST_FAILING_SYNC))?;
+            cluster.wait_member_ready(victim).await?;
             None
         }
     };
 
-    let writer = (0..cluster.size()).find(|&i| i != full).expect("3 members");
+    let writer = (0..cluster.size())
+        .find(|&i| i != victim)
+        .expect("3 members");
     let mut client = cluster.client(writer).await?;
     let mut writes = Writes::default();
     let started = Instant::now();
@@ -102,13 +104,15 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
             }
         };
         writes.acknowledged.insert(key, (value, revision));
-        if let Some(status) = cluster.exit_status(full)? {
+        if let Some(status) = cluster.exit_status(victim)? {
             if after_stop == 0 {
                 assert!(
                     !status.success(),
                     "a member that cannot write exits non-zero: {status}"
                 );
-                eprintln!("{server:?} {fault:?}: member {full} stopped ({status}) after {n} puts");
+                eprintln!(
+                    "{server:?} {fault:?}: member {victim} stopped ({status}) after {n} puts"
+                );
             }
             after_stop += 1;
             if after_stop == PUTS_AFTER_STOP {
@@ -116,14 +120,14 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
             }
         } else if started.elapsed() > STOP_DEADLINE {
             bail!(
-                "member {full} still runs on its failing disk ({fault:?}) after {n} puts:\n{}",
-                cluster.log_tail(full)
+                "member {victim} still runs on its failing disk ({fault:?}) after {n} puts:\n{}",
+                cluster.log_tail(victim)
             );
         }
     }
     assert_eq!(
         after_stop, PUTS_AFTER_STOP,
-        "member {full} never stopped on its failing disk ({fault:?})"
+        "member {victim} never stopped on its failing disk ({fault:?})"
     );
     eprintln!(
         "{server:?} {fault:?}: {} puts retried: {:?}",
@@ -134,7 +138,7 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
     if let Some(disk) = &disk {
         disk.free()?;
     }
-    cluster.restart_and_wait(full).await?;
+    cluster.restart_and_wait(victim).await?;
     for i in 0..cluster.size() {
         let served = integration_tests::wait::retry_until(
             "every acknowledged write",
@@ -157,7 +161,7 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
             bail!("member {i} serves {key}, which was never written");
         }
     }
-    let mut again = cluster.client(full).await?;
+    let mut again = cluster.client(victim).await?;
     again.put("after-disk-fault", "ok", None).await?;
     drop(cluster);
     drop(disk);

@@ -27,8 +27,8 @@ use futures::{Stream, StreamExt};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
-    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, VoteRequest,
+    VoteResponse,
 };
 use openraft::{OptionalSend, RaftNetworkV2};
 use serde::de::DeserializeOwned;
@@ -187,7 +187,6 @@ enum Rpc {
     Append,
     Vote,
     PreVote,
-    TransferLeader,
 }
 
 impl PeerNetwork {
@@ -213,7 +212,6 @@ impl PeerNetwork {
             Rpc::Append => client.append_entries(request).await,
             Rpc::Vote => client.vote(request).await,
             Rpc::PreVote => client.pre_vote(request).await,
-            Rpc::TransferLeader => client.transfer_leader(request).await,
         }
         .map_err(status_error)?;
         self.counters.rtt.observe(started.elapsed().as_secs_f64());
@@ -387,15 +385,6 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<TypeConfig>> {
         self.call(Rpc::PreVote, &rpc, option.hard_ttl()).await
-    }
-
-    async fn transfer_leader(
-        &mut self,
-        rpc: TransferLeaderRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> RpcResult<TransferLeaderResponse<TypeConfig>> {
-        self.call(Rpc::TransferLeader, &rpc, option.hard_ttl())
-            .await
     }
 
     async fn full_snapshot(

@@ -91,7 +91,7 @@ use crate::errors::EtcdError;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
 use crate::raft::elections::after;
 use crate::raft::metrics::{self, matched_index, WaitError};
-use crate::raft::{MemberInfo, NodeId, Raft, TypeConfig};
+use crate::raft::{NodeId, Raft, TypeConfig};
 use openraft::raft::{TransferLeaderRequest, TransferLeaderResponse};
 
 /// Bound of a whole transfer, in leader leases (openraft's
@@ -311,22 +311,17 @@ async fn transfer(core: Arc<Core>, target: NodeId) -> Result<(), EtcdError> {
     .await?;
 
     // 4 and 5. Hand over, else campaign; lift the holds whatever happened.
-    let others: Vec<(NodeId, MemberInfo)> = {
+    let others: Vec<NodeId> = {
         let m = core.raft.metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         membership
             .voter_ids()
-            .filter(|&v| v != me && v != target)
-            .filter_map(|v| membership.get_node(&v).map(|n| (v, n.clone())))
+            .filter(|&v| v != me && v != target && membership.get_node(&v).is_some())
             .collect()
     };
     let result = hand_over_or_campaign(&core, target, &others, timing, deadline).await;
-    for (id, _) in &others {
-        send_in_background(
-            &core,
-            *id,
-            TransferMessage::HoldElections { duration_ms: 0 },
-        );
+    for &id in &others {
+        send_in_background(&core, id, TransferMessage::HoldElections { duration_ms: 0 });
     }
     report(started, target, result)
 }
@@ -366,7 +361,7 @@ fn report(
 async fn hand_over(
     core: &Arc<Core>,
     target: NodeId,
-    others: &[(NodeId, MemberInfo)],
+    others: &[NodeId],
     timing: Timing,
     deadline: Instant,
 ) -> Result<bool, EtcdError> {
@@ -381,8 +376,8 @@ async fn hand_over(
     };
     let sends = others
         .iter()
-        .map(|(id, _)| send_handoff(core, *id, &request, deadline));
-    for (result, (id, _)) in futures::future::join_all(sends)
+        .map(|&id| send_handoff(core, id, &request, deadline));
+    for (result, id) in futures::future::join_all(sends)
         .await
         .into_iter()
         .zip(others)
@@ -416,7 +411,7 @@ async fn hand_over(
 async fn hand_over_or_campaign(
     core: &Arc<Core>,
     target: NodeId,
-    others: &[(NodeId, MemberInfo)],
+    others: &[NodeId],
     timing: Timing,
     deadline: Instant,
 ) -> Result<(), EtcdError> {
@@ -430,21 +425,16 @@ async fn hand_over_or_campaign(
 /// Tells every voter in `others` to start no election until the transfer's
 /// deadline (plus a margin): with this leader's heartbeats off, their
 /// election timers would otherwise fire during the transfer.
-fn hold_others(
-    core: &Arc<Core>,
-    others: &[(NodeId, MemberInfo)],
-    timing: Timing,
-    deadline: Instant,
-) {
+fn hold_others(core: &Arc<Core>, others: &[NodeId], timing: Timing, deadline: Instant) {
     let remaining = deadline.saturating_duration_since(Instant::now());
     let margin = timing
         .election_timeout
         .saturating_mul(HOLD_MARGIN_ELECTION_TIMEOUTS);
     let hold = millis(remaining.saturating_add(margin));
-    for (id, _) in others {
+    for &id in others {
         send_in_background(
             core,
-            *id,
+            id,
             TransferMessage::HoldElections { duration_ms: hold },
         );
     }
