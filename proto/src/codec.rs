@@ -20,6 +20,9 @@ use tonic_prost::{ProstCodec, ProstEncoder};
 
 /// grpc-go's prefix of a request that does not parse.
 const UNMARSHAL_PREFIX: &str = "grpc: error unmarshalling request: ";
+/// grpc-go's prefix of a client-stream message that does not parse (its
+/// `recv`, where a unary request's goes through the prefix above).
+const STREAM_UNMARSHAL_PREFIX: &str = "grpc: failed to unmarshal the received message ";
 
 /// prost's codec with etcd's parse errors.
 #[derive(Debug, Clone)]
@@ -94,6 +97,19 @@ fn refused(reason: String) -> Status {
     Status::internal(format!("{UNMARSHAL_PREFIX}{reason}"))
 }
 
+/// The status that ends a client stream (Watch, LeaseKeepAlive) after
+/// receiving it from the stream: [`EtcdDecoder`] words every refusal as a
+/// unary request's, which grpc-go words differently for a stream's message.
+/// Any other status is returned as it is.
+pub fn stream_status(status: Status) -> Status {
+    match status.message().strip_prefix(UNMARSHAL_PREFIX) {
+        Some(reason) if status.code() == tonic::Code::Internal => {
+            Status::internal(format!("{STREAM_UNMARSHAL_PREFIX}{reason}"))
+        }
+        _ => status,
+    }
+}
+
 /// `U`'s protobuf name from its Rust path: `etcd_proto::etcdserverpb::RangeRequest`
 /// is `etcdserverpb.RangeRequest` (messages at a package's top level, as
 /// every request is).
@@ -106,6 +122,17 @@ fn full_name<U>() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_message_refusal_is_worded_as_grpc_go_words_it() {
+        let refusal = refused("unexpected EOF".into());
+        assert_eq!(
+            stream_status(refusal).message(),
+            "grpc: failed to unmarshal the received message unexpected EOF"
+        );
+        let other = Status::cancelled("gone");
+        assert_eq!(stream_status(other).message(), "gone");
+    }
 
     #[test]
     fn request_names_follow_the_package() {

@@ -263,10 +263,14 @@ fn walk(
         };
         let element = match &field.kind {
             Kind::Repeated(element) if wire_type == 2 => {
+                // gogo reads packed numbers while it is inside the packed
+                // length, but bounds each number by the message's end, not
+                // the field's: a varint cut at the field's end reads on into
+                // the next bytes, and parsing goes on after them.
                 let end = delimited_end(bytes, &mut at)?;
                 let mut packed = Vec::with_capacity(end - at);
                 while at < end {
-                    value(element, &bytes[..end], &mut at, &mut packed)?;
+                    value(element, bytes, &mut at, &mut packed)?;
                 }
                 put_delimited(known, number, &packed);
                 continue;
@@ -391,6 +395,15 @@ mod tests {
 
     fn range(bytes: &[u8]) -> Option<String> {
         unmarshal_error("etcdserverpb.RangeRequest", bytes)
+    }
+
+    #[test]
+    fn a_packed_varint_cut_at_the_field_end_reads_on_as_gogo_does() {
+        // filters = 5, packed, length 1: [0x97] continues into 0x61, then tag 0.
+        assert_eq!(
+            unmarshal_error("etcdserverpb.WatchCreateRequest", b"\x2a\x01\x97\x61\x00").as_deref(),
+            Some("proto: WatchCreateRequest: illegal tag 0 (wire type 0)")
+        );
     }
 
     #[test]

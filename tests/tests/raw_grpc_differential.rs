@@ -29,13 +29,28 @@
 //! two later requests and not yet on the other). Auth requests are left
 //! out: their names and passwords are `string` fields, which gogo accepts
 //! when they are not UTF-8 and prost refuses (an open difference).
+//!
+//! The two client-streaming services, Watch and LeaseKeepAlive, get the same
+//! treatment message by message ([`run_stream_seed`]): a stream carries a few
+//! valid messages, some of them mangled, then a valid sentinel whose answer is
+//! known; the answers up to the sentinel's (or the stream's end, with its
+//! status) must be the same on both sides. A message that does not parse ends
+//! an etcd stream with grpc-go's `grpc: failed to unmarshal the received
+//! message` and gogo's error; watches stay on keys nobody writes, so every
+//! answer comes from the stream's own requests, in their order. One timing
+//! difference is allowed ([`same_stream_outcome`]): etcd may drop answers it
+//! had not sent yet when such a message ends the stream; the candidate sends
+//! them first.
 
 use bytes::{Buf, BufMut};
+use std::time::Duration;
+
 use etcd_proto::etcdserverpb::{
-    alarm_request, compare, range_request, request_op, AlarmRequest, Compare, DeleteRangeRequest,
-    HashKvRequest, LeaseGrantRequest, LeaseLeasesRequest, LeaseRevokeRequest,
-    LeaseTimeToLiveRequest, MemberListRequest, PutRequest, RangeRequest, RequestOp, StatusRequest,
-    TxnRequest,
+    alarm_request, compare, range_request, request_op, watch_request, AlarmRequest, Compare,
+    DeleteRangeRequest, HashKvRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest,
+    MemberListRequest, PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest,
+    WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
 };
 use integration_tests::Differential;
 use prost::Message;
@@ -59,6 +74,21 @@ const LEASE_IDS: std::ops::RangeInclusive<i64> = 1..=3;
 const LEASE_TTL_SECONDS: std::ops::Range<i64> = 600..3_600;
 /// Grants that parse with a shorter TTL are not sent (see the module docs).
 const MIN_LEASE_TTL_SECONDS: i64 = 60;
+
+/// Streams per seed of the stream test (Watch and LeaseKeepAlive alternate).
+const STREAMS_PER_SEED: usize = 60;
+/// Messages one stream carries before its sentinel, at most.
+const MAX_STREAM_MESSAGES: usize = 4;
+/// Longest wait for a stream's sentinel answer or its end.
+const STREAM_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The watch id of the create request that ends every watch stream's
+/// messages: valid requests use ids 0-3, so its answer is its own.
+const SENTINEL_WATCH_ID: i64 = 1_000;
+/// The lease every keep-alive stream's last message renews: never granted,
+/// so both sides answer it with a TTL of 0.
+const SENTINEL_LEASE_ID: i64 = 999_999;
+/// TTL of the leases the keep-alive streams renew: longer than any run.
+const KEPT_ALIVE_TTL_SECONDS: i64 = 3_600;
 
 /// Sends bytes as they are; answers the bytes received.
 #[derive(Default)]
@@ -341,16 +371,8 @@ async fn run_seed(seed: u64) {
     let pair = Differential::start()
         .await
         .expect("start etcd and the candidate");
-    let oracle = Channel::from_shared(pair.oracle.cluster.endpoints()[0].clone())
-        .expect("oracle url")
-        .connect()
-        .await
-        .expect("connect to etcd");
-    let candidate = Channel::from_shared(pair.candidate.cluster.endpoints()[0].clone())
-        .expect("candidate url")
-        .connect()
-        .await
-        .expect("connect to the candidate");
+    let oracle = connect(pair.oracle.cluster.endpoints()[0].clone()).await;
+    let candidate = connect(pair.candidate.cluster.endpoints()[0].clone()).await;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut refused = 0;
     for step in 0..REQUESTS_PER_SEED {
@@ -384,6 +406,316 @@ async fn run_seed(seed: u64) {
         refused > REQUESTS_PER_SEED / 10,
         "seed {seed}: only {refused} of {REQUESTS_PER_SEED} requests failed to parse"
     );
+}
+
+/// A stream method of the stream test.
+#[derive(Clone, Copy, Debug)]
+enum StreamMethod {
+    Watch,
+    KeepAlive,
+}
+
+impl StreamMethod {
+    fn path(self) -> &'static str {
+        match self {
+            StreamMethod::Watch => "/etcdserverpb.Watch/Watch",
+            StreamMethod::KeepAlive => "/etcdserverpb.Lease/LeaseKeepAlive",
+        }
+    }
+
+    /// A valid message of the stream.
+    fn message(self, rng: &mut StdRng) -> Vec<u8> {
+        match self {
+            StreamMethod::Watch => watch_message(rng).encode_to_vec(),
+            StreamMethod::KeepAlive => LeaseKeepAliveRequest {
+                id: rng.gen_range(LEASE_IDS),
+            }
+            .encode_to_vec(),
+        }
+    }
+
+    /// The stream's last message, whose answer [`Self::is_sentinel`] knows.
+    fn sentinel(self) -> Vec<u8> {
+        match self {
+            StreamMethod::Watch => WatchRequest {
+                request_union: Some(watch_request::RequestUnion::CreateRequest(
+                    WatchCreateRequest {
+                        key: b"sentinel".to_vec(),
+                        watch_id: SENTINEL_WATCH_ID,
+                        ..Default::default()
+                    },
+                )),
+            }
+            .encode_to_vec(),
+            StreamMethod::KeepAlive => LeaseKeepAliveRequest {
+                id: SENTINEL_LEASE_ID,
+            }
+            .encode_to_vec(),
+        }
+    }
+
+    /// An answer, as compared: without the member and cluster ids.
+    fn answer(self, bytes: &[u8]) -> StreamAnswer {
+        match self {
+            StreamMethod::Watch => match WatchResponse::decode(bytes) {
+                Ok(w) => StreamAnswer::Watch {
+                    revision: w.header.map(|h| h.revision),
+                    watch_id: w.watch_id,
+                    created: w.created,
+                    canceled: w.canceled,
+                    cancel_reason: w.cancel_reason,
+                    compact_revision: w.compact_revision,
+                    events: w.events.len(),
+                },
+                Err(_) => StreamAnswer::Unparsed(bytes.to_vec()),
+            },
+            StreamMethod::KeepAlive => match LeaseKeepAliveResponse::decode(bytes) {
+                Ok(k) => StreamAnswer::KeepAlive {
+                    id: k.id,
+                    ttl: k.ttl,
+                },
+                Err(_) => StreamAnswer::Unparsed(bytes.to_vec()),
+            },
+        }
+    }
+
+    fn is_sentinel(answer: &StreamAnswer) -> bool {
+        matches!(answer,
+            StreamAnswer::Watch { watch_id, created: true, .. } if *watch_id == SENTINEL_WATCH_ID)
+            || matches!(answer, StreamAnswer::KeepAlive { id, .. } if *id == SENTINEL_LEASE_ID)
+    }
+}
+
+/// A valid watch request on keys nobody writes: creates (ids 0-3 or the
+/// member's choice, filters, ranges, past and future revisions), cancels and
+/// progress requests.
+fn watch_message(rng: &mut StdRng) -> WatchRequest {
+    let union = match rng.gen_range(0..4) {
+        0 => watch_request::RequestUnion::CancelRequest(WatchCancelRequest {
+            watch_id: rng.gen_range(0..4),
+        }),
+        1 => watch_request::RequestUnion::ProgressRequest(WatchProgressRequest {}),
+        _ => watch_request::RequestUnion::CreateRequest(WatchCreateRequest {
+            key: format!("w{}", rng.gen_range(0..4)).into_bytes(),
+            range_end: match rng.gen_range(0..3) {
+                0 => Vec::new(),
+                1 => b"wz".to_vec(),
+                _ => vec![0],
+            },
+            start_revision: rng.gen_range(0..4),
+            progress_notify: rng.gen(),
+            filters: (0..rng.gen_range(0..3))
+                .map(|_| rng.gen_range(0..2))
+                .collect(),
+            prev_kv: rng.gen(),
+            watch_id: if rng.gen() { 0 } else { rng.gen_range(1..4) },
+            fragment: rng.gen(),
+        }),
+    };
+    WatchRequest {
+        request_union: Some(union),
+    }
+}
+
+/// One answer on a stream, as compared.
+#[derive(Debug, PartialEq)]
+enum StreamAnswer {
+    Watch {
+        revision: Option<i64>,
+        watch_id: i64,
+        created: bool,
+        canceled: bool,
+        cancel_reason: String,
+        compact_revision: i64,
+        events: usize,
+    },
+    KeepAlive {
+        id: i64,
+        ttl: i64,
+    },
+    Unparsed(Vec<u8>),
+}
+
+/// How a stream's answers ended.
+#[derive(Debug, PartialEq)]
+enum StreamEnd {
+    /// The sentinel was answered (the stream is still open).
+    Sentinel,
+    /// The stream ended with this code and message (OK: the server closed it).
+    Status(Code, String),
+    /// Neither within [`STREAM_ANSWER_TIMEOUT`].
+    TimedOut,
+}
+
+/// Attempts of one stream whose end the client's HTTP/2 layer garbled.
+const STREAM_ATTEMPTS: usize = 5;
+
+/// Sends `messages` on one stream of `method` (then half-closes it) and
+/// collects the answers until the sentinel's answer or the stream's end.
+/// A server that ends a stream while the client still sends on it may
+/// reset it after its status (etcd does), and the client's HTTP/2 layer
+/// may then report the reset (`h2 protocol error`) instead of the status it
+/// had not read yet: such a stream is sent again on a fresh stream, which
+/// changes nothing (its watches ended with it; renewing a lease is
+/// idempotent).
+async fn stream(
+    channel: &Channel,
+    method: StreamMethod,
+    messages: Vec<Vec<u8>>,
+) -> (Vec<StreamAnswer>, StreamEnd) {
+    let mut outcome = stream_once(channel, method, messages.clone()).await;
+    for _ in 1..STREAM_ATTEMPTS {
+        let garbled =
+            matches!(&outcome.1, StreamEnd::Status(_, m) if m.starts_with("h2 protocol error"));
+        if !garbled {
+            break;
+        }
+        outcome = stream_once(channel, method, messages.clone()).await;
+    }
+    outcome
+}
+
+async fn stream_once(
+    channel: &Channel,
+    method: StreamMethod,
+    messages: Vec<Vec<u8>>,
+) -> (Vec<StreamAnswer>, StreamEnd) {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("channel ready");
+    let request = tonic::Request::new(tonic::codegen::tokio_stream::iter(messages));
+    let path = PathAndQuery::from_static(method.path());
+    let collect = async {
+        let mut answers = Vec::new();
+        let mut incoming = match grpc.streaming(request, path, RawCodec).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                return (
+                    answers,
+                    StreamEnd::Status(status.code(), status.message().to_string()),
+                )
+            }
+        };
+        loop {
+            match incoming.message().await {
+                Ok(Some(bytes)) => {
+                    let answer = method.answer(&bytes);
+                    let sentinel = StreamMethod::is_sentinel(&answer);
+                    answers.push(answer);
+                    if sentinel {
+                        return (answers, StreamEnd::Sentinel);
+                    }
+                }
+                Ok(None) => return (answers, StreamEnd::Status(Code::Ok, String::new())),
+                Err(status) => {
+                    return (
+                        answers,
+                        StreamEnd::Status(status.code(), status.message().to_string()),
+                    )
+                }
+            }
+        }
+    };
+    tokio::time::timeout(STREAM_ANSWER_TIMEOUT, collect)
+        .await
+        .unwrap_or_else(|_| (Vec::new(), StreamEnd::TimedOut))
+}
+
+/// Whether the candidate's stream ended as etcd's: the same end and the same
+/// answers, except that a stream that failed may carry more answers from the
+/// candidate. etcd's receive loop ends the stream as soon as a message does
+/// not parse, while its send loop may still hold answers to the messages
+/// before it (a race: they are usually dropped); the candidate sends every
+/// answer to what it received before the failure. The answers etcd did send
+/// must come first, in order.
+fn same_stream_outcome(
+    actual: &(Vec<StreamAnswer>, StreamEnd),
+    expected: &(Vec<StreamAnswer>, StreamEnd),
+) -> bool {
+    let failed = matches!(&expected.1, StreamEnd::Status(code, _) if *code != Code::Ok);
+    if failed {
+        actual.1 == expected.1 && actual.0.starts_with(&expected.0)
+    } else {
+        actual == expected
+    }
+}
+
+/// Grants the leases the keep-alive streams renew, on one side.
+async fn grant_kept_alive_leases(channel: &Channel) {
+    for id in LEASE_IDS {
+        let grant = LeaseGrantRequest {
+            ttl: KEPT_ALIVE_TTL_SECONDS,
+            id,
+        };
+        let answer = call(
+            channel,
+            "/etcdserverpb.Lease/LeaseGrant",
+            grant.encode_to_vec(),
+        )
+        .await;
+        assert_eq!(answer, (Code::Ok, String::new()), "grant lease {id}");
+    }
+}
+
+async fn run_stream_seed(seed: u64) {
+    let pair = Differential::start()
+        .await
+        .expect("start etcd and the candidate");
+    let oracle = connect(pair.oracle.cluster.endpoints()[0].clone()).await;
+    let candidate = connect(pair.candidate.cluster.endpoints()[0].clone()).await;
+    grant_kept_alive_leases(&oracle).await;
+    grant_kept_alive_leases(&candidate).await;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (mut failed, mut sentinels) = (0, 0);
+    for step in 0..STREAMS_PER_SEED {
+        let method = if step % 2 == 0 {
+            StreamMethod::Watch
+        } else {
+            StreamMethod::KeepAlive
+        };
+        let mut messages: Vec<Vec<u8>> = (0..rng.gen_range(1..=MAX_STREAM_MESSAGES))
+            .map(|_| {
+                let mut message = method.message(&mut rng);
+                if rng.gen_bool(0.5) {
+                    for _ in 0..rng.gen_range(1..=MAX_MUTATIONS) {
+                        mutate(&mut rng, &mut message);
+                    }
+                }
+                message
+            })
+            .collect();
+        messages.push(method.sentinel());
+        let expected = stream(&oracle, method, messages.clone()).await;
+        let actual = stream(&candidate, method, messages.clone()).await;
+        assert!(
+            same_stream_outcome(&actual, &expected),
+            "seed {seed}, stream {step}: {method:?} with messages {messages:02x?}: the candidate \
+             answered {actual:?}, etcd {expected:?}"
+        );
+        match expected.1 {
+            StreamEnd::Sentinel => sentinels += 1,
+            StreamEnd::Status(Code::Internal, _) => failed += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        failed > 0 && sentinels > 0,
+        "seed {seed}: {failed} streams failed to parse, {sentinels} reached the sentinel"
+    );
+}
+
+async fn connect(url: String) -> Channel {
+    Channel::from_shared(url)
+        .expect("endpoint url")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+#[tokio::test]
+async fn malformed_stream_messages_end_streams_as_etcd_ends_them() {
+    for seed in integration_tests::differential::fuzz_seeds(&CI_SEEDS) {
+        run_stream_seed(seed).await;
+    }
 }
 
 #[tokio::test]

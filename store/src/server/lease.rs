@@ -107,8 +107,14 @@ impl Lease for LeaseService {
         let (tx, rx) = mpsc::channel(KEEPALIVE_OUTPUT_QUEUE);
         let core = self.core.clone();
         tokio::spawn(async move {
-            while let Ok(Some(r)) = requests.message().await {
-                let answer = keep_alive_once(&core, r.id).await;
+            loop {
+                let answer = match requests.message().await {
+                    Ok(Some(r)) => keep_alive_once(&core, r.id).await,
+                    Ok(None) => return,
+                    // etcd ends the stream with the receive error (a message
+                    // that does not parse), worded as grpc-go's.
+                    Err(status) => Err(etcd_proto::codec::stream_status(status)),
+                };
                 let failed = answer.is_err();
                 if tx.send(answer).await.is_err() || failed {
                     return;

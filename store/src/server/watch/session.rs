@@ -160,7 +160,9 @@ impl Session {
                 msg = requests.message(), if requests_open => match msg {
                     Ok(Some(req)) => self.handle(req).await?,
                     Ok(None) => requests_open = false,
-                    Err(_) => return Err(End::ClientGone),
+                    // etcd ends the stream with the receive error (a message
+                    // that does not parse), worded as grpc-go's.
+                    Err(status) => return Err(End::Fail(etcd_proto::codec::stream_status(status))),
                 },
                 _ = out.closed() => return Err(End::ClientGone),
                 batch = self.hub_rx.recv() => match batch {
