@@ -19,6 +19,20 @@ use super::{
 /// do not flush constantly, small enough to bound memory (5 tables x 64 MiB).
 const WRITE_BUFFER_BYTES: usize = 64 * 1024 * 1024;
 
+/// Old write-ahead log files kept for reuse instead of deleted. A new WAL
+/// then overwrites a recycled file in place: its size and blocks are already
+/// on disk, so the `fdatasync` of each group commit writes the data and the
+/// cache flush only, where a growing file also writes its inode (RocksDB
+/// preallocates with `FALLOC_FL_KEEP_SIZE`, so every append changes the
+/// size): 85-100 us instead of 130 us per sync on this machine's disk.
+const RECYCLED_WAL_FILES: usize = 2;
+
+/// The WAL size at which RocksDB flushes the tables that still hold data
+/// only in the oldest WAL file, so that file can go (and be recycled). The
+/// small tables (vote, membership, leases) would otherwise pin every WAL
+/// until RocksDB's default, four times the sum of all memtables (1.25 GiB).
+const MAX_TOTAL_WAL_BYTES: u64 = 128 * 1024 * 1024;
+
 /// Block cache shared by every table (data, index and filter blocks).
 const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Bloom filter bits per key: ~1% false positives, so a point read (the
@@ -50,11 +64,18 @@ fn err(e: rocksdb::Error) -> EngineError {
 impl RocksEngine {
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> EngineResult<Self> {
+        Self::open_with_wal_bound(path, MAX_TOTAL_WAL_BYTES)
+    }
+
+    /// [`Self::open`] with the WAL bound given (tests use a small one).
+    fn open_with_wal_bound(path: &Path, max_total_wal_bytes: u64) -> EngineResult<Self> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
         opts.increase_parallelism(2);
+        opts.set_recycle_log_file_num(RECYCLED_WAL_FILES);
+        opts.set_max_total_wal_size(max_total_wal_bytes);
         let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let cfs = Table::ALL.iter().map(|t| {
             let mut cf_opts = Options::default();
@@ -291,6 +312,63 @@ mod tests {
         }
         let e = RocksEngine::open(dir.path()).unwrap();
         assert_eq!(e.get(Table::Kv, b"k").unwrap(), Some(b"v".to_vec()));
+    }
+
+    /// Sizes of the WAL files in `dir`, bytes.
+    fn wal_file_sizes(dir: &Path) -> Vec<u64> {
+        std::fs::read_dir(dir)
+            .expect("read the database directory")
+            .map(|entry| entry.expect("directory entry"))
+            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".log"))
+            .map(|entry| entry.metadata().expect("WAL file metadata").len())
+            .collect()
+    }
+
+    /// The WAL stays near its bound although a small table (written once,
+    /// as the vote is) pins the first WAL file, old files are reused, and
+    /// everything written reads back after reopening over reused files.
+    #[test]
+    fn the_wal_stays_bounded_and_reused_files_replay_correctly() {
+        const BOUND: u64 = 4 * 1024 * 1024;
+        const VALUE_BYTES: usize = 1024 * 1024;
+        const VALUES: u64 = 64;
+        let dir = tempfile::tempdir().unwrap();
+        let value = |i: u64| vec![i as u8; VALUE_BYTES];
+        {
+            let e = RocksEngine::open_with_wal_bound(dir.path(), BOUND).unwrap();
+            let mut b = WriteBatch::new();
+            b.put(Table::RaftState, b"vote".to_vec(), b"pinned".to_vec());
+            e.write(b, true).unwrap();
+            for i in 0..VALUES {
+                let mut b = WriteBatch::new();
+                b.put(Table::RaftLog, i.to_be_bytes().to_vec(), value(i));
+                b.put(Table::Meta, b"last".to_vec(), i.to_be_bytes().to_vec());
+                e.write(b, false).unwrap();
+                e.sync().unwrap();
+            }
+            let sizes = wal_file_sizes(dir.path());
+            let total: u64 = sizes.iter().sum();
+            // Live WAL files up to the bound plus one file's worth, and the
+            // recycled ones: far below the 64 MiB written.
+            let most = (RECYCLED_WAL_FILES as u64 + 2) * (BOUND + VALUE_BYTES as u64);
+            assert!(
+                total <= most,
+                "WAL files {sizes:?} hold {total} bytes, more than {most}"
+            );
+        }
+        let e = RocksEngine::open_with_wal_bound(dir.path(), BOUND).unwrap();
+        assert_eq!(
+            e.get(Table::RaftState, b"vote").unwrap(),
+            Some(b"pinned".to_vec())
+        );
+        assert_eq!(
+            e.get(Table::Meta, b"last").unwrap(),
+            Some((VALUES - 1).to_be_bytes().to_vec())
+        );
+        for i in 0..VALUES {
+            let read = e.get(Table::RaftLog, &i.to_be_bytes()).unwrap();
+            assert!(read == Some(value(i)), "value {i} reads back");
+        }
     }
 
     #[test]
