@@ -353,8 +353,9 @@ impl AuthState {
                 Ok(Applied::Done)
             }
             AuthCommand::RoleGrantPermission { role, perm } => {
-                let r = self.role_mut(role)?;
+                // etcd checks the permission before it looks up the role.
                 let perm = perm.as_ref().ok_or(EtcdError::PermissionNotGiven)?;
+                let r = self.role_mut(role)?;
                 match r
                     .perms
                     .iter_mut()
@@ -491,6 +492,18 @@ mod tests {
         assert_eq!(s.revision, 4);
         s.apply(&AuthCommand::Disable, None).unwrap();
         assert_eq!(s.revision, 4, "disabling twice bumps once");
+    }
+
+    #[test]
+    fn a_grant_without_a_permission_is_refused_before_the_role_is_looked_up() {
+        // etcd 3.5.1 answers "permission not given" even for a role that
+        // does not exist (found by raw_grpc_differential, seed 2).
+        let mut s = AuthState::default();
+        let cmd = AuthCommand::RoleGrantPermission {
+            role: "nobody".into(),
+            perm: None,
+        };
+        assert_eq!(s.apply(&cmd, None), Err(EtcdError::PermissionNotGiven));
     }
 
     #[test]
