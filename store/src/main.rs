@@ -29,6 +29,21 @@ fn main() {
     runtime.block_on(run());
 }
 
+/// Ends the process with `code` without running exit handlers, as Go's
+/// `os.Exit` (etcd's fatal log) does. The storage engine's background
+/// threads may still run after a fatal storage error, and `exit` would run
+/// C++ static destructors under them (RocksDB then aborts with `pthread
+/// lock: Invalid argument`, SIGABRT instead of the exit status). Logs are
+/// written unbuffered or line by line, so nothing is lost but stdout's
+/// last partial line, flushed first. The data is as safe as after kill -9.
+fn exit_now(code: i32) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit takes an integer and never returns.
+    unsafe { libc::_exit(code) }
+}
+
 /// Opts the process out of transparent huge pages before anything
 /// allocates much. mimalloc commits its arena up front, and where the
 /// kernel backs such memory with 2 MiB pages (THP `always`, or `madvise`
@@ -74,20 +89,21 @@ async fn run() {
             std::process::exit(1);
         }
     };
-    let code = tokio::select! {
+    let failed = tokio::select! {
         _ = wait_for_signal() => {
             tracing::info!("shutting down");
-            0
+            false
         }
         reason = member.failed() => {
             // etcd's `failed to commit tx` / `failed to save Raft hard state
             // and entries` are fatal too: its supervisor restarts it.
             tracing::error!(error = %reason, "raft stopped on a storage error; exiting");
-            1
+            true
         }
     };
-    member.shutdown().await;
-    if code != 0 {
-        std::process::exit(code);
+    if failed {
+        member.shutdown_failed().await;
+        exit_now(1);
     }
+    member.shutdown().await;
 }

@@ -534,21 +534,38 @@ impl Member {
     /// serving, then stops Raft. Open requests and streams get etcd's
     /// request timeout (5 s + 2 x election timeout, the bound etcd gives its
     /// servers' graceful stop) to finish; then they are cut off.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
         crate::server::transfer::hand_over_on_stop(&self.core).await;
-        self.shutdown.send_replace(true);
         let grace = self.core.config.request_timeout;
+        self.stop(grace).await;
+    }
+
+    /// Stops a member whose Raft core has failed ([`Self::failed`]) at once,
+    /// as etcd exits on a fatal storage error: no open request can complete
+    /// any more, so waiting for them only delays the supervisor's restart
+    /// (the store used to hold a member with a full disk for the whole
+    /// request timeout, 7 s, while its peers went on without it).
+    pub async fn shutdown_failed(self) {
+        self.stop(Duration::ZERO).await;
+    }
+
+    /// Stops serving, gives open requests and streams `grace` to finish,
+    /// cuts them off, then stops Raft.
+    async fn stop(mut self, grace: Duration) {
+        self.shutdown.send_replace(true);
         let drained = tokio::time::timeout(grace, async {
             for t in self.tasks.iter_mut() {
                 let _ = t.await;
             }
         })
         .await;
-        if drained.is_err() {
+        if drained.is_err() && !grace.is_zero() {
             tracing::warn!(
                 grace_ms = grace.as_millis() as u64,
                 "open client connections did not finish in time; closing them"
             );
+        }
+        if drained.is_err() {
             for t in &self.tasks {
                 t.abort();
             }

@@ -45,6 +45,16 @@ pub fn failing_fdatasync(from_call: u32) -> Vec<String> {
     .collect()
 }
 
+/// Size of a small disk that holds one member: room for etcd's two
+/// preallocated 64 MiB WAL segments and its database, and for the store's
+/// files.
+pub const SMALL_DISK_BYTES: u64 = 192 * 1024 * 1024;
+/// Size a full small disk is grown to once its fault heals, so that the
+/// writes the member missed meanwhile fit.
+pub const GROWN_DISK_BYTES: u64 = 1024 * 1024 * 1024;
+/// Free bytes [`SmallDisk::fill`] leaves to make a disk full.
+pub const FULL_DISK_FREE_BYTES: u64 = 1024 * 1024;
+
 /// Name of the filler file, at the top of the mounted directory.
 const FILLER: &str = "disk-filler";
 
@@ -101,6 +111,13 @@ impl SmallDisk {
             "fallocate",
             &["-l", &size.to_string(), filler.to_str().context("path")?],
         )
+    }
+
+    /// Resizes the disk to `bytes` (tmpfs resizes in place, keeping its
+    /// files), as an operator grows a full volume.
+    pub fn grow(&self, bytes: u64) -> Result<()> {
+        let path = self.dir.to_str().context("non-UTF-8 data directory")?;
+        run("mount", &["-o", &format!("remount,size={bytes}"), path])
     }
 
     /// Deletes the filler file: the disk has room again.
