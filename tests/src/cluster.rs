@@ -30,6 +30,7 @@ use tempfile::TempDir;
 
 use crate::binary::Binary;
 use crate::client::{check_serving, connect};
+use crate::disk::SmallDisk;
 use crate::net::{allocate_ip, client_url, metrics_url, peer_url};
 use crate::netns::Topology;
 use crate::process::{signal, tail, Process};
@@ -127,6 +128,10 @@ struct Member {
 pub struct Cluster {
     binary: Binary,
     members: Vec<Member>,
+    /// Small disks mounted over members' data directories during the run
+    /// ([`Self::keep_disk`]): unmounted once the members are killed and
+    /// before the temporary directory is removed (fields drop in order).
+    disks: Mutex<Vec<SmallDisk>>,
     dir: Option<TempDir>,
     /// The members' namespaces, when started with
     /// [`ClusterConfig::namespaces`]; dropped after the members are killed.
@@ -198,6 +203,7 @@ impl Cluster {
         let cluster = Cluster {
             binary,
             members,
+            disks: Mutex::new(Vec::new()),
             dir: Some(dir),
             network,
             relay,
@@ -322,6 +328,13 @@ impl Cluster {
     /// The data directory of member `i`.
     pub fn data_dir(&self, i: usize) -> PathBuf {
         data_dir(self.dir(), &member_name(i))
+    }
+
+    /// Keeps `disk` (mounted over a member's data directory) mounted until
+    /// the cluster is dropped, after its members are killed: unmounting it
+    /// under a running member would hide its files.
+    pub fn keep_disk(&self, disk: SmallDisk) {
+        self.disks.lock().expect("disks lock").push(disk);
     }
 
     /// SIGKILLs member `i` and reaps it. Killing a stopped member is an error.

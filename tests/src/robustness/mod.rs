@@ -14,7 +14,7 @@
 //!    partition; links between members flapping; links between members
 //!    delayed: the members run in network namespaces, [`crate::netns`],
 //!    and their peer traffic passes through [`crate::relay`]; leadership
-//!    moved to a follower with `MoveLeader`);
+//!    moved to a follower with `MoveLeader`; a follower's disk filled up);
 //! 4. stops the clients, waits until the cluster serves, and reads every
 //!    key linearizably: those final reads join the history, so an
 //!    acknowledged write that is missing from the final state (and not
@@ -460,6 +460,7 @@ mod tests {
                 FaultKind::LossyNetwork,
                 FaultKind::SlowNetwork,
                 FaultKind::TransferLeader,
+                FaultKind::FullDisk,
             ]
         );
         for fault in plan(3) {

@@ -1,7 +1,7 @@
 //! The nemesis: process and network faults on a seeded schedule, each
 //! healed before the next.
 //!
-//! A run injects each of the nine [`Fault`] kinds once, in an order drawn
+//! A run injects each of the ten [`Fault`] kinds once, in an order drawn
 //! from the run's seed: SIGKILL of the leader, SIGKILL of a follower (both
 //! restarted after a drawn downtime with their original flags and data),
 //! SIGKILL of every member at once (all restarted), SIGSTOP of the leader
@@ -18,7 +18,15 @@
 //! peer traffic passes through [`crate::relay`]), so messages arrive late
 //! but in order, some later than the election timeout; and a leadership
 //! transfer (etcd's `MoveLeader`, asked of the leader) to a follower drawn
-//! from the fault's seed, under load. Before each fault the
+//! from the fault's seed, under load; and a full disk: a follower is
+//! killed (SIGKILL), its data directory moved onto a small tmpfs
+//! ([`crate::disk::SmallDisk`]) and the member restarted there, the disk
+//! filled to [`FULL_DISK_FREE_BYTES`] free, and the nemesis writes
+//! [`FILL_VALUE_BYTES`] values outside the checked keys through another
+//! member until the victim exits by itself with a failure status (as etcd
+//! does on `ENOSPC`); the filler is removed and the disk grown to
+//! [`GROWN_DISK_BYTES`] (the writes the member missed must fit), and after
+//! a drawn [`DOWNTIME_MILLIS`] the member restarts on it. Before each fault the
 //! workload runs undisturbed for a drawn [`LOAD_MILLIS`]; after healing, the
 //! nemesis waits until every member serves a linearizable read again.
 //! Signals go to the member's own pid (`kill -s STOP|CONT <pid>`).
@@ -27,14 +35,16 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand::SeedableRng;
 
 use super::history::Clock;
+use crate::client::describe_error;
 use crate::cluster::Cluster;
+use crate::disk::{SmallDisk, FULL_DISK_FREE_BYTES, GROWN_DISK_BYTES, SMALL_DISK_BYTES};
 use crate::process::signal;
 
 /// Undisturbed load before each fault, in milliseconds (drawn uniformly).
@@ -58,6 +68,18 @@ pub const SLOW_CHANGE_MILLIS: RangeInclusive<u64> = 100..=500;
 /// none to past the election timeout (1 s), so some delays only slow the
 /// commits and some let a follower's election timer fire.
 pub const LINK_DELAY_MILLIS: RangeInclusive<u64> = 0..=1500;
+/// Size of each value the full-disk fault writes to fill the victim's
+/// disk: the store's WAL is preallocated at its memtable's size, so it
+/// needs tens of MiB of writes before a write finds the disk full.
+pub const FILL_VALUE_BYTES: usize = 128 * 1024;
+/// Bytes of values the full-disk fault writes at most: a victim still
+/// running after them never noticed its full disk (the run fails).
+pub const MAX_FILL_BYTES: usize = 160 * 1024 * 1024;
+/// Prefix of the full-disk fault's keys: outside the watchers' prefix, so
+/// the watchers neither receive nor keep the large values.
+pub const FILL_PREFIX: &str = "nemesis-fill/";
+/// Deadline of one fill put.
+pub const FILL_PUT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Load after the last fault has healed, before the clients stop.
 pub const FINAL_LOAD: Duration = Duration::from_secs(1);
 
@@ -73,6 +95,7 @@ pub enum FaultKind {
     LossyNetwork,
     SlowNetwork,
     TransferLeader,
+    FullDisk,
 }
 
 impl fmt::Display for FaultKind {
@@ -87,6 +110,7 @@ impl fmt::Display for FaultKind {
             FaultKind::LossyNetwork => "lossy network: links flapping",
             FaultKind::SlowNetwork => "slow network: links delayed",
             FaultKind::TransferLeader => "MoveLeader to a follower",
+            FaultKind::FullDisk => "full disk on a follower",
         })
     }
 }
@@ -116,7 +140,7 @@ pub struct Injected {
     pub recovery: Duration,
 }
 
-/// The nine fault kinds in a seeded order, with drawn loads and downtimes
+/// The ten fault kinds in a seeded order, with drawn loads and downtimes
 /// (none for a leadership transfer).
 pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
     let mut kinds = vec![
@@ -129,6 +153,7 @@ pub fn schedule(rng: &mut StdRng) -> Vec<Fault> {
         FaultKind::LossyNetwork,
         FaultKind::SlowNetwork,
         FaultKind::TransferLeader,
+        FaultKind::FullDisk,
     ];
     kinds.shuffle(rng);
     kinds
@@ -173,7 +198,7 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
         FaultKind::KillLeader | FaultKind::PauseLeader | FaultKind::PartitionLeader => {
             vec![cluster.leader().await?]
         }
-        FaultKind::KillFollower | FaultKind::PartitionFollower => {
+        FaultKind::KillFollower | FaultKind::PartitionFollower | FaultKind::FullDisk => {
             vec![cluster.follower().await?]
         }
         FaultKind::TransferLeader => {
@@ -192,6 +217,7 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
         FaultKind::LossyNetwork => flap(cluster, clock, fault).await?,
         FaultKind::SlowNetwork => slow(cluster, clock, fault).await?,
         FaultKind::TransferLeader => transfer(cluster, clock, victims[0], victims[1]).await?,
+        FaultKind::FullDisk => fill_disk(cluster, clock, victims[0], fault.downtime).await?,
         FaultKind::KillLeader | FaultKind::KillFollower | FaultKind::KillAll => {
             for &member in &victims {
                 cluster.kill(member)?;
@@ -303,3 +329,71 @@ async fn transfer(cluster: &Cluster, clock: Clock, from: usize, to: usize) -> Re
         .with_context(|| format!("MoveLeader from member {from} to member {to}"))?;
     Ok(at)
 }
+
+/// Moves member `i` onto a small disk, fills the disk and writes through
+/// another member until `i` exits by itself (with a failure status); after
+/// `downtime` frees the disk and restarts `i` on it. The disk stays mounted
+/// until the cluster is dropped. The run-clock instant the disk was full.
+async fn fill_disk(cluster: &Cluster, clock: Clock, i: usize, downtime: Duration) -> Result<u64> {
+    cluster.kill(i)?;
+    let disk = SmallDisk::mount_over(&cluster.data_dir(i), SMALL_DISK_BYTES)?;
+    let at = fill_until_exit(cluster, clock, i, &disk).await;
+    let healed = disk.free().and_then(|()| disk.grow(GROWN_DISK_BYTES));
+    cluster.keep_disk(disk);
+    let at = at?;
+    healed?;
+    tokio::time::sleep(downtime).await;
+    cluster.restart(i)?;
+    Ok(at)
+}
+
+/// Restarts member `i` on `disk`, fills the disk, then puts
+/// [`FILL_VALUE_BYTES`] values through another member until `i` has exited;
+/// the run-clock instant the disk was full.
+async fn fill_until_exit(
+    cluster: &Cluster,
+    clock: Clock,
+    i: usize,
+    disk: &SmallDisk,
+) -> Result<u64> {
+    cluster.restart_and_wait(i).await?;
+    disk.fill(FULL_DISK_FREE_BYTES)?;
+    let at = clock.now();
+    let writer = (i + 1) % cluster.size();
+    let mut client = cluster.client(writer).await?;
+    let value = "f".repeat(FILL_VALUE_BYTES);
+    for n in 0..MAX_FILL_BYTES / FILL_VALUE_BYTES {
+        if let Some(status) = cluster.exit_status(i)? {
+            ensure!(
+                !status.success() && status.code().is_some(),
+                "member {i} ended on its full disk with {status}: etcd exits with a failure status"
+            );
+            let after = Duration::from_nanos(clock.now().saturating_sub(at));
+            eprintln!(
+                "full disk: member {i} exited ({status}) {after:?} and {} KiB of puts after its disk was full",
+                n * FILL_VALUE_BYTES / 1024
+            );
+            return Ok(at);
+        }
+        let key = format!("{FILL_PREFIX}{}", n % FILL_KEYS);
+        // Quorum stays (the other two members): a failed put is the
+        // clients' business (a leader change), not the fault's.
+        let put = tokio::time::timeout(FILL_PUT_TIMEOUT, client.put(key, value.as_str(), None));
+        let failure = match put.await {
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => describe_error(&e),
+            Err(_) => format!("no answer within {FILL_PUT_TIMEOUT:?}"),
+        };
+        eprintln!("full disk: a fill put failed: {failure}");
+        tokio::time::sleep(FILL_RETRY).await;
+    }
+    bail!(
+        "member {i} still runs on its full disk after {MAX_FILL_BYTES} bytes of puts:\n{}",
+        cluster.log_tail(i)
+    )
+}
+
+/// Keys the full-disk fault overwrites in turn (history keeps every value).
+const FILL_KEYS: usize = 16;
+/// Pause after a failed fill put.
+const FILL_RETRY: Duration = Duration::from_millis(100);
