@@ -220,35 +220,29 @@ fn auth_request(rng: &mut StdRng) -> (&'static str, Vec<u8>) {
             "/etcdserverpb.Auth/RoleDelete",
             AuthRoleDeleteRequest { role: role(rng) }.encode_to_vec(),
         ),
-        8 => (
-            "/etcdserverpb.Auth/RoleGrantPermission",
+        8 => ("/etcdserverpb.Auth/RoleGrantPermission", {
+            let name = role(rng);
+            let (key, range_end) = permission_range(rng);
             AuthRoleGrantPermissionRequest {
-                name: role(rng),
+                name,
                 perm: Some(Permission {
                     perm_type: rng.gen_range(0..3),
-                    key: format!("k{}", rng.gen_range(0..4)).into_bytes(),
-                    range_end: if rng.gen() {
-                        b"kz".to_vec()
-                    } else {
-                        Vec::new()
-                    },
+                    key,
+                    range_end,
                 }),
             }
-            .encode_to_vec(),
-        ),
-        9 => (
-            "/etcdserverpb.Auth/RoleRevokePermission",
+            .encode_to_vec()
+        }),
+        9 => ("/etcdserverpb.Auth/RoleRevokePermission", {
+            let role = role(rng);
+            let (key, range_end) = permission_range(rng);
             AuthRoleRevokePermissionRequest {
-                role: role(rng),
-                key: format!("k{}", rng.gen_range(0..4)).into_bytes(),
-                range_end: if rng.gen() {
-                    b"kz".to_vec()
-                } else {
-                    Vec::new()
-                },
+                role,
+                key,
+                range_end,
             }
-            .encode_to_vec(),
-        ),
+            .encode_to_vec()
+        }),
         10 => (
             "/etcdserverpb.Auth/Authenticate",
             AuthenticateRequest {
@@ -272,6 +266,18 @@ fn auth_request(rng: &mut StdRng) -> (&'static str, Vec<u8>) {
             ),
         },
     }
+}
+
+/// A permission's key and range end: one of the fuzzer's keys, alone or
+/// up to `kz`.
+fn permission_range(rng: &mut StdRng) -> (Vec<u8>, Vec<u8>) {
+    let key = format!("k{}", rng.gen_range(0..4)).into_bytes();
+    let range_end = if rng.gen() {
+        b"kz".to_vec()
+    } else {
+        Vec::new()
+    };
+    (key, range_end)
 }
 
 /// Whether `body` is an auth request that gogo parses and prost refuses

@@ -1,6 +1,7 @@
 //! The robustness suite ([`integration_tests::robustness`]): concurrent
 //! clients on a 3-member cluster under seeded faults (kill -9, SIGSTOP,
-//! partitions, lost and delayed peer messages), the history checked for
+//! partitions, lost and delayed peer messages, leadership transfers, a
+//! follower's full disk), the history checked for
 //! linearizability, on etcd 3.5.1 (the control: a failure there is a wrong
 //! test) and on the candidate.
 //!
