@@ -6,17 +6,19 @@
 //! test) and on the candidate.
 //!
 //! CI runs the fixed seeds `CI_SEEDS`; `ROBUSTNESS_SEEDS=<n>` runs seeds
-//! `1..=n`, `ROBUSTNESS_SEED=<seed>` one seed. A failure prints the seed and
+//! `1..=n`, `ROBUSTNESS_SEED=<seed>` one seed, `ROBUSTNESS_SECONDS=<s>`
+//! seeds 1, 2, ... for `s` seconds (the long mode). Every batch ends with a
+//! table: totals and each fault kind's median and longest unavailability. A failure prints the seed and
 //! the shortest failing prefix of each non-linearizable key's history.
 //!
 //! Run: `cargo test --release -p integration-tests --test robustness -- --test-threads=2`
 
-use integration_tests::robustness::{self, longest_unavailability, RunReport};
+use integration_tests::robustness::{self, longest_unavailability, summary_table, RunReport};
 use integration_tests::{against_both, Server};
 
 async fn linearizable_under_faults(server: Server) {
     let seeds = robustness::seeds().expect("robustness seeds");
-    let mut reports: Vec<RunReport> = Vec::with_capacity(seeds.len());
+    let mut reports: Vec<RunReport> = Vec::new();
     let mut failures = Vec::new();
     for seed in seeds {
         let report = robustness::run(server, seed)
@@ -33,6 +35,7 @@ async fn linearizable_under_faults(server: Server) {
         failures.len(),
         longest_unavailability(&reports)
     );
+    eprintln!("{server:?}:\n{}", summary_table(&reports));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

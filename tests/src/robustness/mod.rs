@@ -29,7 +29,9 @@
 //! The seed fixes the fault schedule and the clients' choices of keys and
 //! operations (timing still varies between runs). Every failure message
 //! names the seed and how to rerun it: `ROBUSTNESS_SEED=<seed>`.
-//! [`seeds`] is [`CI_SEEDS`] by default, `1..=n` with `ROBUSTNESS_SEEDS=n`.
+//! [`seeds`] is [`CI_SEEDS`] by default, `1..=n` with `ROBUSTNESS_SEEDS=n`,
+//! and 1, 2, ... for `s` seconds with `ROBUSTNESS_SECONDS=s`; a batch ends
+//! with [`summary_table`].
 
 pub mod checker;
 pub mod history;
@@ -64,6 +66,9 @@ pub const CI_SEEDS: [u64; 2] = [1, 2];
 pub const SEED_ENV: &str = "ROBUSTNESS_SEED";
 /// Environment variable: run seeds `1..=n`.
 pub const SEEDS_ENV: &str = "ROBUSTNESS_SEEDS";
+/// Environment variable: run seeds 1, 2, ... for this many seconds (the
+/// long mode; it ends with [`summary_table`]).
+pub const SECONDS_ENV: &str = "ROBUSTNESS_SECONDS";
 /// Deadline for the final reads of every key.
 pub const FINAL_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Completed operations a run needs, so that a run in which (nearly)
@@ -72,8 +77,24 @@ pub const MIN_COMPLETED_OPS: usize = 100;
 /// Client id of the final reads in the history.
 pub const FINAL_READER: usize = CLIENTS;
 
-/// The seeds to run (see the module documentation).
-pub fn seeds() -> Result<Vec<u64>> {
+/// The seeds to run (see the module documentation); with
+/// [`SECONDS_ENV`], seeds 1, 2, ... as long as the time lasts (a run that
+/// starts before the deadline finishes).
+pub fn seeds() -> Result<Box<dyn Iterator<Item = u64>>> {
+    if let Ok(text) = std::env::var(SECONDS_ENV) {
+        let seconds: u64 = text
+            .parse()
+            .with_context(|| format!("{SECONDS_ENV}={text:?} is not a whole number of seconds"))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+        return Ok(Box::new(
+            (1..).take_while(move |_| std::time::Instant::now() < deadline),
+        ));
+    }
+    Ok(Box::new(seed_list()?.into_iter()))
+}
+
+/// The seeds named by [`SEED_ENV`] or [`SEEDS_ENV`], else [`CI_SEEDS`].
+fn seed_list() -> Result<Vec<u64>> {
     if let Ok(text) = std::env::var(SEED_ENV) {
         let seed = text
             .parse()
@@ -374,6 +395,51 @@ async fn read(cluster: &Cluster, clock: Clock, key: String) -> Result<Event> {
     })
 }
 
+/// A Markdown table of a batch of runs: totals, then per fault kind the
+/// median and longest unavailability the clients saw.
+pub fn summary_table(reports: &[RunReport]) -> String {
+    let sum = |f: fn(&RunReport) -> usize| reports.iter().map(f).sum::<usize>();
+    let mut table = String::from("| | total |\n| --- | --- |\n");
+    let rows: [(&str, usize); 7] = [
+        ("runs", reports.len()),
+        ("operations recorded", sum(|r| r.events.len())),
+        ("completed", sum(RunReport::completed)),
+        ("indeterminate", sum(RunReport::indeterminate)),
+        (
+            "linearizability anomalies",
+            sum(|r| r.check.anomalies.len()),
+        ),
+        (
+            "watch guarantee violations",
+            sum(|r| r.watch_problems.len()),
+        ),
+        ("lease problems", sum(|r| r.leases.problems.len())),
+    ];
+    for (name, value) in rows {
+        let _ = writeln!(table, "| {name} | {value} |");
+    }
+    let mut gaps: BTreeMap<FaultKind, Vec<Duration>> = BTreeMap::new();
+    for (kind, gap) in reports.iter().flat_map(RunReport::unavailability) {
+        if let Some(gap) = gap {
+            gaps.entry(kind).or_default().push(gap);
+        }
+    }
+    table.push_str("\n| fault | runs | unavailability, median / longest |\n| --- | --- | --- |\n");
+    for (kind, mut gaps) in gaps {
+        gaps.sort();
+        let median = gaps[gaps.len() / 2];
+        let longest = gaps[gaps.len() - 1];
+        let _ = writeln!(
+            table,
+            "| {kind} | {} | {:.2} s / {:.2} s |",
+            gaps.len(),
+            median.as_secs_f64(),
+            longest.as_secs_f64()
+        );
+    }
+    table
+}
+
 /// Unavailability per fault kind: the longest over `reports` (faults
 /// never followed by a completed operation fail their run and are left out).
 pub fn longest_unavailability(reports: &[RunReport]) -> BTreeMap<FaultKind, Duration> {
@@ -429,6 +495,37 @@ mod tests {
         assert!(failure.contains("seed 7"), "{failure}");
         assert!(failure.contains("ROBUSTNESS_SEED=7"), "{failure}");
         assert!(failure.contains("never-written"), "{failure}");
+    }
+
+    #[test]
+    fn the_summary_table_counts_runs_and_takes_medians() {
+        let fault = |kind, at| Injected {
+            fault: nemesis::Fault {
+                kind,
+                load: Duration::ZERO,
+                downtime: Duration::ZERO,
+                seed: 0,
+            },
+            victims: vec![0],
+            at,
+            recovery: Duration::ZERO,
+        };
+        let with_gap = |gap_nanos: u64| {
+            let mut r = report(vec![get(0, 1_000 + gap_nanos - 1, None)]);
+            r.faults = vec![fault(FaultKind::KillLeader, 1_000)];
+            r
+        };
+        let table = summary_table(&[
+            with_gap(1_000_000_000),
+            with_gap(3_000_000_000),
+            with_gap(2_000_000_000),
+        ]);
+        assert!(table.contains("| runs | 3 |"), "{table}");
+        assert!(table.contains("| operations recorded | 3 |"), "{table}");
+        assert!(
+            table.contains("| kill -9 leader | 3 | 2.00 s / 3.00 s |"),
+            "{table}"
+        );
     }
 
     #[test]
