@@ -559,13 +559,13 @@ impl Member {
             }
         })
         .await;
-        if drained.is_err() && !grace.is_zero() {
-            tracing::warn!(
-                grace_ms = grace.as_millis() as u64,
-                "open client connections did not finish in time; closing them"
-            );
-        }
         if drained.is_err() {
+            if !grace.is_zero() {
+                tracing::warn!(
+                    grace_ms = grace.as_millis() as u64,
+                    "open client connections did not finish in time; closing them"
+                );
+            }
             for t in &self.tasks {
                 t.abort();
             }

@@ -55,6 +55,13 @@ pub const GROWN_DISK_BYTES: u64 = 1024 * 1024 * 1024;
 /// Free bytes [`SmallDisk::fill`] leaves to make a disk full.
 pub const FULL_DISK_FREE_BYTES: u64 = 1024 * 1024;
 
+/// Whether a member that stopped on a disk fault ended as etcd does: with
+/// a failure exit status (etcd: 1), not killed by a signal such as an
+/// abort in the middle of its exit.
+pub fn exited_with_failure(status: &std::process::ExitStatus) -> bool {
+    !status.success() && status.code().is_some()
+}
+
 /// Name of the filler file, at the top of the mounted directory.
 const FILLER: &str = "disk-filler";
 

@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use etcd_client::GetOptions;
 use integration_tests::client::describe_error;
 use integration_tests::disk::{
-    failing_fdatasync, SmallDisk, FULL_DISK_FREE_BYTES, SMALL_DISK_BYTES,
+    exited_with_failure, failing_fdatasync, SmallDisk, FULL_DISK_FREE_BYTES, SMALL_DISK_BYTES,
 };
 use integration_tests::writer::{served, KeyValues, Writes};
 use integration_tests::{against_both, ClusterConfig, Server};
@@ -103,10 +103,8 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
         writes.acknowledged.insert(key, (value, revision));
         if let Some(status) = cluster.exit_status(victim)? {
             if after_stop == 0 {
-                // Exited with a failure status (etcd: 1), not killed by a
-                // signal such as an abort in the middle of its exit.
                 assert!(
-                    !status.success() && status.code().is_some(),
+                    exited_with_failure(&status),
                     "a member that cannot write exits with a failure status: {status}"
                 );
                 eprintln!(

@@ -418,15 +418,8 @@ pub fn summary_table(reports: &[RunReport]) -> String {
     for (name, value) in rows {
         let _ = writeln!(table, "| {name} | {value} |");
     }
-    let mut gaps: BTreeMap<FaultKind, Vec<Duration>> = BTreeMap::new();
-    for (kind, gap) in reports.iter().flat_map(RunReport::unavailability) {
-        if let Some(gap) = gap {
-            gaps.entry(kind).or_default().push(gap);
-        }
-    }
     table.push_str("\n| fault | runs | unavailability, median / longest |\n| --- | --- | --- |\n");
-    for (kind, mut gaps) in gaps {
-        gaps.sort();
+    for (kind, gaps) in unavailability_by_kind(reports) {
         let median = gaps[gaps.len() / 2];
         let longest = gaps[gaps.len() - 1];
         let _ = writeln!(
@@ -440,17 +433,28 @@ pub fn summary_table(reports: &[RunReport]) -> String {
     table
 }
 
-/// Unavailability per fault kind: the longest over `reports` (faults
-/// never followed by a completed operation fail their run and are left out).
-pub fn longest_unavailability(reports: &[RunReport]) -> BTreeMap<FaultKind, Duration> {
-    let mut longest = BTreeMap::new();
+/// Unavailability per fault kind over `reports`, each kind's gaps sorted
+/// (faults never followed by a completed operation fail their run and are
+/// left out).
+fn unavailability_by_kind(reports: &[RunReport]) -> BTreeMap<FaultKind, Vec<Duration>> {
+    let mut gaps: BTreeMap<FaultKind, Vec<Duration>> = BTreeMap::new();
     for (kind, gap) in reports.iter().flat_map(RunReport::unavailability) {
         if let Some(gap) = gap {
-            let entry = longest.entry(kind).or_insert(Duration::ZERO);
-            *entry = (*entry).max(gap);
+            gaps.entry(kind).or_default().push(gap);
         }
     }
-    longest
+    for kind_gaps in gaps.values_mut() {
+        kind_gaps.sort();
+    }
+    gaps
+}
+
+/// Unavailability per fault kind: the longest over `reports`.
+pub fn longest_unavailability(reports: &[RunReport]) -> BTreeMap<FaultKind, Duration> {
+    unavailability_by_kind(reports)
+        .into_iter()
+        .map(|(kind, gaps)| (kind, gaps[gaps.len() - 1]))
+        .collect()
 }
 
 #[cfg(test)]

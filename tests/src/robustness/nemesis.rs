@@ -44,7 +44,9 @@ use rand::SeedableRng;
 use super::history::Clock;
 use crate::client::describe_error;
 use crate::cluster::Cluster;
-use crate::disk::{SmallDisk, FULL_DISK_FREE_BYTES, GROWN_DISK_BYTES, SMALL_DISK_BYTES};
+use crate::disk::{
+    exited_with_failure, SmallDisk, FULL_DISK_FREE_BYTES, GROWN_DISK_BYTES, SMALL_DISK_BYTES,
+};
 use crate::process::signal;
 
 /// Undisturbed load before each fault, in milliseconds (drawn uniformly).
@@ -365,7 +367,7 @@ async fn fill_until_exit(
     for n in 0..MAX_FILL_BYTES / FILL_VALUE_BYTES {
         if let Some(status) = cluster.exit_status(i)? {
             ensure!(
-                !status.success() && status.code().is_some(),
+                exited_with_failure(&status),
                 "member {i} ended on its full disk with {status}: etcd exits with a failure status"
             );
             let after = Duration::from_nanos(clock.now().saturating_sub(at));
