@@ -33,7 +33,7 @@ use crate::bins::{default_release_bin, require_executable, DEFAULT_HAPROXY, DEFA
 use crate::https::{connect, connector};
 use crate::pace::{Pacer, Stop};
 use crate::plot::{line_chart, Chart, Series};
-use crate::procs::{raise_fd_limit, rss_kib, Proc};
+use crate::procs::{self, raise_fd_limit, rss_kib, Proc};
 use crate::report::{image, table, text_table, OutArgs, Outcome};
 use crate::stats::{OpResult, Recorder};
 use crate::systems::check_loopback_subnet;
@@ -145,6 +145,10 @@ pub struct PathResult {
     pub rates: Vec<RatePoint>,
     pub max_throughput: OpResult,
     pub new_conns: OpResult,
+    /// The proxy's CPU per request of the max-throughput run (none on the direct path).
+    pub cpu_us_per_request: Option<f64>,
+    /// The proxy's CPU per connection of the new-connection run.
+    pub cpu_us_per_conn: Option<f64>,
     pub memory: Option<Memory>,
 }
 
@@ -469,14 +473,18 @@ async fn measure(path: &Route, plan: &Plan, tls: &TlsConnector) -> Result<PathRe
         });
     }
     let label = format!("{} max", path.name);
+    let cpu = ProxyCpu::start(path)?;
     let (rec, elapsed) = keepalive_load(&path.addrs, tls, plan.conns, None, plan, &label).await;
     let max_throughput = rec.result("request", elapsed);
+    let cpu_us_per_request = cpu.us_per_op(max_throughput.ok)?;
     eprintln!(
         "bench: gateway {label}: {:.0} req/s",
         max_throughput.throughput_ops_s
     );
+    let cpu = ProxyCpu::start(path)?;
     let (rec, elapsed) = new_conn_load(&path.addrs, tls, plan).await;
     let new_conns = rec.result("connection", elapsed);
+    let cpu_us_per_conn = cpu.us_per_op(new_conns.ok)?;
     eprintln!(
         "bench: gateway {} new connections: {:.0}/s",
         path.name, new_conns.throughput_ops_s
@@ -490,8 +498,36 @@ async fn measure(path: &Route, plan: &Plan, tls: &TlsConnector) -> Result<PathRe
         rates,
         max_throughput,
         new_conns,
+        cpu_us_per_request,
+        cpu_us_per_conn,
         memory,
     })
+}
+
+/// The CPU time a proxy spends during one run (user + system, all its threads), so runs on a
+/// busy machine compare the proxies' cost per operation and not only how much of the machine
+/// each got.
+struct ProxyCpu {
+    pid: Option<u32>,
+    start_s: f64,
+}
+
+impl ProxyCpu {
+    fn start(path: &Route) -> Result<ProxyCpu> {
+        let pid = path.proxy.as_ref().map(Proc::pid);
+        let start_s = pid.map(procs::cpu_seconds).transpose()?.unwrap_or(0.0);
+        Ok(ProxyCpu { pid, start_s })
+    }
+
+    /// Microseconds of the proxy's CPU per completed operation since `start`; `None` on the
+    /// direct path or when nothing completed.
+    fn us_per_op(&self, completed: u64) -> Result<Option<f64>> {
+        let Some(pid) = self.pid else {
+            return Ok(None);
+        };
+        let used_s = procs::cpu_seconds(pid)? - self.start_s;
+        Ok((completed > 0).then(|| used_s * 1e6 / completed as f64))
+    }
 }
 
 /// Keep-alive GETs over `conns` connections; open loop with `rate`.
@@ -677,6 +713,10 @@ impl GatewayOutcome {
                     format!("{:.0}", p.max_throughput.throughput_ops_s),
                     format!("{:.0}", p.new_conns.throughput_ops_s),
                     format!("{:.3}", p.new_conns.latency.p99_ms),
+                    p.cpu_us_per_request
+                        .map_or("-".into(), |us| format!("{us:.1}")),
+                    p.cpu_us_per_conn
+                        .map_or("-".into(), |us| format!("{us:.1}")),
                     mem.map_or("-".into(), |m| {
                         format!("{:.1}", m.rss_before_kib as f64 / 1024.0)
                     }),
@@ -737,11 +777,13 @@ const LATENCY_HEADERS: [&str; 7] = [
     "added p99 ms",
     "errors",
 ];
-const CAPACITY_HEADERS: [&str; 8] = [
+const CAPACITY_HEADERS: [&str; 10] = [
     "path",
     "max req/s",
     "new conns/s",
     "new conn p99 ms",
+    "CPU us/req",
+    "CPU us/conn",
     "RSS MiB",
     "RSS MiB idle",
     "KiB/conn",

@@ -180,6 +180,34 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
         .with_context(|| format!("no VmRSS for pid {pid}"))
 }
 
+/// CPU time (user + system, all threads) process `pid` has used so far, in seconds
+/// (fields 14 and 15 of /proc/PID/stat, in clock ticks).
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    cpu_seconds_from_stat(&stat, clock_ticks_per_second())
+        .with_context(|| format!("unparsable /proc/{pid}/stat"))
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf reads a constant of the running system.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+/// utime + stime of a /proc/PID/stat line. The command name (field 2) may hold spaces and
+/// parentheses, so fields are counted from its closing parenthesis.
+fn cpu_seconds_from_stat(stat: &str, ticks_per_second: f64) -> Option<f64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / ticks_per_second)
+}
+
 /// First line of `program args` output (stdout or stderr), for version strings.
 pub fn version_line(program: &Path, args: &[&str]) -> String {
     match Command::new(program).args(args).output() {
@@ -214,5 +242,15 @@ mod tests {
         assert!(rss_kib(p.pid()).unwrap() > 0);
         p.kill9();
         assert!(!p.is_running());
+    }
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_name() {
+        // A name with a space and a parenthesis; utime 250 and stime 50 ticks.
+        let stat = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 50 0 0 20 0 3 0";
+        assert_eq!(cpu_seconds_from_stat(stat, 100.0), Some(3.0));
+        assert_eq!(cpu_seconds_from_stat("4242 (x) S 1", 100.0), None);
+        let own = cpu_seconds(std::process::id()).unwrap();
+        assert!(own >= 0.0);
     }
 }
