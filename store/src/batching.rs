@@ -5,11 +5,62 @@
 //! batch, within its bounds. Nothing waits for a timer, so a lone request
 //! goes out at once, and under load batches grow with the number of
 //! waiting requests.
+//!
+//! A [`Lane`] is the queue and the bound together. Its owner may also send
+//! a request **directly** from the caller's task, as a batch of one, when
+//! nothing is queued and a batch may go out ([`Lane::direct_permit`]): the
+//! request then skips the hand-off to the batching task and from it to the
+//! sending task (and the answer the same hops back), which on two shared
+//! cores are wake-ups of another runtime thread on a lone writer's path.
+//! Direct and queued batches hold permits of one semaphore, so at most
+//! `in_flight` batches are out in all.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+/// A batching queue and its bound on batches in flight.
+pub struct Lane<T> {
+    queue: mpsc::Sender<T>,
+    permits: Arc<Semaphore>,
+}
+
+impl<T: Send + 'static> Lane<T> {
+    /// A lane of `queue_len` waiting items whose batching task, spawned
+    /// here, sends at most `in_flight` batches at a time through `send`.
+    pub fn spawn<Fut>(
+        queue_len: usize,
+        in_flight: usize,
+        bounds: Bounds<T>,
+        send: impl Fn(Vec<T>) -> Fut + Send + 'static,
+    ) -> Self
+    where
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (queue, rx) = mpsc::channel(queue_len);
+        let permits = Arc::new(Semaphore::new(in_flight));
+        tokio::spawn(drive(rx, permits.clone(), bounds, send));
+        Lane { queue, permits }
+    }
+
+    /// A permit to send one item directly: only when nothing is queued (a
+    /// queued item would otherwise be overtaken by a later one) and fewer
+    /// than `in_flight` batches are out. The batch counts as in flight
+    /// until the permit is dropped.
+    pub fn direct_permit(&self) -> Option<OwnedSemaphorePermit> {
+        if self.queue.capacity() != self.queue.max_capacity() {
+            return None;
+        }
+        self.permits.clone().try_acquire_owned().ok()
+    }
+
+    /// Queues `item` for the next batch, waiting while the queue is full;
+    /// gives it back if the batching task has stopped.
+    pub async fn enqueue(&self, item: T) -> Result<(), T> {
+        self.queue.send(item).await.map_err(|e| e.0)
+    }
+}
 
 /// What one batch may hold.
 pub struct Bounds<T> {
@@ -25,16 +76,16 @@ pub struct Bounds<T> {
 }
 
 /// Runs until the queue closes: takes batches within `bounds` and hands
-/// each to `send` in a task of its own, at most `in_flight` at a time.
-pub async fn drive<T, Fut>(
+/// each to `send` in a task of its own, each holding one of `permits`
+/// until it is done.
+async fn drive<T, Fut>(
     mut rx: mpsc::Receiver<T>,
-    in_flight: usize,
+    permits: Arc<Semaphore>,
     bounds: Bounds<T>,
     send: impl Fn(Vec<T>) -> Fut,
 ) where
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(in_flight));
     let mut carry: Option<T> = None;
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -76,4 +127,70 @@ fn take<T>(
         batch.push(next);
     }
     batch
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn bounds() -> Bounds<u32> {
+        Bounds {
+            items: 8,
+            bytes: 1024,
+            size: |_| 1,
+            joins: |_, _| true,
+        }
+    }
+
+    /// The batches a lane's task sent, in order.
+    type Sent = Arc<Mutex<Vec<Vec<u32>>>>;
+
+    /// A lane recording what it sends, and a gate that holds every send until opened.
+    fn recording_lane(in_flight: usize) -> (Lane<u32>, Sent, Arc<Semaphore>) {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(Semaphore::new(0));
+        let (record, wait) = (sent.clone(), gate.clone());
+        let lane = Lane::spawn(64, in_flight, bounds(), move |batch: Vec<u32>| {
+            let (record, wait) = (record.clone(), wait.clone());
+            async move {
+                record.lock().unwrap().push(batch);
+                let _open = wait.acquire().await;
+            }
+        });
+        (lane, sent, gate)
+    }
+
+    /// On the test's single thread with a paused clock, every sleep lets the spawned tasks
+    /// run until they wait, whatever the machine's speed: nothing here depends on timing.
+    #[tokio::test(start_paused = true)]
+    async fn direct_sends_share_the_bound_with_queued_batches() {
+        let (lane, sent, gate) = recording_lane(2);
+        // The batching task holds one permit while it waits for items.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let direct = lane.direct_permit().expect("one batch may still go out");
+        assert!(
+            lane.direct_permit().is_none(),
+            "the bound counts direct batches"
+        );
+        drop(direct);
+        let direct = lane
+            .direct_permit()
+            .expect("a dropped permit frees its place");
+        lane.enqueue(1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(*sent.lock().unwrap(), vec![vec![1]]);
+        // Both places are taken (the direct one and the batch held by the gate): items queue.
+        lane.enqueue(2).await.unwrap();
+        lane.enqueue(3).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(sent.lock().unwrap().len(), 1);
+        assert!(lane.direct_permit().is_none(), "items are queued");
+        drop(direct);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(*sent.lock().unwrap(), vec![vec![1], vec![2, 3]]);
+        gate.add_permits(2);
+    }
 }

@@ -10,7 +10,7 @@
 //! still gets its own revision and its own answer (the state machine
 //! applies a batch's proposals in order and answers each).
 //!
-//! The algorithm ([`crate::batching::drive`]): callers queue `(proposal,
+//! The algorithm ([`crate::batching::Lane`]): callers queue `(proposal,
 //! answer channel)`; one task waits until fewer than
 //! [`MAX_ENTRIES_IN_FLIGHT`] entries are between `client_write` and its
 //! answer, then takes everything queued so far, up to
@@ -18,9 +18,25 @@
 //! submits it as one entry. While entries are in flight, proposals keep
 //! queueing and form the next entry. A lone client therefore waits for no
 //! timer: its proposal is submitted at once.
+//!
+//! **The direct path** ([`crate::batching::Lane::direct_permit`]). When
+//! nothing is queued and fewer than
+//! [`MAX_ENTRIES_IN_FLIGHT`] entries are out, the caller's own task submits
+//! its proposal as an entry (`client_write_ff`) and waits for the answer
+//! itself, instead of handing it to the batching task, which would hand it
+//! to a task of its own, whose answer would travel back the same way. A
+//! lone writer's put thus crosses two tasks fewer each way (on two shared
+//! cores every such hop is a wake-up of the other runtime thread). The
+//! entry's permit travels inside its responder ([`EntryResponder`]):
+//! openraft drops or completes the responder when the entry is answered or
+//! abandoned, so a caller that gives up (timeout, cancelled RPC) does not
+//! release the permit of an entry still in the pipeline. Both paths share
+//! one semaphore, so the bound on entries in flight holds for their sum.
 
 use openraft::error::{ClientWriteError, RaftError};
-use tokio::sync::{mpsc, oneshot};
+use openraft::raft::responder::Responder;
+use openraft::OptionalSend;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::types::{Batch, CommandResponse, NodeId, Proposal, TypeConfig};
 use super::Raft;
@@ -73,50 +89,107 @@ struct Queued {
 
 /// The leader's proposal queue (one per member; idle on followers).
 pub struct Batcher {
-    queue: mpsc::Sender<Queued>,
+    lane: batching::Lane<Queued>,
+    raft: Raft,
 }
 
 impl Batcher {
     /// Starts the batching task for `raft`.
     pub fn spawn(raft: Raft) -> Self {
-        let (queue, rx) = mpsc::channel(PROPOSAL_QUEUE);
-        tokio::spawn(run(raft, rx));
-        Self { queue }
+        let bounds = batching::Bounds {
+            items: MAX_PROPOSALS_PER_ENTRY,
+            bytes: MAX_ENTRY_BYTES,
+            size: |q: &Queued| q.proposal.size_bytes(),
+            joins: |_, _| true,
+        };
+        let sender = raft.clone();
+        let send = move |queued: Vec<Queued>| {
+            let raft = sender.clone();
+            async move {
+                let (proposals, answers) =
+                    queued.into_iter().map(|q| (q.proposal, q.answer)).unzip();
+                let result = raft.client_write(Batch { proposals }).await;
+                answer_all(answers, result.map(|r| r.data));
+            }
+        };
+        let lane = batching::Lane::spawn(PROPOSAL_QUEUE, MAX_ENTRIES_IN_FLIGHT, bounds, send);
+        Self { lane, raft }
     }
 
     /// Proposes through the next entry; the state machine's answer.
     pub async fn propose(&self, proposal: Proposal) -> Result<CommandResponse, BatchError> {
         let metrics = &crate::metrics::global().server;
         let _pending = crate::metrics::GaugeGuard::new(&metrics.proposals_pending);
-        let (answer, rx) = oneshot::channel();
-        self.queue
-            .send(Queued { proposal, answer })
-            .await
-            .map_err(|_| BatchError::Stopped)?;
-        let result = rx.await.map_err(|_| BatchError::Stopped)?;
+        let result = match self.lane.direct_permit() {
+            Some(permit) => self.propose_direct(proposal, permit).await,
+            None => self.propose_queued(proposal).await,
+        };
         if result.is_err() {
             metrics.proposals_failed.inc();
         }
         result
     }
+
+    async fn propose_direct(
+        &self,
+        proposal: Proposal,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<CommandResponse, BatchError> {
+        let (responder, answer) = EntryResponder::new(permit);
+        let batch = Batch {
+            proposals: vec![proposal],
+        };
+        self.raft
+            .client_write_ff(batch, Some(responder))
+            .await
+            .map_err(|_| BatchError::Stopped)?;
+        let written = answer.await.map_err(|_| BatchError::Stopped)?;
+        let mut responses = written.map_err(batch_error)?.data;
+        assert_eq!(
+            responses.len(),
+            1,
+            "the state machine answers every proposal of an entry"
+        );
+        Ok(responses.pop().expect("one answer"))
+    }
+
+    async fn propose_queued(&self, proposal: Proposal) -> Result<CommandResponse, BatchError> {
+        let (answer, rx) = oneshot::channel();
+        self.lane
+            .enqueue(Queued { proposal, answer })
+            .await
+            .map_err(|_| BatchError::Stopped)?;
+        rx.await.map_err(|_| BatchError::Stopped)?
+    }
 }
 
-async fn run(raft: Raft, rx: mpsc::Receiver<Queued>) {
-    let bounds = batching::Bounds {
-        items: MAX_PROPOSALS_PER_ENTRY,
-        bytes: MAX_ENTRY_BYTES,
-        size: |q: &Queued| q.proposal.size_bytes(),
-        joins: |_, _| true,
-    };
-    let send = move |queued: Vec<Queued>| {
-        let raft = raft.clone();
-        async move {
-            let (proposals, answers) = queued.into_iter().map(|q| (q.proposal, q.answer)).unzip();
-            let result = raft.client_write(Batch { proposals }).await;
-            answer_all(answers, result.map(|r| r.data));
-        }
-    };
-    batching::drive(rx, MAX_ENTRIES_IN_FLIGHT, bounds, send).await;
+/// The responder of a directly submitted entry: sends openraft's result to
+/// the waiting caller and holds the entry's permit until openraft completes
+/// or drops it.
+pub struct EntryResponder<T> {
+    answer: oneshot::Sender<T>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<T> EntryResponder<T> {
+    /// A responder holding `permit`, and the receiver of its answer.
+    fn new(permit: OwnedSemaphorePermit) -> (Self, oneshot::Receiver<T>) {
+        let (answer, rx) = oneshot::channel();
+        let responder = EntryResponder {
+            answer,
+            _permit: Some(permit),
+        };
+        (responder, rx)
+    }
+}
+
+impl<T> Responder<TypeConfig, T> for EntryResponder<T>
+where
+    T: OptionalSend + 'static,
+{
+    fn on_complete(self, result: T) {
+        let _ = self.answer.send(result);
+    }
 }
 
 fn answer_all(
@@ -136,24 +209,26 @@ fn answer_all(
         }
         Err(e) => {
             let error = match e {
-                RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-                    BatchError::NotLeader(f.leader_id)
-                }
-                // The leader lost leadership before the entry committed: it
-                // may still commit under the next leader (etcd answers the
-                // same uncertainty with a timeout).
-                RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => {
-                    BatchError::Discarded
-                }
-                RaftError::APIError(
-                    ClientWriteError::ChangeMembershipError(_)
-                    | ClientWriteError::PreconditionFailed(_),
-                ) => BatchError::NotCapable,
+                RaftError::APIError(e) => batch_error(e),
                 RaftError::Fatal(_) => BatchError::Stopped,
             };
             for answer in answers {
                 let _ = answer.send(Err(error.clone()));
             }
+        }
+    }
+}
+
+/// Why openraft refused or abandoned an entry.
+fn batch_error(error: ClientWriteError<TypeConfig>) -> BatchError {
+    match error {
+        ClientWriteError::ForwardToLeader(f) => BatchError::NotLeader(f.leader_id),
+        // The leader lost leadership before the entry committed: it may
+        // still commit under the next leader (etcd answers the same
+        // uncertainty with a timeout).
+        ClientWriteError::LogEntryDiscarded(_) => BatchError::Discarded,
+        ClientWriteError::ChangeMembershipError(_) | ClientWriteError::PreconditionFailed(_) => {
+            BatchError::NotCapable
         }
     }
 }

@@ -17,18 +17,37 @@ use crate::errors::EtcdError;
 /// A member id: etcd's 64-bit member ID.
 pub type NodeId = u64;
 
-openraft::declare_raft_types!(
-    /// The store's openraft configuration: etcd's 64-bit member ids, terms
-    /// as u64, and openraft's default ("advanced") leader id, a
-    /// `(term, node id)` pair, laid out on disk as under openraft 0.9.
-    pub TypeConfig:
-        D = Batch,
-        R = Vec<CommandResponse>,
-        NodeId = NodeId,
-        Node = MemberInfo,
-        Term = u64,
-        AsyncRuntime = openraft::TokioRuntime,
-);
+/// The store's openraft configuration: etcd's 64-bit member ids, terms as
+/// u64, and openraft's default ("advanced") leader id, a `(term, node id)`
+/// pair, laid out on disk as under openraft 0.9. Written out instead of
+/// `declare_raft_types!` because the responder of directly submitted
+/// entries is ours ([`super::batcher::EntryResponder`]), a generic type
+/// the macro cannot take.
+#[derive(Debug, Clone, Copy, Default, Eq, PartialEq, Ord, PartialOrd)]
+pub struct TypeConfig {}
+
+impl openraft::RaftTypeConfig for TypeConfig {
+    type D = Batch;
+    type R = Vec<CommandResponse>;
+    type NodeId = NodeId;
+    type Node = MemberInfo;
+    type Term = u64;
+    type LeaderId = openraft::impls::leader_id_adv::LeaderId<Self::Term, Self::NodeId>;
+    type Vote = openraft::impls::Vote<Self::LeaderId>;
+    type Payload = openraft::EntryPayload<Self::D, Self::NodeId, Self::Node>;
+    type Entry =
+        openraft::Entry<<Self::LeaderId as openraft::vote::RaftLeaderId>::Committed, Self::Payload>;
+    type Responder<T>
+        = super::batcher::EntryResponder<T>
+    where
+        T: openraft::OptionalSend + 'static;
+    type Batch<T>
+        = openraft::impls::InlineBatch<T>
+    where
+        T: openraft::OptionalSend + 'static;
+    type AsyncRuntime = openraft::TokioRuntime;
+    type ErrorSource = openraft::impls::BoxedErrorSource;
+}
 
 /// A leader id: `(term, member id)`.
 pub type LeaderId = openraft::alias::LeaderIdOf<TypeConfig>;

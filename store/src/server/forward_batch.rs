@@ -18,7 +18,7 @@
 //! timeout error, since the batch may have been applied.
 
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -58,19 +58,25 @@ struct Item {
 
 /// A follower's forwarding queue (one per member; idle on the leader).
 pub struct ForwardBatcher {
-    queue: mpsc::Sender<Item>,
+    lane: batching::Lane<Item>,
 }
 
 impl ForwardBatcher {
     /// Starts the forwarding task.
     pub fn spawn() -> Self {
-        let (queue, rx) = mpsc::channel(FORWARD_QUEUE);
-        tokio::spawn(run(rx));
-        Self { queue }
+        let bounds = batching::Bounds {
+            items: MAX_PROPOSALS_PER_FORWARD,
+            bytes: MAX_FORWARD_BYTES,
+            size: |item: &Item| item.proposal.size_bytes(),
+            joins: |first, next| next.leader == first.leader,
+        };
+        let lane = batching::Lane::spawn(FORWARD_QUEUE, MAX_FORWARDS_IN_FLIGHT, bounds, send);
+        Self { lane }
     }
 
-    /// Forwards `proposal` to `leader` (through `client`) in the next batch;
-    /// the leader's answer.
+    /// Forwards `proposal` to `leader` (through `client`) in the next batch,
+    /// or alone from this task when nothing is queued (see
+    /// [`batching::Lane`]); the leader's answer.
     pub async fn forward(
         &self,
         leader: NodeId,
@@ -86,23 +92,17 @@ impl ForwardBatcher {
             deadline,
             answer,
         };
-        self.queue
-            .send(item)
-            .await
-            .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?;
+        match self.lane.direct_permit() {
+            Some(_permit) => send(vec![item]).await,
+            None => self
+                .lane
+                .enqueue(item)
+                .await
+                .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?,
+        }
         rx.await
             .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?
     }
-}
-
-async fn run(rx: mpsc::Receiver<Item>) {
-    let bounds = batching::Bounds {
-        items: MAX_PROPOSALS_PER_FORWARD,
-        bytes: MAX_FORWARD_BYTES,
-        size: |item: &Item| item.proposal.size_bytes(),
-        joins: |first, next| next.leader == first.leader,
-    };
-    batching::drive(rx, MAX_FORWARDS_IN_FLIGHT, bounds, send).await;
 }
 
 async fn send(batch: Vec<Item>) {
