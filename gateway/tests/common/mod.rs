@@ -5,12 +5,13 @@
 //! to "let things settle".
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use integration_tests::pki::Ca;
@@ -40,13 +41,23 @@ pub fn next_loopback() -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, host))
 }
 
-/// A port that is free on `ip` right now.
+/// Ports [`free_port`] handed out in this test process: the kernel may offer a released
+/// ephemeral port again at once, and a test that asked for two (a listener and the admin
+/// address) must not get the same one twice.
+static HANDED_OUT: Mutex<BTreeSet<(IpAddr, u16)>> = Mutex::new(BTreeSet::new());
+
+/// A port that is free on `ip` right now and was not handed out before in this process.
 pub fn free_port(ip: IpAddr) -> u16 {
-    StdListener::bind((ip, 0))
-        .expect("bind an ephemeral port")
-        .local_addr()
-        .unwrap()
-        .port()
+    loop {
+        let port = StdListener::bind((ip, 0))
+            .expect("bind an ephemeral port")
+            .local_addr()
+            .unwrap()
+            .port();
+        if HANDED_OUT.lock().unwrap().insert((ip, port)) {
+            return port;
+        }
+    }
 }
 
 /// A free address on 127.0.0.1.
