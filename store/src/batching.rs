@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 pub struct Lane<T> {
     queue: mpsc::Sender<T>,
     permits: Arc<Semaphore>,
+    in_flight: usize,
 }
 
 impl<T: Send + 'static> Lane<T> {
@@ -41,15 +42,25 @@ impl<T: Send + 'static> Lane<T> {
         let (queue, rx) = mpsc::channel(queue_len);
         let permits = Arc::new(Semaphore::new(in_flight));
         tokio::spawn(drive(rx, permits.clone(), bounds, send));
-        Lane { queue, permits }
+        Lane {
+            queue,
+            permits,
+            in_flight,
+        }
     }
 
     /// A permit to send one item directly: only when nothing is queued (a
-    /// queued item would otherwise be overtaken by a later one) and fewer
-    /// than `in_flight` batches are out. The batch counts as in flight
-    /// until the permit is dropped.
+    /// queued item would otherwise be overtaken by a later one) and no
+    /// batch is out (the batching task holds one permit while it waits for
+    /// items). So the direct path serves a lone request; under load, items
+    /// that arrive while batches are out still queue and form the next
+    /// batch together, which sending each directly would split into
+    /// batches of one. The batch counts as in flight until the permit is
+    /// dropped.
     pub fn direct_permit(&self) -> Option<OwnedSemaphorePermit> {
-        if self.queue.capacity() != self.queue.max_capacity() {
+        if self.queue.capacity() != self.queue.max_capacity()
+            || self.permits.available_permits() + 1 < self.in_flight
+        {
             return None;
         }
         self.permits.clone().try_acquire_owned().ok()
@@ -166,14 +177,16 @@ mod tests {
     /// On the test's single thread with a paused clock, every sleep lets the spawned tasks
     /// run until they wait, whatever the machine's speed: nothing here depends on timing.
     #[tokio::test(start_paused = true)]
-    async fn direct_sends_share_the_bound_with_queued_batches() {
-        let (lane, sent, gate) = recording_lane(2);
+    async fn only_a_lone_item_goes_directly_and_within_the_bound() {
+        let (lane, sent, gate) = recording_lane(3);
         // The batching task holds one permit while it waits for items.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let direct = lane.direct_permit().expect("one batch may still go out");
+        let direct = lane
+            .direct_permit()
+            .expect("nothing is out: a lone item goes directly");
         assert!(
             lane.direct_permit().is_none(),
-            "the bound counts direct batches"
+            "a batch is out: later items queue"
         );
         drop(direct);
         let direct = lane
@@ -182,15 +195,19 @@ mod tests {
         lane.enqueue(1).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(*sent.lock().unwrap(), vec![vec![1]]);
-        // Both places are taken (the direct one and the batch held by the gate): items queue.
+        // All three places are taken (the direct one, the batch held by the gate, the
+        // batching task's next): items queue and go out together once a place frees.
         lane.enqueue(2).await.unwrap();
         lane.enqueue(3).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(sent.lock().unwrap().len(), 1);
-        assert!(lane.direct_permit().is_none(), "items are queued");
+        assert_eq!(*sent.lock().unwrap(), vec![vec![1], vec![2, 3]]);
+        lane.enqueue(4).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(sent.lock().unwrap().len(), 2, "no place is free");
+        assert!(lane.direct_permit().is_none(), "an item is queued");
         drop(direct);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(*sent.lock().unwrap(), vec![vec![1], vec![2, 3]]);
-        gate.add_permits(2);
+        assert_eq!(*sent.lock().unwrap(), vec![vec![1], vec![2, 3], vec![4]]);
+        gate.add_permits(3);
     }
 }
