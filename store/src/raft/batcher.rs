@@ -20,9 +20,8 @@
 //! timer: its proposal is submitted at once.
 //!
 //! **The direct path** ([`crate::batching::Lane::direct_permit`]). When
-//! nothing is queued and fewer than
-//! [`MAX_ENTRIES_IN_FLIGHT`] entries are out, the caller's own task submits
-//! its proposal as an entry (`client_write_ff`) and waits for the answer
+//! nothing is queued and no entry is out (a lone writer), the caller's own
+//! task submits its proposal as an entry (`client_write_ff`) and waits for the answer
 //! itself, instead of handing it to the batching task, which would hand it
 //! to a task of its own, whose answer would travel back the same way. A
 //! lone writer's put thus crosses two tasks fewer each way (on two shared
