@@ -7,8 +7,8 @@
 //! waiting requests.
 //!
 //! A [`Lane`] is the queue and the bound together. Its owner may also send
-//! a request **directly** from the caller's task, as a batch of one, when
-//! nothing is queued and a batch may go out ([`Lane::direct_permit`]): the
+//! a lone request **directly** from the caller's task, as a batch of one,
+//! when nothing is queued and no batch is out ([`Lane::direct_permit`]): the
 //! request then skips the hand-off to the batching task and from it to the
 //! sending task (and the answer the same hops back), which on two shared
 //! cores are wake-ups of another runtime thread on a lone writer's path.

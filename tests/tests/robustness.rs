@@ -8,8 +8,9 @@
 //! CI runs the fixed seeds `CI_SEEDS`; `ROBUSTNESS_SEEDS=<n>` runs seeds
 //! `1..=n`, `ROBUSTNESS_SEED=<seed>` one seed, `ROBUSTNESS_SECONDS=<s>`
 //! seeds 1, 2, ... for `s` seconds (the long mode). Every batch ends with a
-//! table: totals and each fault kind's median and longest unavailability. A failure prints the seed and
-//! the shortest failing prefix of each non-linearizable key's history.
+//! table: totals and each fault kind's median and longest unavailability.
+//! A failure prints the seed and the shortest failing prefix of each
+//! non-linearizable key's history.
 //!
 //! Run: `cargo test --release -p integration-tests --test robustness -- --test-threads=2`
 

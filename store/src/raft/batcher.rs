@@ -167,7 +167,7 @@ impl Batcher {
 /// or drops it.
 pub struct EntryResponder<T> {
     answer: oneshot::Sender<T>,
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: OwnedSemaphorePermit,
 }
 
 impl<T> EntryResponder<T> {
@@ -176,7 +176,7 @@ impl<T> EntryResponder<T> {
         let (answer, rx) = oneshot::channel();
         let responder = EntryResponder {
             answer,
-            _permit: Some(permit),
+            _permit: permit,
         };
         (responder, rx)
     }

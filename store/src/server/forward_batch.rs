@@ -75,8 +75,8 @@ impl ForwardBatcher {
     }
 
     /// Forwards `proposal` to `leader` (through `client`) in the next batch,
-    /// or alone from this task when nothing is queued (see
-    /// [`batching::Lane`]); the leader's answer.
+    /// or alone from this task when nothing is queued and no batch is out
+    /// (see [`batching::Lane::direct_permit`]); the leader's answer.
     pub async fn forward(
         &self,
         leader: NodeId,
