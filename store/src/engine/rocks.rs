@@ -324,9 +324,41 @@ mod tests {
             .collect()
     }
 
+    /// Upper bound on waiting for RocksDB's background flushes to go idle:
+    /// a hang guard for a stuck flush, not a timing assertion.
+    const FLUSH_IDLE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
+    /// Waits until no table has a memtable flush pending or running, so a
+    /// test sees the files as they are once RocksDB has caught up, whatever
+    /// the machine's speed.
+    fn wait_for_flushes_idle(e: &RocksEngine) {
+        let start = std::time::Instant::now();
+        loop {
+            let running = e
+                .db
+                .property_int_value("rocksdb.num-running-flushes")
+                .expect("read a RocksDB property")
+                .expect("RocksDB knows num-running-flushes");
+            let pending = e.property_sum("rocksdb.mem-table-flush-pending") + running;
+            if pending == 0 {
+                return;
+            }
+            assert!(
+                start.elapsed() < FLUSH_IDLE_DEADLINE,
+                "RocksDB's flushes still pending after {FLUSH_IDLE_DEADLINE:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// The WAL stays near its bound although a small table (written once,
     /// as the vote is) pins the first WAL file, old files are reused, and
     /// everything written reads back after reopening over reused files.
+    ///
+    /// Each write waits for the flush it may have triggered: while a flush
+    /// runs, RocksDB keeps appending to the newest WAL file, so without the
+    /// wait the files' sizes would depend on how fast the machine's
+    /// background threads are (a loaded CI machine once saw 22 MB).
     #[test]
     fn the_wal_stays_bounded_and_reused_files_replay_correctly() {
         const BOUND: u64 = 4 * 1024 * 1024;
@@ -345,6 +377,7 @@ mod tests {
                 b.put(Table::Meta, b"last".to_vec(), i.to_be_bytes().to_vec());
                 e.write(b, false).unwrap();
                 e.sync().unwrap();
+                wait_for_flushes_idle(&e);
             }
             let sizes = wal_file_sizes(dir.path());
             let total: u64 = sizes.iter().sum();
