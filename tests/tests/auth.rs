@@ -37,7 +37,7 @@
 //! error really happened, a revision really moved or did not) so a sequence
 //! that stopped exercising its target fails instead of passing vacuously.
 //!
-//! Run: `cargo test --release -p integration-tests --test auth -- --test-threads=1`
+//! Run: `cargo test --release -p integration-tests --test integration auth:: -- --test-threads=1`
 //! (`STORE_BIN=/opt/etcd-3.5/etcd` runs it against etcd on both sides).
 
 use std::net::Ipv4Addr;

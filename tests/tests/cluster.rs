@@ -13,7 +13,7 @@
 //! Every write is recorded with the revision of its response; "caught up"
 //! means the member serves exactly those keys, values and mod revisions.
 //!
-//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test cluster`
+//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test integration cluster::`
 
 use std::collections::BTreeMap;
 use std::time::Duration;

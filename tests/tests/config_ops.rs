@@ -3,7 +3,7 @@
 //! file), zap-style logging to files, and `--force-new-cluster` disaster
 //! recovery of a three-member cluster from one surviving member.
 //!
-//! Run: `cargo test --release -p tests --test config_ops -- --test-threads=2`
+//! Run: `cargo test --release -p integration-tests --test integration config_ops:: -- --test-threads=2`
 
 use std::path::Path;
 use std::process::Command;
@@ -357,6 +357,13 @@ async fn stack_script_runs_apiservers_behind_a_gateway_in_apiserver_mode() -> Re
     stack_round_trip(true).await
 }
 
+/// The store's RocksDB database in a data directory, and its table of
+/// revisions (`store::data_dir::ENGINE_DIR`, `store::engine::Table::Kv`).
+/// The test opens it with the `rocksdb` crate, not through the store's
+/// engine, so this test binary does not link (and wait for) the store.
+const ENGINE_DIR: &str = "member/db";
+const KV_TABLE: &str = "kv";
+
 /// Length of a revision key in the `kv` table: 8-byte main revision, `_`,
 /// 8-byte sub revision (etcd's layout).
 const REVISION_KEY_BYTES: usize = 17;
@@ -368,28 +375,32 @@ const REVISION_KEY_BYTES: usize = 17;
 /// member's HashKV differs from its peers': silent corruption of one
 /// replica.
 fn corrupt_value(data_dir: &Path, from: &[u8], to: &[u8]) -> Result<()> {
-    use std::ops::ControlFlow;
-    use store::engine::rocks::RocksEngine;
-    use store::engine::{Engine, EngineRead, Table, WriteBatch};
-    let engine = RocksEngine::open(&data_dir.join("member/db"))?;
+    let path = data_dir.join(ENGINE_DIR);
+    let options = rocksdb::Options::default();
+    // Every column family has to be named to open the database for writing.
+    let tables = rocksdb::DB::list_cf(&options, &path)?;
+    let db = rocksdb::DB::open_cf(&options, &path, &tables)?;
+    let kv = db.cf_handle(KV_TABLE).context("the engine's kv table")?;
     let mut found = Vec::new();
-    engine.scan(Table::Kv, &[], None, &mut |k, v| {
+    for record in db.iterator_cf(kv, rocksdb::IteratorMode::Start) {
+        let (k, v) = record?;
         if let Some(at) = v.windows(from.len()).position(|w| w == from) {
             let mut changed = v.to_vec();
             changed[at..at + to.len()].copy_from_slice(to);
             found.push((k.to_vec(), changed));
         }
-        ControlFlow::Continue(())
-    })?;
+    }
     ensure!(!found.is_empty(), "no stored value holds {from:?}");
-    let mut batch = WriteBatch::new();
+    let mut batch = rocksdb::WriteBatch::default();
     for (mut k, v) in found {
         ensure!(k.len() == REVISION_KEY_BYTES, "revision key {k:?}");
         let sub = u64::from_be_bytes(k[9..].try_into()?);
         k[9..].copy_from_slice(&(sub + 1).to_be_bytes());
-        batch.put(Table::Kv, k, v);
+        batch.put_cf(kv, k, v);
     }
-    engine.write(batch, true)?;
+    let mut synced = rocksdb::WriteOptions::default();
+    synced.set_sync(true);
+    db.write_opt(batch, &synced)?;
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 //!   bootstrapping a one-member cluster;
 //! - a data directory that is a file: both refuse, naming the path.
 //!
-//! Run: `cargo test --release -p integration-tests --test data_dir -- --test-threads=2`
+//! Run: `cargo test --release -p integration-tests --test integration data_dir:: -- --test-threads=2`
 
 use std::net::Ipv4Addr;
 use std::path::Path;

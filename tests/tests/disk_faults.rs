@@ -12,7 +12,7 @@
 //! Meanwhile the other two keep acknowledging writes; once the fault is
 //! gone the member restarts, catches up and serves every acknowledged write.
 //!
-//! Run: `cargo test --release -p integration-tests --test disk_faults`
+//! Run: `cargo test --release -p integration-tests --test integration disk_faults::`
 
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@
 //! exactly that mod revision and its value. Writes that failed or timed out may
 //! or may not have been applied; they are not checked.
 //!
-//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test durability`
+//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test integration durability::`
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -29,7 +29,7 @@
 //!   `test_snapshot` (`tests/fixtures/python-etcd3-test-snapshot.py`, in
 //!   the virtualenv setup.sh makes) against etcd 3.5 and the store.
 //!
-//! Run: `cargo build --release -p store && cargo test --release -p integration-tests --test etcd_snapshot`
+//! Run: `cargo build --release -p store && cargo test --release -p integration-tests --test integration etcd_snapshot::`
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! cluster leaves no process behind, and the normalizer makes the outputs of
 //! two instances of the same server identical (while the raw outputs differ).
 //!
-//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test harness`
+//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test integration harness::`
 
 use std::collections::BTreeSet;
 use std::path::Path;

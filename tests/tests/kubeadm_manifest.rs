@@ -14,7 +14,7 @@
 //! kubelet's probes (kubeadm >= 1.31): startup and readiness `GET /readyz`,
 //! liveness `GET /livez`, on `http://127.0.0.1:2381` (the metrics URL).
 //!
-//! Run: `cargo test --release -p integration-tests --test kubeadm_manifest`
+//! Run: `cargo test --release -p integration-tests --test integration kubeadm_manifest::`
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

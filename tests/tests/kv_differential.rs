@@ -13,7 +13,7 @@
 //! a sequence that stopped exercising its target would fail instead of
 //! passing vacuously.
 //!
-//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test kv_differential`
+//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test integration kv_differential::`
 
 use etcd_client::{
     CompactionOptions, Compare, CompareOp, DeleteOptions, Error, GetOptions, GetResponse,

@@ -46,7 +46,7 @@
 //!     revision, the same on both.
 //!
 //! Every wait is bounded by a named deadline. Run:
-//! `STORE_BIN=/path/to/candidate cargo test -p integration-tests --test lease_cluster`
+//! `STORE_BIN=/path/to/candidate cargo test -p integration-tests --test integration lease_cluster::`
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -20,7 +20,7 @@
 //! The restore tool is `$STORE_UTIL_BIN` if set, else `store-util` next to
 //! the candidate binary (`etcdutl` next to it if the candidate is `etcd`).
 //!
-//! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test maintenance`
+//! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test integration maintenance::`
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

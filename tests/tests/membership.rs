@@ -18,7 +18,7 @@
 //!   an unstarted learner, removing an unknown id and an already removed one,
 //!   adding a member with an existing peer URL, adding a second learner.
 //!
-//! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test membership`
+//! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test integration membership::`
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -14,7 +14,7 @@
 //!   with the workload;
 //! - `grpc.health.v1.Health/Check` answers SERVING as etcd's.
 //!
-//! Run: `cargo test --release -p tests --test metrics_health`
+//! Run: `cargo test --release -p integration-tests --test integration metrics_health::`
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

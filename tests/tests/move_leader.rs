@@ -29,7 +29,7 @@
 //!
 //! How long each transfer took is printed (never asserted).
 //!
-//! Run: `STORE_BIN=/path/to/store cargo test --release -p integration-tests --test move_leader`
+//! Run: `STORE_BIN=/path/to/store cargo test --release -p integration-tests --test integration move_leader::`
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;

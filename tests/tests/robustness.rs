@@ -12,7 +12,7 @@
 //! A failure prints the seed and the shortest failing prefix of each
 //! non-linearizable key's history.
 //!
-//! Run: `cargo test --release -p integration-tests --test robustness -- --test-threads=2`
+//! Run: `cargo test --release -p integration-tests --test integration robustness:: -- --test-threads=2`
 
 use integration_tests::robustness::{self, longest_unavailability, summary_table, RunReport};
 use integration_tests::{against_both, Server};

@@ -34,7 +34,7 @@
 //! file (the harness's [`integration_tests::Cluster`] only speaks http) with
 //! the harness's [`Process`], [`MemberFlags`] and [`pki`] certificates.
 //!
-//! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test tls`
+//! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test integration tls::`
 //! (`STORE_BIN=/opt/etcd-3.5/etcd` runs both modules against etcd).
 
 use std::net::Ipv4Addr;

@@ -29,7 +29,7 @@
 //!   gone, and a new one is refused; a watch without it stays open.
 //!
 //! Every wait is bounded by a named deadline. Run:
-//! `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test watch_cache_pattern`
+//! `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test integration watch_cache_pattern::`
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};

@@ -36,7 +36,7 @@
 //! responses exactly. Server-assigned lease ids are renamed `<LEASE#n>` in
 //! order of first appearance.
 //!
-//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test watch_lease_differential`
+//! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test integration watch_lease_differential::`
 
 use std::future::Future;
 use std::time::Duration;

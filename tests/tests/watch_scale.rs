@@ -49,7 +49,7 @@
 //!   within [`CATCH_UP_TIMEOUT`].
 //!
 //! Every wait is bounded by a named deadline. Run:
-//! `STORE_BIN=/path/to/candidate cargo test -p integration-tests --test watch_scale`
+//! `STORE_BIN=/path/to/candidate cargo test -p integration-tests --test integration watch_scale::`
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -213,7 +213,7 @@ impl RunReport {
         }
         (!problems.is_empty()).then(|| {
             format!(
-                "{:?} seed {} failed (rerun: {SEED_ENV}={} cargo test --release -p integration-tests --test robustness):\n{problems}",
+                "{:?} seed {} failed (rerun: {SEED_ENV}={} cargo test --release -p integration-tests --test integration robustness::):\n{problems}",
                 self.server, self.seed, self.seed
             )
         })
