@@ -36,4 +36,4 @@ pub mod tls;
 pub mod watch;
 
 pub use config::Config;
-pub use member::Member;
+pub use member::{Member, MemberFuture};

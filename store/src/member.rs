@@ -20,7 +20,9 @@
 //! everything from disk alone.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -277,9 +279,23 @@ async fn bind_all(
     Ok(out)
 }
 
+/// A future of this API, boxed where it is made (in this crate).
+///
+/// The public `async` methods return boxed futures on purpose: rustc
+/// compiles an `async` body (a coroutine) in every crate that polls it, as
+/// it does generic code, so each binary or test that awaited
+/// `Member::start` compiled the whole member again (the `store` binary and
+/// one test took ~140 s each in the release profile). A boxed future is
+/// made, and its body compiled, here only.
+pub type MemberFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 impl Member {
-    /// Starts a member as `config` says; returns once it is serving.
-    pub async fn start(config: Config) -> anyhow::Result<Member> {
+    /// Starts a member as `config` says; resolves once it is serving.
+    pub fn start(config: Config) -> MemberFuture<'static, anyhow::Result<Member>> {
+        Box::pin(Self::start_serving(config))
+    }
+
+    async fn start_serving(config: Config) -> anyhow::Result<Member> {
         let data_dir = config.data_dir();
         // Flags whose values only tasks started later read, checked before
         // anything is bound or written.
@@ -473,8 +489,10 @@ impl Member {
     /// Waits until this member has published its name and client URLs
     /// through Raft and serves clients (etcd's `ReadyNotify`). Never
     /// returns while the cluster has no quorum.
-    pub async fn ready(&self) {
-        let _ = self.ready.clone().wait_for(|r| *r).await;
+    pub fn ready(&self) -> MemberFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = self.ready.clone().wait_for(|r| *r).await;
+        })
     }
 
     /// This member's id.
@@ -512,7 +530,11 @@ impl Member {
     /// such errors (`failed to commit tx`, `failed to save Raft hard state
     /// and entries`) so that its supervisor restarts it once the disk is
     /// fixed, and the binary does the same. Never resolves while Raft runs.
-    pub async fn failed(&self) -> String {
+    pub fn failed(&self) -> MemberFuture<'_, String> {
+        Box::pin(self.failure())
+    }
+
+    async fn failure(&self) -> String {
         use openraft::async_runtime::WatchReceiver as _;
         // The server metrics change with elections only (the full metrics
         // with every write); their sender goes away with Raft's core, after
@@ -534,10 +556,12 @@ impl Member {
     /// serving, then stops Raft. Open requests and streams get etcd's
     /// request timeout (5 s + 2 x election timeout, the bound etcd gives its
     /// servers' graceful stop) to finish; then they are cut off.
-    pub async fn shutdown(self) {
-        crate::server::transfer::hand_over_on_stop(&self.core).await;
-        let grace = self.core.config.request_timeout;
-        self.stop(grace).await;
+    pub fn shutdown(self) -> MemberFuture<'static, ()> {
+        Box::pin(async move {
+            crate::server::transfer::hand_over_on_stop(&self.core).await;
+            let grace = self.core.config.request_timeout;
+            self.stop(grace).await;
+        })
     }
 
     /// Stops a member whose Raft core has failed ([`Self::failed`]) at once,
@@ -545,8 +569,8 @@ impl Member {
     /// any more, so waiting for them only delays the supervisor's restart
     /// (the store used to hold a member with a full disk for the whole
     /// request timeout, 7 s, while its peers went on without it).
-    pub async fn shutdown_failed(self) {
-        self.stop(Duration::ZERO).await;
+    pub fn shutdown_failed(self) -> MemberFuture<'static, ()> {
+        Box::pin(self.stop(Duration::ZERO))
     }
 
     /// Stops serving, gives open requests and streams `grace` to finish,

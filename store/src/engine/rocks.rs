@@ -334,11 +334,10 @@ mod tests {
     fn wait_for_flushes_idle(e: &RocksEngine) {
         let start = std::time::Instant::now();
         loop {
-            let running = e
-                .db
-                .property_int_value("rocksdb.num-running-flushes")
-                .expect("read a RocksDB property")
-                .expect("RocksDB knows num-running-flushes");
+            let running =
+                e.db.property_int_value("rocksdb.num-running-flushes")
+                    .expect("read a RocksDB property")
+                    .expect("RocksDB knows num-running-flushes");
             let pending = e.property_sum("rocksdb.mem-table-flush-pending") + running;
             if pending == 0 {
                 return;
