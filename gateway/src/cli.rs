@@ -101,9 +101,37 @@ pub struct Cli {
     /// Client key towards the store.
     #[arg(long, value_name = "FILE", requires_all = ["vip", "vip_election_cert"])]
     pub vip_election_key: Option<PathBuf>,
+    /// Threads that relay connections (HAProxy's `nbthread`). One thread handles this
+    /// machine's whole load at less CPU per connection than two (see `DEFAULT_THREADS`).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS, value_parser = parse_threads)]
+    pub threads: usize,
     /// Seed of the p2c random generator (reproducible balancing decisions).
     #[arg(long, hide = true)]
     pub seed: Option<u64>,
+}
+
+/// Default of `--threads`: one relay thread.
+///
+/// With the runtime's default (a worker per core, two here), an accepted connection's task
+/// is often stolen by the other worker, which must be woken first; every connection then
+/// costs cross-thread wake-ups and cache misses. `bench gateway`, four runs each
+/// alternated, CPU per new connection: two workers 245-288 us (HAProxy 234-253 us), one
+/// worker 212-242 us (HAProxy 236-266 us); new connections/s 0.83-0.96x HAProxy's with two,
+/// 0.99-1.03x with one; requests/s through the proxy unchanged (~14,500/s, bounded by the
+/// nginx backend). A node with cores to spare for the proxy raises it.
+pub const DEFAULT_THREADS: usize = 1;
+
+/// Upper bound of `--threads` (HAProxy's `nbthread` limit on 64-bit builds).
+pub const MAX_THREADS: usize = 64;
+
+fn parse_threads(text: &str) -> Result<usize, String> {
+    let threads: usize = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of threads"))?;
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(format!("must be between 1 and {MAX_THREADS}"));
+    }
+    Ok(threads)
 }
 
 /// A parsed `--check` value.
@@ -351,6 +379,21 @@ mod tests {
         assert_eq!(frontend.check.path, "/readyz");
         assert_eq!(frontend.idle_timeout, DEFAULT_IDLE_TIMEOUT);
         assert_eq!(frontend.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+    }
+
+    #[test]
+    fn threads_default_to_one_and_are_bounded() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["gateway", "--listen", "127.0.0.1:6443", "--backend", "a:1"];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args)
+        };
+        assert_eq!(parse(&[]).expect("defaults").threads, DEFAULT_THREADS);
+        assert_eq!(parse(&["--threads", "4"]).expect("four").threads, 4);
+        for bad in ["0", "65", "two"] {
+            let error = parse(&["--threads", bad]).expect_err(bad).to_string();
+            assert!(error.contains("--threads"), "{bad}: {error}");
+        }
     }
 
     #[test]

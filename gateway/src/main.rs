@@ -29,7 +29,12 @@ fn main() -> ExitCode {
         eprintln!("configuration is valid");
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.threads)
+        .thread_name("gateway-relay")
+        .enable_all()
+        .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => return fail(&error),
     };

@@ -54,6 +54,23 @@ async fn round_robin_spreads_short_connections_evenly_with_tls_passthrough() {
     }
 }
 
+/// One relay thread by default (see `gateway::cli::DEFAULT_THREADS`), `--threads N` for more;
+/// either way connections are relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_threads_follow_the_threads_flag() {
+    let pki = Pki::new();
+    let backends = start_backends(&pki, 1).await;
+    let refs: Vec<&Nginx> = backends.iter().collect();
+    for (extra, threads) in [(&[][..], 1), (&["--threads", "3"][..], 3)] {
+        let listen = free_local_address();
+        let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, extra)).await;
+        assert_eq!(gateway.relay_threads(), threads, "{extra:?}");
+        request_backend(&pki, gateway.listen, &refs)
+            .await
+            .expect("request through the gateway");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn least_connections_spreads_long_lived_connections() {
     let pki = Pki::new();
