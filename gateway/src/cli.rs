@@ -114,11 +114,11 @@ pub struct Cli {
 ///
 /// With the runtime's default (a worker per core, two here), an accepted connection's task
 /// is often stolen by the other worker, which must be woken first; every connection then
-/// costs cross-thread wake-ups and cache misses. `bench gateway`, four runs each
-/// alternated, CPU per new connection: two workers 245-288 us (HAProxy 234-253 us), one
-/// worker 212-242 us (HAProxy 236-266 us); new connections/s 0.83-0.96x HAProxy's with two,
-/// 0.99-1.03x with one; requests/s through the proxy unchanged (~14,500/s, bounded by the
-/// nginx backend). A node with cores to spare for the proxy raises it.
+/// costs cross-thread wake-ups and cache misses. `bench gateway` on 2 cores, CPU per new
+/// connection relative to HAProxy's in the same run: two workers 1.05-1.18x, one worker
+/// 0.81-1.01x (median 0.92x); new connections/s 0.83-0.96x with two, 0.90-1.11x with one;
+/// requests/s through the proxy unchanged (bounded by the nginx backend). A node with cores
+/// to spare for the proxy raises it.
 pub const DEFAULT_THREADS: usize = 1;
 
 /// Upper bound of `--threads` (HAProxy's `nbthread` limit on 64-bit builds).
