@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 
 use crate::config::{
@@ -101,9 +102,14 @@ pub struct Cli {
     /// Client key towards the store.
     #[arg(long, value_name = "FILE", requires_all = ["vip", "vip_election_cert"])]
     pub vip_election_key: Option<PathBuf>,
-    /// Threads that relay connections (HAProxy's `nbthread`). One thread handles this
-    /// machine's whole load at less CPU per connection than two (see `DEFAULT_THREADS`).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS, value_parser = parse_threads)]
+    /// Threads that relay connections (HAProxy's `nbthread`), 1 to 64. One takes less CPU per
+    /// connection than a thread per core (no hand-offs between threads).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_THREADS,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_THREADS as u64)
+    )]
     pub threads: usize,
     /// Seed of the p2c random generator (reproducible balancing decisions).
     #[arg(long, hide = true)]
@@ -124,15 +130,8 @@ pub const DEFAULT_THREADS: usize = 1;
 /// Upper bound of `--threads` (HAProxy's `nbthread` limit on 64-bit builds).
 pub const MAX_THREADS: usize = 64;
 
-fn parse_threads(text: &str) -> Result<usize, String> {
-    let threads: usize = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of threads"))?;
-    if !(1..=MAX_THREADS).contains(&threads) {
-        return Err(format!("must be between 1 and {MAX_THREADS}"));
-    }
-    Ok(threads)
-}
+/// Name of the runtime's threads (`ps -L`, `/proc/PID/task/*/comm`).
+pub const RELAY_THREAD_NAME: &str = "gateway-relay";
 
 /// A parsed `--check` value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.threads)
-        .thread_name("gateway-relay")
+        .thread_name(gateway::cli::RELAY_THREAD_NAME)
         .enable_all()
         .build();
     let runtime = match runtime {

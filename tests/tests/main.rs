@@ -1,8 +1,8 @@
 //! The workspace's integration tests, one module per scenario file, in one test binary.
 //!
-//! Every file here was its own test binary (crate) until each of the ~22 binaries took
-//! 20-43 s to compile and link in the release profile (each instantiates tokio, tonic and
-//! etcd-client's generics anew, and links ~100 MB), ~12 minutes of CPU per rebuild. As
+//! Each of these 23 files used to be a test binary of its own, and each took 20-43 s to
+//! compile and link in the release profile (each instantiated tokio's, tonic's and
+//! etcd-client's generics anew and linked ~100 MB): ~12 minutes of CPU per rebuild. As
 //! modules of one binary they compile once. libtest runs the tests in name order, so with
 //! `--test-threads=2` the tests of one file still run next to each other as before.
 //!

@@ -376,13 +376,12 @@ impl Gateway {
 
     /// The runtime's relay threads (`--threads`), counted by name in `/proc/PID/task` (the
     /// gateway starts no blocking-pool threads, which would carry the same name).
-    #[allow(dead_code)] // not every test file uses it
     pub fn relay_threads(&self) -> usize {
         let pid = self.process.pid().expect("running");
         fs::read_dir(format!("/proc/{pid}/task"))
             .expect("the gateway's threads")
             .filter_map(|task| fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .filter(|name| name.trim_end() == "gateway-relay")
+            .filter(|name| name.trim_end() == gateway::cli::RELAY_THREAD_NAME)
             .count()
     }
 
