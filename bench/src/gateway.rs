@@ -16,6 +16,15 @@
 //!   TLS handshake, one GET, close;
 //! * memory: resident set size of each proxy before and while holding
 //!   `--idle-conns` idle client connections (fd limits are raised first).
+//!
+//! The load runs repeat in `--rounds` interleaved rounds, each path once per
+//! round, the order rotated by one path every round (round 1: direct,
+//! gateway, HAProxy; round 2: gateway, HAProxy, direct; ...), so a slow
+//! stretch of a shared machine hits every path instead of whichever ran
+//! then. A path's figures pool its rounds: latency quantiles over every
+//! round's samples (histograms merged), throughput as all operations over
+//! all run time, CPU per operation as all CPU over all operations. Memory is
+//! measured once per proxy, after the last round.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -72,6 +81,10 @@ const SMOKE_RATE: f64 = 50.0;
 const SMOKE_DURATION: Duration = Duration::from_secs(1);
 const SMOKE_CONNS: usize = 2;
 const SMOKE_IDLE_CONNS: usize = 50;
+/// Rounds by default: three runs of each load per path, 3 x 3 x 20 s at the default rates.
+const DEFAULT_ROUNDS: usize = 3;
+/// Most rounds: each costs a minute per path at the defaults.
+const MAX_ROUNDS: u64 = 20;
 
 /// A proxy that can be left out (smoke runs without it only when asked).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -113,7 +126,11 @@ pub struct GatewayArgs {
     /// Idle connections held open through each proxy for the RSS measurement.
     #[arg(long, default_value_t = 10_000)]
     pub idle_conns: usize,
-    /// Tiny runs (CI): 50 req/s, 1 s runs, 2 connections, 50 idle connections.
+    /// Interleaved rounds; every round runs each load on each path once.
+    #[arg(long, default_value_t = DEFAULT_ROUNDS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_ROUNDS))]
+    pub rounds: usize,
+    /// Tiny runs (CI): 1 round, 50 req/s, 1 s runs, 2 connections, 50 idle connections.
     #[arg(long)]
     pub smoke: bool,
     #[command(flatten)]
@@ -156,6 +173,7 @@ pub struct PathResult {
 #[derive(Clone, Debug, Serialize)]
 pub struct GatewayOutcome {
     pub seed: u64,
+    pub rounds: usize,
     pub conns: usize,
     pub conn_clients: usize,
     pub duration_s: f64,
@@ -166,6 +184,7 @@ pub struct GatewayOutcome {
 }
 
 struct Plan {
+    rounds: usize,
     rates: Vec<f64>,
     conns: usize,
     conn_clients: usize,
@@ -207,13 +226,30 @@ pub async fn run(args: &GatewayArgs, seed: u64, progress: bool) -> Result<Gatewa
     if !args.skip.contains(&Side::Haproxy) {
         paths.push(start_haproxy(args, dir.path(), &backends, &tls, fd_limit).await?);
     }
+    let mut pooled: Vec<Pooled> = paths.iter().map(|_| Pooled::new(&plan)).collect();
+    for round in 0..plan.rounds {
+        for i in round_order(round, paths.len()) {
+            eprintln!(
+                "bench: gateway round {}/{}: {}",
+                round + 1,
+                plan.rounds,
+                paths[i].name
+            );
+            measure(&paths[i], &plan, &tls, &mut pooled[i]).await?;
+        }
+    }
     let mut results = Vec::new();
-    for p in &paths {
-        results.push(measure(p, &plan, &tls).await?);
+    for (p, pool) in paths.iter().zip(pooled) {
+        let memory = match &p.proxy {
+            Some(proxy) => Some(idle_memory(proxy.pid(), p.addrs[0], plan.idle_conns).await?),
+            None => None,
+        };
+        results.push(pool.result(p.name, &plan, memory));
     }
     add_overheads(&mut results);
     Ok(GatewayOutcome {
         seed,
+        rounds: plan.rounds,
         conns: plan.conns,
         conn_clients: plan.conn_clients,
         duration_s: plan.duration.as_secs_f64(),
@@ -235,6 +271,7 @@ fn plan(args: &GatewayArgs, progress: bool, fd_limit: u64) -> Plan {
     }
     if args.smoke {
         return Plan {
+            rounds: 1,
             rates: vec![SMOKE_RATE],
             conns: SMOKE_CONNS,
             conn_clients: SMOKE_CONNS,
@@ -244,6 +281,7 @@ fn plan(args: &GatewayArgs, progress: bool, fd_limit: u64) -> Plan {
         };
     }
     Plan {
+        rounds: args.rounds.max(1),
         rates: args.rates.clone(),
         conns: args.conns.max(1),
         conn_clients: args.conn_clients.max(1),
@@ -454,9 +492,89 @@ async fn try_get(addr: SocketAddr, tls: &TlsConnector) -> Result<()> {
     Ok(())
 }
 
-async fn measure(path: &Route, plan: &Plan, tls: &TlsConnector) -> Result<PathResult> {
-    let mut rates = Vec::new();
-    for &rate in &plan.rates {
+/// Path indices in the order of `round`: rotated by one each round.
+fn round_order(round: usize, paths: usize) -> impl Iterator<Item = usize> {
+    (0..paths).map(move |i| (i + round) % paths)
+}
+
+/// One load's runs on one path, pooled over rounds.
+struct PooledRuns {
+    recorder: Recorder,
+    elapsed: Duration,
+    /// The proxy's CPU over these runs (zero on the direct path).
+    cpu_s: f64,
+}
+
+impl PooledRuns {
+    fn new() -> Self {
+        PooledRuns {
+            recorder: Recorder::new(),
+            elapsed: Duration::ZERO,
+            cpu_s: 0.0,
+        }
+    }
+
+    fn add(&mut self, recorder: &Recorder, elapsed: Duration, cpu_s: f64) {
+        self.recorder.merge(recorder);
+        self.elapsed += elapsed;
+        self.cpu_s += cpu_s;
+    }
+
+    fn result(&self, name: &str) -> OpResult {
+        self.recorder.result(name, self.elapsed)
+    }
+
+    /// Microseconds of the proxy's CPU per completed operation; `None` on the direct path or
+    /// when nothing completed.
+    fn cpu_us_per_op(&self, proxied: bool) -> Option<f64> {
+        let ok = self.recorder.ok();
+        (proxied && ok > 0).then(|| self.cpu_s * 1e6 / ok as f64)
+    }
+}
+
+/// Everything measured on one path so far.
+struct Pooled {
+    rates: Vec<PooledRuns>,
+    max_throughput: PooledRuns,
+    new_conns: PooledRuns,
+}
+
+impl Pooled {
+    fn new(plan: &Plan) -> Self {
+        Pooled {
+            rates: plan.rates.iter().map(|_| PooledRuns::new()).collect(),
+            max_throughput: PooledRuns::new(),
+            new_conns: PooledRuns::new(),
+        }
+    }
+
+    fn result(&self, path: &str, plan: &Plan, memory: Option<Memory>) -> PathResult {
+        let proxied = memory.is_some();
+        PathResult {
+            path: path.to_string(),
+            rates: plan
+                .rates
+                .iter()
+                .zip(&self.rates)
+                .map(|(&rate, runs)| RatePoint {
+                    rate,
+                    result: runs.result("request"),
+                    added_p50_ms: 0.0,
+                    added_p99_ms: 0.0,
+                })
+                .collect(),
+            max_throughput: self.max_throughput.result("request"),
+            new_conns: self.new_conns.result("connection"),
+            cpu_us_per_request: self.max_throughput.cpu_us_per_op(proxied),
+            cpu_us_per_conn: self.new_conns.cpu_us_per_op(proxied),
+            memory,
+        }
+    }
+}
+
+/// One round of every load on `path`, added to `pooled`.
+async fn measure(path: &Route, plan: &Plan, tls: &TlsConnector, pooled: &mut Pooled) -> Result<()> {
+    for (&rate, runs) in plan.rates.iter().zip(&mut pooled.rates) {
         let label = format!("{} @{rate}/s", path.name);
         let (rec, elapsed) =
             keepalive_load(&path.addrs, tls, plan.conns, Some(rate), plan, &label).await;
@@ -465,43 +583,25 @@ async fn measure(path: &Route, plan: &Plan, tls: &TlsConnector) -> Result<PathRe
             "bench: gateway {label}: p50 {:.3} ms p99 {:.3} ms",
             result.latency.p50_ms, result.latency.p99_ms
         );
-        rates.push(RatePoint {
-            rate,
-            result,
-            added_p50_ms: 0.0,
-            added_p99_ms: 0.0,
-        });
+        runs.add(&rec, elapsed, 0.0);
     }
     let label = format!("{} max", path.name);
     let cpu = ProxyCpu::start(path)?;
     let (rec, elapsed) = keepalive_load(&path.addrs, tls, plan.conns, None, plan, &label).await;
-    let max_throughput = rec.result("request", elapsed);
-    let cpu_us_per_request = cpu.us_per_op(max_throughput.ok)?;
+    pooled.max_throughput.add(&rec, elapsed, cpu.used_s()?);
     eprintln!(
         "bench: gateway {label}: {:.0} req/s",
-        max_throughput.throughput_ops_s
+        rec.result("request", elapsed).throughput_ops_s
     );
     let cpu = ProxyCpu::start(path)?;
     let (rec, elapsed) = new_conn_load(&path.addrs, tls, plan).await;
-    let new_conns = rec.result("connection", elapsed);
-    let cpu_us_per_conn = cpu.us_per_op(new_conns.ok)?;
+    pooled.new_conns.add(&rec, elapsed, cpu.used_s()?);
     eprintln!(
         "bench: gateway {} new connections: {:.0}/s",
-        path.name, new_conns.throughput_ops_s
+        path.name,
+        rec.result("connection", elapsed).throughput_ops_s
     );
-    let memory = match &path.proxy {
-        Some(proxy) => Some(idle_memory(proxy.pid(), path.addrs[0], plan.idle_conns).await?),
-        None => None,
-    };
-    Ok(PathResult {
-        path: path.name.to_string(),
-        rates,
-        max_throughput,
-        new_conns,
-        cpu_us_per_request,
-        cpu_us_per_conn,
-        memory,
-    })
+    Ok(())
 }
 
 /// The CPU time a proxy spends during one run (user + system, all its threads), so runs on a
@@ -519,14 +619,12 @@ impl ProxyCpu {
         Ok(ProxyCpu { pid, start_s })
     }
 
-    /// Microseconds of the proxy's CPU per completed operation since `start`; `None` on the
-    /// direct path or when nothing completed.
-    fn us_per_op(&self, completed: u64) -> Result<Option<f64>> {
-        let Some(pid) = self.pid else {
-            return Ok(None);
-        };
-        let used_s = procs::cpu_seconds(pid)? - self.start_s;
-        Ok((completed > 0).then(|| used_s * 1e6 / completed as f64))
+    /// Seconds of the proxy's CPU since `start`; zero on the direct path.
+    fn used_s(&self) -> Result<f64> {
+        match self.pid {
+            Some(pid) => Ok(procs::cpu_seconds(pid)? - self.start_s),
+            None => Ok(0.0),
+        }
     }
 }
 
@@ -802,7 +900,8 @@ impl Outcome for GatewayOutcome {
             format!("skipped: {:?}\n", self.skipped)
         };
         format!(
-            "gateway ({} keep-alive conns, {} connect loops, {:.1}s runs, fd limit {})\n{skipped}{}\n{}",
+            "gateway ({} rounds pooled, {} keep-alive conns, {} connect loops, {:.1}s runs, fd limit {})\n{skipped}{}\n{}",
+            self.rounds,
             self.conns,
             self.conn_clients,
             self.duration_s,
@@ -817,8 +916,10 @@ impl Outcome for GatewayOutcome {
             "nginx (1 worker) serves HTTPS on two loopback backends; HAProxy (`mode tcp`) and our gateway pass TLS \
              through. Open-loop keep-alive GETs over {} connections at fixed rates (latency from the intended send \
              time), closed-loop maximum throughput, {} connect+handshake+GET+close loops for new connections/s, \
-             and proxy RSS while holding {} idle connections. Runs of {:.1} s.\n\n",
-            self.conns, self.conn_clients, self.idle_conns, self.duration_s
+             and proxy RSS while holding {} idle connections. Runs of {:.1} s in {} interleaved rounds (the \
+             order of the paths rotated every round); each figure pools the rounds: latency quantiles over all \
+             samples, throughput and CPU per operation over all runs.\n\n",
+            self.conns, self.conn_clients, self.idle_conns, self.duration_s, self.rounds
         );
         if !self.skipped.is_empty() {
             md.push_str(&format!("**Skipped on request:** {:?}\n\n", self.skipped));
@@ -853,5 +954,37 @@ mod tests {
         assert_eq!(idle_capacity(20_000), 9_500);
         assert_eq!(haproxy_maxconn(20_000), 9_750);
         assert_eq!(haproxy_maxconn(1_000_000), HAPROXY_MAX_MAXCONN);
+    }
+
+    #[test]
+    fn every_round_runs_each_path_once_and_rotates_who_goes_first() {
+        let orders: Vec<Vec<usize>> = (0..4).map(|r| round_order(r, 3).collect()).collect();
+        assert_eq!(orders, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]);
+        assert_eq!(round_order(5, 1).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn pooled_runs_add_operations_time_and_cpu() {
+        let mut runs = PooledRuns::new();
+        let mut first = Recorder::new();
+        for _ in 0..300 {
+            first.record(Duration::from_micros(500));
+        }
+        let mut second = Recorder::new();
+        for _ in 0..100 {
+            second.record(Duration::from_millis(2));
+        }
+        second.error("reset");
+        runs.add(&first, Duration::from_secs(1), 0.03);
+        runs.add(&second, Duration::from_secs(1), 0.01);
+        let result = runs.result("request");
+        assert_eq!((result.ok, result.errors), (400, 1));
+        assert!((result.throughput_ops_s - 200.0).abs() < 1e-9);
+        // Three quarters of the samples took 0.5 ms, so the median is the first run's.
+        assert!((result.latency.p50_ms - 0.5).abs() < 0.01, "{result:?}");
+        assert!((result.latency.p99_ms - 2.0).abs() < 0.01, "{result:?}");
+        assert_eq!(runs.cpu_us_per_op(false), None);
+        let us = runs.cpu_us_per_op(true).expect("proxied");
+        assert!((us - 100.0).abs() < 1e-9, "{us}");
     }
 }
