@@ -1,9 +1,7 @@
 //! The admin API: drain, disable, enable and weight change the routing of new connections,
 //! drain keeps established connections, disable closes them.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_disable_enable_and_weight() {

@@ -1,11 +1,9 @@
 //! Connections spread across healthy nginx backends by the chosen policy, and TLS passes
 //! through untouched: the client sees (and verifies) the certificate of the backend itself.
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
+use crate::common::*;
 
 async fn start_backends(pki: &Pki, count: usize) -> Vec<Nginx> {
     let mut backends = Vec::new();

@@ -2,13 +2,11 @@
 //! backend whose `/readyz` turns to 500, every backend down (fail fast), recovery after `rise`,
 //! and etcd's `/health` check.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Slack on top of `fall × interval` for a loaded two-core CI machine (scheduling, TLS
 /// handshakes of the checks). The requirement is functional: out within a few intervals,

@@ -2,12 +2,10 @@
 //! connections, invalid configurations are refused with the line at fault (at startup and on
 //! reload, where the running configuration stays), and SIGTERM drains.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// Deadline for the gateway to exit once its last connection closed after SIGTERM.
 const EXIT_DEADLINE: Duration = Duration::from_secs(20);

@@ -2,12 +2,10 @@
 //! than every idle timeout that breaks `kubectl logs -f`/watches behind HAProxy: kubeadm's
 //! guide (35 s client/server), kind/CAPD (50 s) and client-go's ping window (45 s).
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

@@ -29,8 +29,6 @@
 //! process, and how long the old master keeps the address (it cannot remove it), for the
 //! comparison in the README.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -45,7 +43,7 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use common::{NGINX, POLL_INTERVAL, STARTUP_DEADLINE};
+use crate::common::{NGINX, POLL_INTERVAL, STARTUP_DEADLINE};
 
 /// Gateways (and store members, and backends): one per node.
 const NODES: usize = 3;
@@ -508,7 +506,7 @@ impl Lab {
     /// The state of node `i`'s VIP controller, from its admin API.
     async fn vip_state(&self, i: usize) -> Option<String> {
         let admin = std::net::SocketAddr::from((self.topology().ip(i), ADMIN_PORT));
-        let (code, body) = common::http_get(admin, "/api/vip").await.ok()?;
+        let (code, body) = crate::common::http_get(admin, "/api/vip").await.ok()?;
         if code != 200 {
             return None;
         }
