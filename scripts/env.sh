@@ -1,5 +1,5 @@
 # Sourced by the scripts: one cargo target dir outside the clone, shared by
-# every build (the bundled RocksDB takes ~17 minutes to compile per profile,
+# every build (the bundled RocksDB takes ~20 minutes to compile per profile,
 # so everything uses the release profile, once).
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/etcd-rs/target}"
 export ETCD35_DIR="${ETCD35_DIR:-/opt/etcd-3.5}"

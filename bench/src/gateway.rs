@@ -244,7 +244,7 @@ pub async fn run(args: &GatewayArgs, seed: u64, progress: bool) -> Result<Gatewa
             Some(proxy) => Some(idle_memory(proxy.pid(), p.addrs[0], plan.idle_conns).await?),
             None => None,
         };
-        results.push(pool.result(p.name, &plan, memory));
+        results.push(pool.result(p, &plan, memory));
     }
     add_overheads(&mut results);
     Ok(GatewayOutcome {
@@ -281,7 +281,7 @@ fn plan(args: &GatewayArgs, progress: bool, fd_limit: u64) -> Plan {
         };
     }
     Plan {
-        rounds: args.rounds.max(1),
+        rounds: args.rounds,
         rates: args.rates.clone(),
         conns: args.conns.max(1),
         conn_clients: args.conn_clients.max(1),
@@ -548,10 +548,10 @@ impl Pooled {
         }
     }
 
-    fn result(&self, path: &str, plan: &Plan, memory: Option<Memory>) -> PathResult {
-        let proxied = memory.is_some();
+    fn result(&self, route: &Route, plan: &Plan, memory: Option<Memory>) -> PathResult {
+        let proxied = route.proxy.is_some();
         PathResult {
-            path: path.to_string(),
+            path: route.name.to_string(),
             rates: plan
                 .rates
                 .iter()
