@@ -62,6 +62,9 @@ pub fn exited_with_failure(status: &std::process::ExitStatus) -> bool {
     !status.success() && status.code().is_some()
 }
 
+/// Measure-and-allocate rounds of [`SmallDisk::fill`] before it gives up.
+const FILL_ATTEMPTS: usize = 5;
+
 /// Name of the filler file, at the top of the mounted directory.
 const FILLER: &str = "disk-filler";
 
@@ -111,13 +114,26 @@ impl SmallDisk {
     }
 
     /// Allocates a filler file so that at most `leave` bytes stay free.
+    ///
+    /// The member on the disk may allocate between the measurement and the
+    /// allocation (etcd preallocates its next 64 MB WAL segment in the
+    /// background), so a failed allocation is measured again and retried, at
+    /// most [`FILL_ATTEMPTS`] times; a disk the member filled itself is full.
     pub fn fill(&self, leave: u64) -> Result<()> {
-        let size = self.available()?.saturating_sub(leave);
         let filler = self.dir.join(FILLER);
-        run(
-            "fallocate",
-            &["-l", &size.to_string(), filler.to_str().context("path")?],
-        )
+        let filler = filler.to_str().context("path")?;
+        let mut last_error = None;
+        for _ in 0..FILL_ATTEMPTS {
+            let size = self.available()?.saturating_sub(leave);
+            if size == 0 {
+                return Ok(());
+            }
+            match run("fallocate", &["-l", &size.to_string(), filler]) {
+                Ok(()) => return Ok(()),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.expect("at least one attempt"))
     }
 
     /// Resizes the disk to `bytes` (tmpfs resizes in place, keeping its
