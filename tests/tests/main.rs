@@ -3,8 +3,8 @@
 //! Each of these 23 files used to be a test binary of its own, and each took 20-43 s to
 //! compile and link in the release profile (each instantiated tokio's, tonic's and
 //! etcd-client's generics anew and linked ~100 MB): ~12 minutes of CPU per rebuild. As
-//! modules of one binary they compile once. libtest runs the tests in name order, so with
-//! `--test-threads=2` the tests of one file still run next to each other as before.
+//! modules of one binary they compile once. libtest starts the tests in name order, so the
+//! tests of one file still run near each other (the test command runs four at a time).
 //!
 //! Run one file's tests with its module name as the filter:
 //! `cargo test --release -p integration-tests --test integration robustness::`.
