@@ -44,6 +44,23 @@
 //!     since the last acknowledged keep-alive was sent; each surviving
 //!     watcher sees one DELETE per key (with `prev_kv`), all at one
 //!     revision, the same on both.
+//! - `keep_alive_past_a_cut_off_leader_keeps_the_lease`: the same
+//!   keep-alive loop, on the two followers only, while the leader is cut off
+//!   from them (`integration_tests::netns` namespaces) for [`CUT_OFF_FOR`], longer than
+//!   the TTL, and for [`KEEP_ALIVE_ROUNDS_AFTER_KILL`] × TTL after the links
+//!   heal. By the cut-off leader's own deadlines the lease expired, since the
+//!   keep-alives went to the new leader; it must revoke nothing, neither while
+//!   cut off nor when it is back (etcd 3.5.13's `revokeExpiredLeases` revokes
+//!   only after a quorum confirmed its leadership): no keep-alive answer says
+//!   the lease is gone, the followers' watchers see no DELETE, and afterwards
+//!   every member, the one cut off included, has the lease and its keys.
+//!   The candidate only: etcd 3.5.1 fails it with these timings. Its
+//!   follower forwards each renewal to the leader it knows over HTTP and
+//!   waits for the cut-off leader until its 5 s read timeout, so no
+//!   keep-alive gets through for about 6 s after the cut, and the new leader
+//!   (which gave the lease TTL + one election timeout when it took over)
+//!   revokes it. The store's follower stops waiting for the old leader as
+//!   soon as it sees a new one, and asks that one.
 //!
 //! Every wait is bounded by a named deadline. Run:
 //! `STORE_BIN=/path/to/candidate cargo test -p integration-tests --test integration lease_cluster::`
@@ -113,6 +130,11 @@ const KEEP_ALIVE_OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 const STOPPED_EXPIRY_DEADLINE: Duration = Duration::from_secs(
     KEEP_ALIVE_TTL.as_secs() + ELECTION_TIMEOUT.as_secs() + LOAD_SLACK.as_secs(),
 );
+/// How long the leader is cut off from the other members while keep-alives
+/// go to them: past the TTL (plus its expiry check), so that by its own
+/// deadlines, which miss the keep-alives the new leader takes, the lease has
+/// expired and it must not revoke it, then or when it is back.
+const CUT_OFF_FOR: Duration = Duration::from_secs(KEEP_ALIVE_TTL.as_secs() * 2 + 2);
 /// Deadline for the surviving members to agree on a new leader and accept
 /// TimeToLive requests again.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -654,6 +676,19 @@ struct KeepAliveLog {
     lost: Option<String>,
 }
 
+impl KeepAliveLog {
+    /// The acknowledged keep-alives' send times relative to `origin` and the
+    /// stream errors, for a failure report.
+    fn render(&self, origin: Instant) -> String {
+        let offset = |at: Instant| {
+            let ms = |d: Duration| d.as_millis() as i64;
+            ms(at.saturating_duration_since(origin)) - ms(origin.saturating_duration_since(at))
+        };
+        let acked: Vec<i64> = self.acked.iter().map(|&at| offset(at)).collect();
+        format!("acknowledged (ms) {acked:?}; errors {:?}", self.errors)
+    }
+}
+
 /// A keep-alive loop over `clients` (member index, client), as clientv3
 /// keeps a lease alive: one keep-alive every [`KEEP_ALIVE_INTERVAL`] on a
 /// LeaseKeepAlive stream, responses read as they come (matched to requests
@@ -956,7 +991,139 @@ async fn keep_alive_through_a_leader_kill_keeps_the_lease(server: Server) {
     run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
 }
 
+// ---------------------------------------------------------------------------
+// Scenario c: keep-alive while the leader is cut off, and after it returns.
+// ---------------------------------------------------------------------------
+
+async fn keep_alive_past_a_cut_off_leader_keeps_the_lease(server: Server) {
+    let config = ClusterConfig {
+        namespaces: true,
+        ..ClusterConfig::new(MEMBERS)
+    };
+    let cluster = server.start(config).await;
+    let run = async {
+        let prefix = "cut/";
+        let leader = cluster.leader().await?;
+        let followers: Vec<usize> = (0..MEMBERS).filter(|&i| i != leader).collect();
+        let watchers = {
+            let mut watchers = Vec::new();
+            for &i in &followers {
+                let endpoint = cluster.endpoint(i);
+                let what = format!("watch on member {i}");
+                watchers.push(WatchRecorder::open(&what, &endpoint, prefix, None).await?);
+            }
+            watchers
+        };
+        let client = connect(&[cluster.endpoint(followers[0])]).await?;
+        let lease = client
+            .clone()
+            .lease_grant(KEEP_ALIVE_TTL.as_secs() as i64, None)
+            .await?
+            .id();
+        for i in 0..KEYS_PER_LEASE {
+            let options = PutOptions::new().with_lease(lease);
+            let (key, value) = (leased_key(prefix, i), leased_value(i));
+            client.clone().put(key, value, Some(options)).await?;
+        }
+        // Keep-alives go to the followers only: the leader is about to be
+        // cut off from them (the test still reaches it).
+        let mut clients = vec![(followers[0], client.clone())];
+        clients.push((
+            followers[1],
+            connect(&[cluster.endpoint(followers[1])]).await?,
+        ));
+        let log = Arc::new(Mutex::new(KeepAliveLog::default()));
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let keep_alive = keep_alive_loop(clients, lease, log.clone(), stop.clone());
+        sleep(KEEP_ALIVE_BEFORE_KILL).await;
+
+        let leader = cluster.leader().await?;
+        let network = cluster.network()?;
+        let cut_at = Instant::now();
+        network.isolate(leader)?;
+        eprintln!("{server:?}: cut leader member {leader} off for {CUT_OFF_FOR:?}");
+        let heal_at = cut_at + CUT_OFF_FOR;
+        let keep_until = heal_at + KEEP_ALIVE_TTL * KEEP_ALIVE_ROUNDS_AFTER_KILL;
+        let mut healed = false;
+        while Instant::now() < keep_until {
+            if !healed && Instant::now() >= heal_at {
+                network.heal_all()?;
+                healed = true;
+            }
+            let lost = log.lock().expect("log").lost.clone();
+            if let Some(lost) = lost {
+                bail!(
+                    "the lease was lost {:?} after the cut (healed: {healed}): {lost}",
+                    cut_at.elapsed()
+                );
+            }
+            for watcher in &watchers {
+                watcher.check_alive()?;
+                let events = watcher.events();
+                ensure!(
+                    events.len() <= KEYS_PER_LEASE,
+                    "{}: events while the lease is kept alive ({:?} after the cut, healed: \
+                     {healed}):\n{}keep-alives: {}",
+                    watcher.what,
+                    cut_at.elapsed(),
+                    render_events(&events),
+                    log.lock().expect("log").render(cut_at)
+                );
+            }
+            sleep(READ_POLL_INTERVAL).await;
+        }
+        stop.notify_one();
+        timeout(RESPONSE_TIMEOUT, keep_alive)
+            .await
+            .context("the keep-alive loop did not stop")??;
+        let (acked_after_heal, errors) = {
+            let log = log.lock().expect("log");
+            let acked = log.acked.iter().filter(|&&sent| sent > heal_at).count();
+            (acked, log.errors.clone())
+        };
+        eprintln!(
+            "{server:?}: {acked_after_heal} keep-alives acknowledged after the heal; stream errors: {errors:?}"
+        );
+        ensure!(
+            acked_after_heal > 0,
+            "no keep-alive sent after the heal was acknowledged (errors: {errors:?})"
+        );
+        // Every member, the one that was cut off included, still has the
+        // lease and its keys.
+        for i in 0..MEMBERS {
+            let ttl = time_to_live(&cluster, i, lease).await?;
+            ensure!(ttl > 0, "member {i}: TimeToLive says TTL {ttl}");
+            let (present, _) = retry_until(
+                &format!("member {i} to catch up"),
+                RESTART_CONVERGENCE_TIMEOUT,
+                || async {
+                    let (present, revision) = serializable_keys(&cluster, i, prefix).await?;
+                    ensure!(
+                        present == KEYS_PER_LEASE,
+                        "{present} keys at revision {revision}"
+                    );
+                    Ok((present, revision))
+                },
+            )
+            .await?;
+            ensure!(present == KEYS_PER_LEASE);
+        }
+        for watcher in &watchers {
+            check_puts(&watcher.what, &watcher.events(), prefix, lease)?;
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
+}
+
 against_both!(
     lease_with_keys_expires_once_across_a_leader_kill,
     keep_alive_through_a_leader_kill_keeps_the_lease,
 );
+
+/// The candidate only: etcd 3.5.1 loses the lease (see the module
+/// documentation).
+#[tokio::test]
+async fn candidate_keeps_a_lease_alive_past_a_cut_off_leader() {
+    keep_alive_past_a_cut_off_leader_keeps_the_lease(Server::Candidate).await;
+}

@@ -244,6 +244,19 @@ impl Core {
             let leader = self.wait_leader(deadline).await.ok_or(EtcdError::Timeout)?;
             let attempt = if leader == self.config.member_id {
                 self.serve_as_leader(req.clone(), deadline).await
+            } else if req.idempotent() {
+                // As a read's ReadIndex: once this member sees another
+                // leader, it stops waiting for the old one (which may be
+                // cut off until the deadline) and asks the new one. A
+                // keep-alive forwarded to a leader just cut off would
+                // otherwise hold its stream for the whole request timeout,
+                // longer than the new leader counts the lease down.
+                tokio::select! {
+                    reply = Box::pin(self.forward(leader, &req, deadline)) => reply,
+                    () = self.leader_changed_from(leader, deadline) => {
+                        Err(ForwardError::NotLeader(None))
+                    }
+                }
             } else {
                 // Boxed: a tonic call's future is large, and every write's
                 // future on the leader would otherwise carry (and copy) it.
@@ -295,16 +308,12 @@ impl Core {
                 unreachable!("proposals are served by serve_as_leader")
             }
             LeaderRequest::LeaseRenew(id) => {
-                self.require_primary()?;
-                // etcd 3.5's `ensureLeadership`: a quorum confirms this
-                // member still leads before it restarts a lease's clock. A
-                // leader cut off from the quorum otherwise keeps renewing
+                // A leader cut off from the quorum otherwise keeps renewing
                 // leases that the new leader (which restarts every lease
                 // when it takes over) is already counting down, and the
                 // holder of an election lease believes it holds it longer
                 // than it does (the gateway's VIP fencing relies on it).
-                self.read_index_local().await?;
-                self.require_primary()?;
+                self.confirm_leadership().await?;
                 Ok(LeaderReply::LeaseRenewed(self.lessor.renew(id)))
             }
             LeaderRequest::LeaseTimeToLive(id) => {
@@ -378,6 +387,16 @@ impl Core {
             return Err(ForwardError::Etcd(EtcdError::LearnerNotReady));
         }
         Ok(())
+    }
+
+    /// etcd 3.5's `ensureLeadership` (3.5.13 on): a quorum confirms that
+    /// this member still leads, and its lessor still keeps the deadlines.
+    /// Lease renewals and expiry revokes act on the leader's deadlines, which
+    /// only the current leader's are right.
+    pub async fn confirm_leadership(&self) -> Result<(), ForwardError> {
+        self.require_primary()?;
+        self.read_index_local().await?;
+        self.require_primary()
     }
 
     fn require_primary(&self) -> Result<(), ForwardError> {

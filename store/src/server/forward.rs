@@ -63,6 +63,23 @@ pub enum LeaderRequest {
     HashKv(i64),
 }
 
+impl LeaderRequest {
+    /// True if sending the request again cannot change its effect: a
+    /// renewal restarts the same clock, the others only read.
+    pub fn idempotent(&self) -> bool {
+        match self {
+            LeaderRequest::LeaseRenew(_)
+            | LeaderRequest::LeaseTimeToLive(_)
+            | LeaderRequest::ClusterId
+            | LeaderRequest::HashKv(_) => true,
+            LeaderRequest::Propose(_)
+            | LeaderRequest::ProposeBatch(_)
+            | LeaderRequest::ChangeMembership(_)
+            | LeaderRequest::Promote(_) => false,
+        }
+    }
+}
+
 /// A member's HashKV answer, for the corruption checks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerHash {

@@ -92,7 +92,7 @@ impl Lease for LeaseService {
         req: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
         let by = self.core.caller(&req).await?;
-        let mut resp = self.core.lease_revoke(Some(by), req.into_inner()).await?;
+        let mut resp = self.core.lease_revoke(by, req.into_inner()).await?;
         self.core.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -208,14 +208,21 @@ pub fn spawn_lease_tasks(
                 _ = tick.tick() => {}
                 _ = expiry_stop.changed() => return,
             }
-            if !core.lessor.is_primary() {
+            if !core.lessor.is_primary() || core.lessor.expired(1).is_empty() {
+                continue;
+            }
+            // Only a leader the quorum still follows revokes, and only
+            // leases expired by its deadlines as they stand after that
+            // confirmation (etcd 3.5.13's `revokeExpiredLeases`).
+            if let Err(e) = core.confirm_leadership().await {
+                tracing::info!(error = ?e, "not revoking expired leases: leadership not confirmed");
                 continue;
             }
             for id in core.lessor.expired(MAX_REVOKES_PER_CHECK) {
-                match core.lease_revoke(None, LeaseRevokeRequest { id }).await {
-                    Ok(_) => tracing::debug!(lease = id, "revoked expired lease"),
+                match core.revoke_expired_lease(id).await {
+                    Ok(()) => tracing::debug!(lease = id, "revoked expired lease"),
                     Err(e) => {
-                        tracing::warn!(lease = id, error = %e, "could not revoke expired lease");
+                        tracing::warn!(lease = id, error = ?e, "could not revoke expired lease");
                         break;
                     }
                 }

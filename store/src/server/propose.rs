@@ -9,9 +9,10 @@ use etcd_proto::etcdserverpb::{
     LeaseRevokeResponse, PutRequest, PutResponse, TxnRequest, TxnResponse,
 };
 use openraft::ChangeMembers;
+use tokio::time::Instant;
 
 use super::core::{wrong_kind, Core};
-use super::forward::{LeaderRequest, LeaseTtl};
+use super::forward::{ForwardError, LeaderReply, LeaderRequest, LeaseTtl};
 use crate::auth::{AuthCommand, AuthInfo, AuthReply};
 use crate::errors::EtcdError;
 use crate::raft::types::{Answer, MemberAttributes};
@@ -60,18 +61,37 @@ impl Core {
         self.propose_as(by, Command::LeaseGrant(r)).await
     }
 
-    /// Lease.LeaseRevoke on behalf of `by`, or by the leader itself for an
-    /// expired lease (`by` None).
+    /// Lease.LeaseRevoke on behalf of `by`.
     pub async fn lease_revoke(
         &self,
-        by: Option<AuthInfo>,
+        by: AuthInfo,
         r: LeaseRevokeRequest,
     ) -> Result<LeaseRevokeResponse, EtcdError> {
-        self.submit(Proposal {
-            by,
-            cmd: Command::LeaseRevoke(r),
-        })
-        .await
+        self.propose_as(by, Command::LeaseRevoke(r)).await
+    }
+
+    /// Revokes a lease this member, as the leader, found expired: proposed
+    /// here or not at all, never forwarded and never retried. The caller has
+    /// confirmed leadership first ([`Core::confirm_leadership`]); should this
+    /// member stop leading after that, the proposal fails (or its entry,
+    /// from a superseded term, never commits). Forwarding would let a member
+    /// whose deadlines are stale (a leader that was cut off while the new
+    /// leader took the keep-alives) revoke, through the real leader, a lease
+    /// that is being kept alive.
+    pub async fn revoke_expired_lease(&self, id: i64) -> Result<(), ForwardError> {
+        let deadline = Instant::now() + self.config.request_timeout;
+        let proposal = Proposal {
+            by: None,
+            cmd: Command::LeaseRevoke(LeaseRevokeRequest { id }),
+        };
+        match self
+            .serve_as_leader(LeaderRequest::Propose(proposal), deadline)
+            .await?
+        {
+            LeaderReply::Applied(CommandResponse::Error(e)) => Err(ForwardError::Etcd(e)),
+            LeaderReply::Applied(_) => Ok(()),
+            other => Err(ForwardError::Etcd(wrong_kind("a lease revoke", &other))),
+        }
     }
 
     /// Maintenance.Alarm, or this member raising NOSPACE.

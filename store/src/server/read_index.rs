@@ -59,7 +59,7 @@ impl Core {
 
     /// Returns once this member's view of the leader is no longer `leader`;
     /// never returns before `deadline` otherwise (the read times out on its own).
-    async fn leader_changed_from(&self, leader: NodeId, deadline: Instant) {
+    pub(super) async fn leader_changed_from(&self, leader: NodeId, deadline: Instant) {
         let changed = tokio::time::timeout_at(deadline, self.leader_watch.changed_from(leader));
         if changed.await.is_err() {
             std::future::pending::<()>().await;
