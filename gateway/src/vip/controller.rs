@@ -25,8 +25,9 @@ use tokio_util::sync::CancellationToken;
 use super::address::VipAddress;
 use super::announce::announce;
 use super::election::{connect, Candidacy, KeyWatch, LeaseState};
+use super::error::AddressError;
 use super::error::ElectionError;
-use super::fence::{address_lifetime, fence_deadline, LeaseProof};
+use super::fence::{address_lifetime, fence_deadline, lifetime_fits, LeaseProof};
 use super::status::{ReleaseReason, VipMonitor, VipState};
 use crate::config::VipConfig;
 
@@ -34,6 +35,9 @@ use crate::config::VipConfig;
 pub const HEALTH_POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// First pause after a failed round (store unreachable, request timed out).
 pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(200);
+/// Tries at setting an address lifetime that still fits once `ip` has run (each try is
+/// shorter than the last; see `Controller::hold_address`).
+pub const LIFETIME_ATTEMPTS: usize = 3;
 /// Longest pause between failed rounds: a store that comes back is joined within this.
 pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 
@@ -182,15 +186,19 @@ impl Controller {
             return Ok(Outcome::Again);
         };
         let mut own_key = candidacy.watch_own_key(0).await?;
-        let Some(lifetime) = address_lifetime(Instant::now(), proof) else {
-            return Ok(Outcome::Again);
+        let lifetime = match self.hold_address(proof).await {
+            Ok(Some(lifetime)) => lifetime,
+            Ok(None) => {
+                self.release_address().await;
+                return Ok(Outcome::Again);
+            }
+            Err(error) => {
+                self.record_error(&error);
+                self.release_address().await;
+                candidacy.resign().await;
+                return Ok(Outcome::Again);
+            }
         };
-        if let Err(error) = self.address.hold(lifetime).await {
-            self.record_error(&error);
-            self.release_address().await;
-            candidacy.resign().await;
-            return Ok(Outcome::Again);
-        }
         self.monitor.acquired();
         tracing::info!(vip = %self.address.address(), interface = self.address.interface(), lifetime_s = lifetime, "took the VIP");
         let announcer = self.spawn_announce();
@@ -247,12 +255,13 @@ impl Controller {
                 Event::Stop => return ReleaseReason::Shutdown,
                 Event::Lease(Some(LeaseState::Alive(next))) => {
                     proof = next;
-                    let Some(lifetime) = address_lifetime(Instant::now(), proof) else {
-                        return ReleaseReason::Fenced;
-                    };
-                    if let Err(error) = self.address.hold(lifetime).await {
-                        self.record_error(&error);
-                        return ReleaseReason::AddressFailed;
+                    match self.hold_address(proof).await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => return ReleaseReason::Fenced,
+                        Err(error) => {
+                            self.record_error(&error);
+                            return ReleaseReason::AddressFailed;
+                        }
                     }
                 }
                 Event::Lease(_) => return ReleaseReason::LeaseExpired,
@@ -272,6 +281,24 @@ impl Controller {
                 Event::HealthTick => {}
             }
         }
+    }
+
+    /// Adds or renews the address with a kernel lifetime that ends before `proof`'s fence
+    /// deadline counted from when `ip` finished (see `super::fence`): when `ip` ran so late
+    /// that it no longer does, a shorter lifetime is set, at most [`LIFETIME_ATTEMPTS`] times.
+    /// `Ok(None)`: no lifetime fits (any more); the caller drops the address.
+    async fn hold_address(&self, proof: LeaseProof) -> Result<Option<u32>, AddressError> {
+        for _ in 0..LIFETIME_ATTEMPTS {
+            let Some(lifetime) = address_lifetime(Instant::now(), proof) else {
+                return Ok(None);
+            };
+            self.address.hold(lifetime).await?;
+            if lifetime_fits(Instant::now(), lifetime, proof) {
+                return Ok(Some(lifetime));
+            }
+            tracing::warn!(vip = %self.address.address(), lifetime_s = lifetime, "ip ran too late for the VIP's lifetime; setting a shorter one");
+        }
+        Ok(None)
     }
 
     /// Removes the address; a failure is logged (the kernel lifetime removes it anyway).

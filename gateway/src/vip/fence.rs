@@ -18,6 +18,10 @@
 //!
 //! The lifetime is whole seconds, so `L = floor(alive_until - now - FENCE_MARGIN -
 //! KERNEL_EXPIRY_SLACK)`; when that is under one second the holder drops the VIP at once.
+//! The kernel starts counting `L` when `ip` runs, which on a starved machine can be long
+//! after the gateway chose `L`; so once `ip` has finished, the holder checks the lifetime
+//! again from that moment ([`lifetime_fits`]) and, if it now reaches past the fence
+//! deadline, sets a shorter one (or drops the VIP).
 //! Renewals come every `TTL / RENEW_DIVISOR`, so with the minimum TTL of 3 s a renewal
 //! (every 750 ms) lands before the 1 s lifetime runs out.
 //!
@@ -77,6 +81,13 @@ pub fn address_lifetime(now: Instant, proof: LeaseProof) -> Option<u32> {
     (seconds >= 1).then_some(seconds)
 }
 
+/// Whether a lifetime of `lifetime_seconds` that the kernel started no later than `done` (when
+/// the `ip` that set it had finished) ends, with the kernel's slack, by the fence deadline.
+pub fn lifetime_fits(done: Instant, lifetime_seconds: u32, proof: LeaseProof) -> bool {
+    done + Duration::from_secs(lifetime_seconds.into()) + KERNEL_EXPIRY_SLACK
+        <= fence_deadline(proof)
+}
+
 /// Time between keep-alives for a lease of `ttl`.
 pub fn renew_interval(ttl: Duration) -> Duration {
     ttl / RENEW_DIVISOR
@@ -107,6 +118,20 @@ mod tests {
             address_lifetime(now + Duration::from_millis(3100), proof),
             None
         );
+    }
+
+    #[test]
+    fn a_lifetime_set_late_may_no_longer_fit() {
+        let now = Instant::now();
+        let proof = LeaseProof::new(now, Duration::from_secs(5));
+        let lifetime = address_lifetime(now, proof).expect("4 s");
+        assert!(lifetime_fits(now, lifetime, proof));
+        // `ip` ran 600 ms late: 4 s from then ends after the fence deadline.
+        let late = now + Duration::from_millis(600);
+        assert!(!lifetime_fits(late, lifetime, proof));
+        let shorter = address_lifetime(late, proof).expect("3 s");
+        assert_eq!(shorter, 3);
+        assert!(lifetime_fits(late, shorter, proof));
     }
 
     #[test]
