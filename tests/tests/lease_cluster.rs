@@ -689,6 +689,37 @@ impl KeepAliveLog {
     }
 }
 
+/// While a lease is kept alive: no keep-alive answer said it is gone, and
+/// every watcher is up and saw nothing after the puts. `fault` at `since`
+/// names what the keep-alives are going through, for the report.
+fn check_kept_alive(
+    log: &Mutex<KeepAliveLog>,
+    watchers: &[WatchRecorder],
+    since: Instant,
+    fault: &str,
+) -> Result<()> {
+    let log = log.lock().expect("log");
+    if let Some(lost) = &log.lost {
+        bail!(
+            "the lease was lost {:?} after {fault}: {lost}",
+            since.elapsed()
+        );
+    }
+    for watcher in watchers {
+        watcher.check_alive()?;
+        let events = watcher.events();
+        ensure!(
+            events.len() <= KEYS_PER_LEASE,
+            "{}: events while the lease is kept alive ({:?} after {fault}):\n{}keep-alives: {}",
+            watcher.what,
+            since.elapsed(),
+            render_events(&events),
+            log.render(since)
+        );
+    }
+    Ok(())
+}
+
 /// A keep-alive loop over `clients` (member index, client), as clientv3
 /// keeps a lease alive: one keep-alive every [`KEEP_ALIVE_INTERVAL`] on a
 /// LeaseKeepAlive stream, responses read as they come (matched to requests
@@ -843,24 +874,7 @@ async fn keep_alive_through_a_leader_kill_keeps_the_lease(server: Server) {
         );
         let keep_until = kill_at + KEEP_ALIVE_TTL * KEEP_ALIVE_ROUNDS_AFTER_KILL;
         while Instant::now() < keep_until {
-            let lost = log.lock().expect("log").lost.clone();
-            if let Some(lost) = lost {
-                bail!(
-                    "the lease was lost {:?} after the kill: {lost}",
-                    kill_at.elapsed()
-                );
-            }
-            for watcher in &watchers {
-                watcher.check_alive()?;
-                let events = watcher.events();
-                ensure!(
-                    events.len() <= KEYS_PER_LEASE,
-                    "{}: events while the lease is kept alive ({:?} after the kill):\n{}",
-                    watcher.what,
-                    kill_at.elapsed(),
-                    render_events(&events)
-                );
-            }
+            check_kept_alive(&log, &watchers, kill_at, "the kill")?;
             sleep(READ_POLL_INTERVAL).await;
         }
 
@@ -1050,26 +1064,8 @@ async fn keep_alive_past_a_cut_off_leader_keeps_the_lease(server: Server) {
                 network.heal_all()?;
                 healed = true;
             }
-            let lost = log.lock().expect("log").lost.clone();
-            if let Some(lost) = lost {
-                bail!(
-                    "the lease was lost {:?} after the cut (healed: {healed}): {lost}",
-                    cut_at.elapsed()
-                );
-            }
-            for watcher in &watchers {
-                watcher.check_alive()?;
-                let events = watcher.events();
-                ensure!(
-                    events.len() <= KEYS_PER_LEASE,
-                    "{}: events while the lease is kept alive ({:?} after the cut, healed: \
-                     {healed}):\n{}keep-alives: {}",
-                    watcher.what,
-                    cut_at.elapsed(),
-                    render_events(&events),
-                    log.lock().expect("log").render(cut_at)
-                );
-            }
+            let fault = format!("the cut (healed: {healed})");
+            check_kept_alive(&log, &watchers, cut_at, &fault)?;
             sleep(READ_POLL_INTERVAL).await;
         }
         stop.notify_one();
