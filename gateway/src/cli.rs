@@ -102,8 +102,9 @@ pub struct Cli {
     /// Client key towards the store.
     #[arg(long, value_name = "FILE", requires_all = ["vip", "vip_election_cert"])]
     pub vip_election_key: Option<PathBuf>,
-    /// Threads that relay connections (HAProxy's `nbthread`), 1 to 64. One takes less CPU per
-    /// connection than a thread per core (no hand-offs between threads).
+    /// Threads that relay connections (HAProxy's `nbthread`), 1 to 64. With one, everything
+    /// runs on it; with more, each connection runs on one of them, in turn (see
+    /// `gateway::relays`).
     #[arg(
         long,
         value_name = "N",
@@ -118,13 +119,15 @@ pub struct Cli {
 
 /// Default of `--threads`: one relay thread.
 ///
-/// With the runtime's default (a worker per core, two here), an accepted connection's task
-/// is often stolen by the other worker, which must be woken first; every connection then
-/// costs cross-thread wake-ups and cache misses. `bench gateway` on 2 cores, CPU per new
-/// connection relative to HAProxy's in the same run: two workers 1.05-1.18x, one worker
-/// 0.81-1.01x (median 0.92x); new connections/s 0.83-0.96x with two, 0.90-1.11x with one;
-/// requests/s through the proxy unchanged (bounded by the nginx backend). A node with cores
-/// to spare for the proxy raises it.
+/// One thread takes the least CPU per connection and per request. With a multi-thread runtime
+/// of a worker per core (two here), an accepted connection's task was often stolen by the
+/// other worker, which had to be woken first: CPU per new connection relative to HAProxy's in
+/// the same `bench gateway` run 1.05-1.18x with two workers, 0.81-1.01x with one. With two
+/// relay threads of their own (`gateway::relays`, a connection never changes threads) the
+/// maximum requests/s rises from 0.91-0.95x HAProxy's to 0.96-0.98x, but each new connection
+/// crosses from the accepting thread to its relay thread: 1.17-1.49x HAProxy's CPU per new
+/// connection (one thread 0.99-1.03x), and 1.3-1.5x the CPU per request of one thread. A
+/// node with cores to spare for the proxy and long-lived, busy connections raises it.
 pub const DEFAULT_THREADS: usize = 1;
 
 /// Upper bound of `--threads` (HAProxy's `nbthread` limit on 64-bit builds).

@@ -30,6 +30,7 @@ use crate::health::{self, SharedProber};
 use crate::metrics::{FrontendMetrics, Metrics};
 use crate::net;
 use crate::proxy::{self, ClientConnection, ProxyError, ProxyService, ProxySettings};
+use crate::relays::RelayPool;
 
 /// Pause after a failed `accept` (usually EMFILE: out of file descriptors) so the loop does not
 /// spin while connections close and free descriptors.
@@ -46,6 +47,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// Seed of the p2c generators (fixed for reproducible runs, random otherwise).
     pub seed: u64,
+    /// Where accepted connections run (`--threads`).
+    pub relays: Arc<RelayPool>,
 }
 
 /// A backend and the token that stops its health checks.
@@ -129,6 +132,7 @@ impl Frontend {
             service,
             stop: accept_stop.clone(),
             connections: shared.connections.clone(),
+            relays: Arc::clone(&shared.relays),
             metrics,
             frontend: config.name.clone(),
         };
@@ -248,6 +252,7 @@ struct AcceptLoop {
     service: FrontendService,
     stop: CancellationToken,
     connections: TaskTracker,
+    relays: Arc<RelayPool>,
     metrics: FrontendMetrics,
     frontend: String,
 }
@@ -278,11 +283,12 @@ impl AcceptLoop {
             let connection = service.call(ClientConnection { stream, peer });
             let metrics = self.metrics.clone();
             let frontend = self.frontend.clone();
-            self.connections.spawn(async move {
+            let task = async move {
                 if let Err(error) = connection.await {
                     report_rejection(&frontend, peer, &metrics, error);
                 }
-            });
+            };
+            self.relays.spawn(&self.connections, task);
         }
     }
 }

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use gateway::cli::Cli;
 use gateway::config::Config;
-use gateway::supervisor::ConfigSource;
+use gateway::relays::{RelayPool, RelayThreads};
+use gateway::supervisor::{self, ConfigSource, RunOptions};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -29,19 +30,47 @@ fn main() -> ExitCode {
         eprintln!("configuration is valid");
         return ExitCode::SUCCESS;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cli.threads)
-        .thread_name(gateway::cli::RELAY_THREAD_NAME)
-        .enable_all()
-        .build();
-    let runtime = match runtime {
-        Ok(runtime) => runtime,
-        Err(error) => return fail(&error),
+    let result = if cli.threads == 1 {
+        run_on_one_thread(options)
+    } else {
+        run_with_relay_threads(options, cli.threads)
     };
-    match runtime.block_on(gateway::supervisor::run(options)) {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(&error),
     }
+}
+
+/// Everything on one relay thread (see `gateway::relays`).
+fn run_on_one_thread(options: RunOptions) -> Result<(), String> {
+    let thread = std::thread::Builder::new()
+        .name(gateway::cli::RELAY_THREAD_NAME.to_string())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|error| error.to_string())?;
+            runtime
+                .block_on(supervisor::run(options, RelayPool::local()))
+                .map_err(|error| error.to_string())
+        })
+        .map_err(|error| format!("cannot start the relay thread: {error}"))?;
+    thread
+        .join()
+        .unwrap_or_else(|_| Err("the relay thread panicked".to_string()))
+}
+
+/// The supervisor on this thread, connections on `threads` relay threads.
+fn run_with_relay_threads(options: RunOptions, threads: usize) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| error.to_string())?;
+    let (relays, running) = RelayThreads::start(threads)
+        .map_err(|error| format!("cannot start the relay threads: {error}"))?;
+    let result = runtime.block_on(supervisor::run(options, relays));
+    running.stop();
+    result.map_err(|error| error.to_string())
 }
 
 fn fail(error: &dyn std::fmt::Display) -> ExitCode {

@@ -30,6 +30,7 @@ use crate::frontend::{BackendEntry, Frontend, Shared};
 use crate::health::{Prober, SharedProber, TlsSetupError};
 use crate::metrics::Metrics;
 use crate::net;
+use crate::relays::RelayPool;
 use crate::vip::{Controller, HealthProbe, VipMonitor};
 
 /// How long shutdown waits for the VIP to be released and the election lease revoked: two
@@ -244,8 +245,9 @@ fn read_config(source: &ConfigSource) -> Result<(Config, Option<String>), Config
     }
 }
 
-/// Runs the gateway until SIGTERM/SIGINT; returns after the drain.
-pub async fn run(options: RunOptions) -> Result<(), GatewayError> {
+/// Runs the gateway until SIGTERM/SIGINT, its connections spawned through `relays`; returns
+/// after the drain.
+pub async fn run(options: RunOptions, relays: RelayPool) -> Result<(), GatewayError> {
     let (mut config, mut last_text) = read_config(&options.source).map_err(ApplyError::from)?;
     let metrics = Arc::new(Metrics::new());
     let shared = Shared {
@@ -253,6 +255,7 @@ pub async fn run(options: RunOptions) -> Result<(), GatewayError> {
         connections: TaskTracker::new(),
         shutdown: CancellationToken::new(),
         seed: options.seed.unwrap_or_else(rand::random),
+        relays: Arc::new(relays),
     };
     let mut terminate = signal(SignalKind::terminate()).map_err(GatewayError::Signals)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(GatewayError::Signals)?;
