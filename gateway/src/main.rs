@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gateway::cli::Cli;
 use gateway::config::Config;
-use gateway::relays::{RelayPool, RelayThreads};
+use gateway::relays::{current_thread_runtime, RelayPool, RelayThreads};
 use gateway::supervisor::{self, ConfigSource, RunOptions};
 use tracing_subscriber::EnvFilter;
 
@@ -46,10 +46,7 @@ fn run_on_one_thread(options: RunOptions) -> Result<(), String> {
     let thread = std::thread::Builder::new()
         .name(gateway::cli::RELAY_THREAD_NAME.to_string())
         .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|error| error.to_string())?;
+            let runtime = current_thread_runtime().map_err(|error| error.to_string())?;
             runtime
                 .block_on(supervisor::run(options, RelayPool::local()))
                 .map_err(|error| error.to_string())
@@ -62,10 +59,7 @@ fn run_on_one_thread(options: RunOptions) -> Result<(), String> {
 
 /// The supervisor on this thread, connections on `threads` relay threads.
 fn run_with_relay_threads(options: RunOptions, threads: usize) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| error.to_string())?;
+    let runtime = current_thread_runtime().map_err(|error| error.to_string())?;
     let (relays, running) = RelayThreads::start(threads)
         .map_err(|error| format!("cannot start the relay threads: {error}"))?;
     let result = runtime.block_on(supervisor::run(options, relays));

@@ -19,11 +19,17 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
-use tokio::runtime::{Builder, Handle};
+use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RELAY_THREAD_NAME;
+
+/// A current-thread runtime with I/O and timers: the relay threads' and, with `--threads 1`,
+/// the only one.
+pub fn current_thread_runtime() -> io::Result<Runtime> {
+    Builder::new_current_thread().enable_all().build()
+}
 
 /// Where connection tasks are spawned: the current runtime, or the relay threads in turn.
 #[derive(Debug, Default)]
@@ -75,7 +81,7 @@ impl RelayThreads {
             threads: Vec::with_capacity(count),
         };
         for _ in 0..count {
-            let runtime = Builder::new_current_thread().enable_all().build()?;
+            let runtime = current_thread_runtime()?;
             handles.push(runtime.handle().clone());
             let (stop, stopped) = oneshot::channel::<()>();
             let thread = std::thread::Builder::new()
@@ -124,7 +130,7 @@ mod tests {
     fn connections_go_round_robin_and_stay_on_their_thread() {
         let (pool, threads) = RelayThreads::start(2).expect("relay threads");
         assert_eq!(pool.threads(), 2);
-        let runtime = Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = current_thread_runtime().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let tracker = TaskTracker::new();
         for i in 0..4 {
