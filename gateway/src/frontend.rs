@@ -280,6 +280,13 @@ impl AcceptLoop {
                     continue;
                 }
             };
+            let stream = match self.relays.detach(stream) {
+                Ok(stream) => stream,
+                Err(error) => {
+                    tracing::warn!(frontend = %self.frontend, client = %peer, %error, "could not hand the connection to a relay thread");
+                    continue;
+                }
+            };
             let connection = service.call(ClientConnection { stream, peer });
             let metrics = self.metrics.clone();
             let frontend = self.frontend.clone();

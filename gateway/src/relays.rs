@@ -8,7 +8,10 @@
 //! round robin, to one of N relay threads, each running a current-thread runtime of its own
 //! ([`RelayPool::spawn`]). A connection stays on its thread from the connect stage to its
 //! end: no work stealing and no cross-thread wake-up per relayed read, while N threads relay
-//! in parallel (HAProxy's `nbthread`). A multi-thread tokio runtime with N workers was
+//! in parallel (HAProxy's `nbthread`). For that the accepted socket is detached from the
+//! accepting runtime's reactor and registered with the relay thread's
+//! ([`RelayPool::detach`], [`ClientStream`]); otherwise the accepting thread would take every
+//! readiness event of the client's socket and wake the relay thread for it. A multi-thread tokio runtime with N workers was
 //! measured first and lost more to stealing than it gained (see `cli::DEFAULT_THREADS`).
 //!
 //! A relay thread's runtime runs until [`RelayThreads::stop`]; the supervisor drains the
@@ -19,11 +22,13 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
+use tokio::net::TcpStream;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RELAY_THREAD_NAME;
+use crate::proxy::ClientStream;
 
 /// A current-thread runtime with I/O and timers: the relay threads' and, with `--threads 1`,
 /// the only one.
@@ -47,6 +52,16 @@ impl RelayPool {
     /// Relay threads in use (0: the accepting runtime's).
     pub fn threads(&self) -> usize {
         self.handles.len()
+    }
+
+    /// Prepares an accepted socket for [`RelayPool::spawn`]: kept as it is when connections run
+    /// on the accepting runtime, detached from its reactor when a relay thread will run it
+    /// (see [`ClientStream`]).
+    pub fn detach(&self, stream: TcpStream) -> io::Result<ClientStream> {
+        if self.handles.is_empty() {
+            return Ok(ClientStream::Registered(stream));
+        }
+        stream.into_std().map(ClientStream::Detached)
     }
 
     /// Spawns a connection's task, tracked by `tracker`, on the next relay thread (or on the
@@ -177,5 +192,61 @@ mod tests {
             tracker.wait().await;
         });
         assert!(ran.load(Ordering::Relaxed));
+    }
+
+    /// The accepting runtime stops being driven once it has handed the connection over, so
+    /// its reactor sees no event from then on: the relay thread serves the connection only if
+    /// the socket was registered with its own reactor (with the accepting runtime's, the
+    /// relay task's first read would wait for ever).
+    #[test]
+    fn a_handed_over_socket_is_woken_by_its_relay_threads_reactor() {
+        use std::io::{Read, Write};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (pool, threads) = RelayThreads::start(1).expect("relay threads");
+        let accepting = current_thread_runtime().unwrap();
+        let listener = accepting
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let tracker = TaskTracker::new();
+        accepting.block_on(async {
+            let (stream, _) = listener.accept().await.unwrap();
+            let stream = pool.detach(stream).unwrap();
+            assert!(matches!(stream, ClientStream::Detached(_)));
+            pool.spawn(&tracker, async move {
+                let mut stream = stream.register().unwrap();
+                let mut buf = [0u8; 5];
+                stream.read_exact(&mut buf).await.unwrap();
+                stream.write_all(&buf).await.unwrap();
+            });
+        });
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        // By now the relay task waits for its first read; the bytes must wake it.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        client.write_all(b"hello").unwrap();
+        let mut echoed = [0u8; 5];
+        client
+            .read_exact(&mut echoed)
+            .expect("the relay thread answered");
+        assert_eq!(&echoed, b"hello");
+        tracker.close();
+        threads.stop();
+    }
+
+    #[test]
+    fn a_local_pool_keeps_the_socket_registered() {
+        let runtime = current_thread_runtime().unwrap();
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (stream, _) = listener.accept().await.unwrap();
+            let stream = RelayPool::local().detach(stream).unwrap();
+            assert!(matches!(stream, ClientStream::Registered(_)));
+        });
     }
 }
