@@ -102,13 +102,13 @@ pub struct Cli {
     /// Client key towards the store.
     #[arg(long, value_name = "FILE", requires_all = ["vip", "vip_election_cert"])]
     pub vip_election_key: Option<PathBuf>,
-    /// Threads that relay connections (HAProxy's `nbthread`), 1 to 64. With one, everything
-    /// runs on it; with more, each connection runs on one of them, in turn (see
-    /// `gateway::relays`).
+    /// Threads that accept and relay connections (HAProxy's `nbthread`), 1 to 64; default: one
+    /// per CPU. With one, everything runs on it; with more, each has a listener of its own per
+    /// frontend (`SO_REUSEPORT`) and relays the connections it accepts (see `gateway::relays`).
     #[arg(
         long,
         value_name = "N",
-        default_value_t = DEFAULT_THREADS,
+        default_value_t = default_threads(),
         value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_THREADS as u64)
     )]
     pub threads: usize,
@@ -117,18 +117,22 @@ pub struct Cli {
     pub seed: Option<u64>,
 }
 
-/// Default of `--threads`: one relay thread.
+/// Default of `--threads`: one relay thread per CPU the process may run on
+/// (`std::thread::available_parallelism`, which follows the CPU affinity and a cgroup's CPU
+/// quota), at most [`MAX_THREADS`]: HAProxy's default `nbthread`.
 ///
-/// One thread takes the least CPU per connection and per request. With a multi-thread runtime
-/// of a worker per core (two here), an accepted connection's task was often stolen by the
-/// other worker, which had to be woken first: CPU per new connection relative to HAProxy's in
-/// the same `bench gateway` run 1.05-1.18x with two workers, 0.81-1.01x with one. With two
-/// relay threads of their own (`gateway::relays`, a connection never changes threads) the
-/// maximum requests/s rises from 0.91-0.95x HAProxy's to 0.96-0.98x, but each new connection
-/// crosses from the accepting thread to its relay thread: 1.17-1.49x HAProxy's CPU per new
-/// connection (one thread 0.99-1.03x), and 1.3-1.5x the CPU per request of one thread. A
-/// node with cores to spare for the proxy and long-lived, busy connections raises it.
-pub const DEFAULT_THREADS: usize = 1;
+/// Measured against HAProxy (its two threads) in the same `bench gateway` runs on a 2-core
+/// machine (docs/benchmarks.md, 2026-11-26): two relay threads, each accepting on a listener
+/// of its own, relay 1.01-1.03x HAProxy's maximum requests/s at 1.00-1.02x its CPU per new
+/// connection; one thread 0.86-0.90x at 0.88-0.92x. Handing connections from one accepting
+/// thread to the relay threads had cost 1.2-1.5x HAProxy's CPU per new connection, and a
+/// multi-thread tokio runtime with a worker per core 1.05-1.18x (work stealing), so one
+/// thread was the default until each relay thread accepted its own connections.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |cpus| cpus.get())
+        .min(MAX_THREADS)
+}
 
 /// Upper bound of `--threads` (HAProxy's `nbthread` limit on 64-bit builds).
 pub const MAX_THREADS: usize = 64;
@@ -390,7 +394,7 @@ mod tests {
             args.extend_from_slice(extra);
             Cli::try_parse_from(args)
         };
-        assert_eq!(parse(&[]).expect("defaults").threads, DEFAULT_THREADS);
+        assert_eq!(parse(&[]).expect("defaults").threads, default_threads());
         assert_eq!(parse(&["--threads", "4"]).expect("four").threads, 4);
         for bad in ["0", "65", "two"] {
             let error = parse(&["--threads", bad]).expect_err(bad).to_string();

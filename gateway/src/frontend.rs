@@ -1,12 +1,15 @@
-//! Frontends: a listener, its accept loop and one generation of its service stack.
+//! Frontends: listeners, their accept loops and one generation of its service stack.
 //!
 //! A generation is built from one [`FrontendConfig`]: backends (reused from the previous
 //! generation when their address, limits and check are unchanged), the balancer fed by
 //! Discover, the connector, and the per-connection service
-//! `LoadShed(ConcurrencyLimit(ProxyService))`. A reload stops the accept loop, takes its
-//! listener back (so the socket is never closed when the address stays the same) and starts
-//! the next generation on it, setting the generation's TCP options on the listener for the
-//! connections it accepts to inherit (see [`crate::net`]). Connections of the old generation keep running: their futures
+//! `LoadShed(ConcurrencyLimit(ProxyService))`. A frontend has one listener, or one per relay
+//! thread (`--threads`, see [`crate::relays`]), each with an accept loop on its thread that
+//! runs the connections it accepts; the loops share the service, so the connection limit is
+//! the frontend's. A reload stops the accept loops, takes their listeners back (so the sockets
+//! are never closed when the address stays the same) and starts the next generation on them,
+//! each on the same thread, setting the generation's TCP options on the listeners for the
+//! connections they accept to inherit (see [`crate::net`]). Connections of the old generation keep running: their futures
 //! own everything they need.
 
 use std::collections::HashMap;
@@ -47,7 +50,7 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// Seed of the p2c generators (fixed for reproducible runs, random otherwise).
     pub seed: u64,
-    /// Where accepted connections run (`--threads`).
+    /// Where the accept loops, and so the connections, run (`--threads`).
     pub relays: Arc<RelayPool>,
 }
 
@@ -71,17 +74,18 @@ pub struct Frontend {
     config: FrontendConfig,
     backends: Vec<BackendEntry>,
     accept_stop: CancellationToken,
-    accept_task: JoinHandle<TcpListener>,
+    accept_tasks: Vec<JoinHandle<TcpListener>>,
     _discovery: mpsc::Sender<EndpointChange>,
 }
 
 impl Frontend {
-    /// Starts a generation on `listener`. Backends of `previous` whose identity is unchanged
-    /// are reused (with their health state and counts); the others stop their checks.
+    /// Starts a generation on `listeners`, the `i`-th registered for thread `i` of the relay
+    /// pool ([`RelayPool::register`]). Backends of `previous` whose identity is unchanged are
+    /// reused (with their health state and counts); the others stop their checks.
     pub fn start(
         config: FrontendConfig,
         prober: SharedProber,
-        listener: TcpListener,
+        listeners: Vec<TcpListener>,
         previous: Vec<BackendEntry>,
         previous_config: Option<&FrontendConfig>,
         shared: &Shared,
@@ -125,23 +129,29 @@ impl Frontend {
             .load_shed()
             .concurrency_limit(config.max_connections)
             .service(proxy);
-        net::configure_listener(&listener, config.tcp_keepalive);
         let accept_stop = CancellationToken::new();
-        let accept = AcceptLoop {
-            listener,
-            service,
-            stop: accept_stop.clone(),
-            connections: shared.connections.clone(),
-            relays: Arc::clone(&shared.relays),
-            metrics,
-            frontend: config.name.clone(),
-        };
+        let accept_tasks = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(index, listener)| {
+                net::configure_listener(&listener, config.tcp_keepalive);
+                let accept = AcceptLoop {
+                    listener,
+                    service: service.clone(),
+                    stop: accept_stop.clone(),
+                    connections: shared.connections.clone(),
+                    metrics: metrics.clone(),
+                    frontend: config.name.clone(),
+                };
+                shared.relays.spawn_accept(index, accept.run())
+            })
+            .collect();
         tracing::info!(frontend = %config.name, listen = %config.listen, backends = backends.len(), "frontend started");
         Frontend {
             config,
             backends,
             accept_stop,
-            accept_task: tokio::spawn(accept.run()),
+            accept_tasks,
             _discovery: discovery,
         }
     }
@@ -156,12 +166,15 @@ impl Frontend {
         self.backends.iter().map(|entry| &entry.backend)
     }
 
-    /// Stops accepting and returns the listener and backends (checks still running) for the
-    /// next generation. Established connections are not touched.
-    pub async fn stop(self) -> (TcpListener, Vec<BackendEntry>, FrontendConfig) {
+    /// Stops accepting and returns the listeners (in their threads' order) and backends
+    /// (checks still running) for the next generation. Established connections are not touched.
+    pub async fn stop(self) -> (Vec<TcpListener>, Vec<BackendEntry>, FrontendConfig) {
         self.accept_stop.cancel();
-        let listener = self.accept_task.await.expect("accept loop does not panic");
-        (listener, self.backends, self.config)
+        let mut listeners = Vec::with_capacity(self.accept_tasks.len());
+        for accept_task in self.accept_tasks {
+            listeners.push(accept_task.await.expect("accept loop does not panic"));
+        }
+        (listeners, self.backends, self.config)
     }
 }
 
@@ -252,7 +265,6 @@ struct AcceptLoop {
     service: FrontendService,
     stop: CancellationToken,
     connections: TaskTracker,
-    relays: Arc<RelayPool>,
     metrics: FrontendMetrics,
     frontend: String,
 }
@@ -280,13 +292,6 @@ impl AcceptLoop {
                     continue;
                 }
             };
-            let stream = match self.relays.detach(stream) {
-                Ok(stream) => stream,
-                Err(error) => {
-                    tracing::warn!(frontend = %self.frontend, client = %peer, %error, "could not hand the connection to a relay thread");
-                    continue;
-                }
-            };
             let connection = service.call(ClientConnection { stream, peer });
             let metrics = self.metrics.clone();
             let frontend = self.frontend.clone();
@@ -295,7 +300,8 @@ impl AcceptLoop {
                     report_rejection(&frontend, peer, &metrics, error);
                 }
             };
-            self.relays.spawn(&self.connections, task);
+            // On this thread's runtime: the connection is relayed where it was accepted.
+            self.connections.spawn(task);
         }
     }
 }

@@ -28,15 +28,43 @@ pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
 /// Binds a listener with `SO_REUSEADDR`, so a restarted gateway can bind while old
 /// connections linger in `TIME_WAIT`.
 pub fn bind_listener(address: SocketAddr) -> io::Result<TcpListener> {
-    bind_listener_with(address, false)
+    TcpListener::from_std(bind_std_listener(address, false, false)?)
 }
 
-/// [`bind_listener`], with `IP_FREEBIND` (`IPV6_FREEBIND`) when `nonlocal`: the listener binds an address that
-/// is not (yet) on any interface, the VIP on a gateway that does not hold it, and accepts
-/// connections to it once the VIP arrives.
-pub fn bind_listener_with(address: SocketAddr, nonlocal: bool) -> io::Result<TcpListener> {
+/// Binds `count` listening sockets to `address` for one frontend: one without relay threads,
+/// one per relay thread otherwise, all with `SO_REUSEPORT` so the kernel spreads the incoming
+/// connections over them (see [`crate::relays`]). HAProxy sets `SO_REUSEPORT` on its
+/// listeners too. With `nonlocal`, `IP_FREEBIND` (`IPV6_FREEBIND`): the listeners bind an
+/// address that is not (yet) on any interface, the VIP on a gateway that does not hold it,
+/// and accept connections to it once the VIP arrives. With port 0 the first socket picks the
+/// port and the others join it.
+pub fn bind_listeners(
+    address: SocketAddr,
+    nonlocal: bool,
+    count: usize,
+) -> io::Result<Vec<std::net::TcpListener>> {
+    let reuse_port = count > 1;
+    let first = bind_std_listener(address, nonlocal, reuse_port)?;
+    let address = first.local_addr()?;
+    let mut listeners = Vec::with_capacity(count);
+    listeners.push(first);
+    for _ in 1..count {
+        listeners.push(bind_std_listener(address, nonlocal, reuse_port)?);
+    }
+    Ok(listeners)
+}
+
+/// A non-blocking listening socket, not yet registered with any reactor.
+fn bind_std_listener(
+    address: SocketAddr,
+    nonlocal: bool,
+    reuse_port: bool,
+) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
     if nonlocal {
         if address.is_ipv4() {
             socket.set_freebind_v4(true)?;
@@ -47,7 +75,7 @@ pub fn bind_listener_with(address: SocketAddr, nonlocal: bool) -> io::Result<Tcp
     socket.set_nonblocking(true)?;
     socket.bind(&address.into())?;
     socket.listen(LISTEN_BACKLOG)?;
-    TcpListener::from_std(socket.into())
+    Ok(socket.into())
 }
 
 /// Sets the options of [`configure_stream`] on `listener`, so every connection it accepts
@@ -106,5 +134,47 @@ mod tests {
             socket.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
             TCP_KEEPALIVE_RETRIES
         );
+    }
+
+    /// Accepts whatever is pending on `listener` (non-blocking).
+    fn drain(listener: &std::net::TcpListener) -> usize {
+        let mut accepted = 0;
+        while listener.accept().is_ok() {
+            accepted += 1;
+        }
+        accepted
+    }
+
+    #[test]
+    fn a_frontends_listeners_share_the_address_and_the_connections() {
+        const CONNECTIONS: usize = 64;
+        let listeners =
+            bind_listeners("127.0.0.1:0".parse().expect("address"), false, 2).expect("bind");
+        let address = listeners[0].local_addr().expect("address");
+        assert_eq!(listeners[1].local_addr().expect("address"), address);
+        assert!(SockRef::from(&listeners[0])
+            .reuse_port()
+            .expect("SO_REUSEPORT"));
+        let clients: Vec<_> = (0..CONNECTIONS)
+            .map(|_| std::net::TcpStream::connect(address).expect("connect"))
+            .collect();
+        let per_listener: Vec<usize> = listeners.iter().map(drain).collect();
+        assert_eq!(per_listener.iter().sum::<usize>(), clients.len());
+        // Each connection lands on one by a hash of its ports: all 64 on one listener would
+        // have a chance of 2^-63.
+        assert!(per_listener.iter().all(|&n| n > 0), "{per_listener:?}");
+    }
+
+    #[test]
+    fn a_single_listener_keeps_its_port_to_itself() {
+        let listeners =
+            bind_listeners("127.0.0.1:0".parse().expect("address"), false, 1).expect("bind");
+        assert_eq!(listeners.len(), 1);
+        let address = listeners[0].local_addr().expect("address");
+        assert!(!SockRef::from(&listeners[0])
+            .reuse_port()
+            .expect("SO_REUSEPORT"));
+        let second = bind_listeners(address, false, 1).expect_err("the port is taken");
+        assert_eq!(second.kind(), io::ErrorKind::AddrInUse);
     }
 }

@@ -1,34 +1,37 @@
-//! Relay threads: where accepted connections run.
+//! Relay threads: where the accept loops and their connections run.
 //!
-//! With `--threads 1` (the default) the gateway is one thread: one current-thread runtime runs
+//! With `--threads 1` the gateway is one thread: one current-thread runtime runs
 //! the supervisor, the accept loops, the health checks, the admin API and every connection.
 //!
-//! With `--threads N` (N > 1) the main thread's runtime keeps the supervisor, the accept loops,
-//! the health checks and the admin API, and the accept loops hand every accepted connection,
-//! round robin, to one of N relay threads, each running a current-thread runtime of its own
-//! ([`RelayPool::spawn`]). A connection stays on its thread from the connect stage to its
-//! end: no work stealing and no cross-thread wake-up per relayed read, while N threads relay
-//! in parallel (HAProxy's `nbthread`). For that the accepted socket is detached from the
-//! accepting runtime's reactor and registered with the relay thread's
-//! ([`RelayPool::detach`], [`ClientStream`]); otherwise the accepting thread would take every
-//! readiness event of the client's socket and wake the relay thread for it. A multi-thread tokio runtime with N workers was
-//! measured first and lost more to stealing than it gained (see `cli::DEFAULT_THREADS`).
+//! With `--threads N` (N > 1; the default is one per CPU) the main thread's runtime keeps the supervisor, the health checks
+//! and the admin API, and each of N relay threads runs a current-thread runtime of its own
+//! with one accept loop per frontend: every frontend binds N listening sockets to its address
+//! with `SO_REUSEPORT` ([`crate::net::bind_listeners`]), the kernel spreads incoming
+//! connections over them by a hash of the addresses and ports, and the thread that accepts a
+//! connection relays it to its end. A connection so never crosses threads: no hand-off from
+//! an accepting thread, no work stealing, and its sockets are registered with the reactor of
+//! the thread that polls them, while N threads relay in parallel (HAProxy's `nbthread`).
 //!
-//! A relay thread's runtime runs until [`RelayThreads::stop`]; the supervisor drains the
-//! connections (or reaches its shutdown deadline) before that.
+//! Handing each accepted connection from one accepting thread to the relay threads, round
+//! robin, was measured first (docs/benchmarks.md): it cost 1.2-1.5x HAProxy's CPU per new
+//! connection, against about HAProxy's own with one thread; a multi-thread tokio runtime
+//! with N workers lost more to stealing than it gained (see [`crate::cli::default_threads`]).
+//!
+//! A listener is registered with the reactor of the thread that accepts on it when it is
+//! bound ([`RelayPool::register`]), and a reload hands each listener to the next
+//! generation's accept loop on the same thread. A relay thread's runtime runs until
+//! [`RelayThreads::stop`]; the supervisor stops the accept loops and drains the connections
+//! (or reaches its shutdown deadline) before that.
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 
-use tokio::net::TcpStream;
+use tokio::net::TcpListener;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::sync::oneshot;
-use tokio_util::task::TaskTracker;
+use tokio::task::JoinHandle;
 
 use crate::cli::RELAY_THREAD_NAME;
-use crate::proxy::ClientStream;
 
 /// A current-thread runtime with I/O and timers: the relay threads' and, with `--threads 1`,
 /// the only one.
@@ -36,46 +39,56 @@ pub fn current_thread_runtime() -> io::Result<Runtime> {
     Builder::new_current_thread().enable_all().build()
 }
 
-/// Where connection tasks are spawned: the current runtime, or the relay threads in turn.
+/// Where the accept loops (and so the connections) run: the current runtime, or one relay
+/// thread per listener of a frontend.
 #[derive(Debug, Default)]
 pub struct RelayPool {
     handles: Vec<Handle>,
-    next: AtomicUsize,
 }
 
 impl RelayPool {
-    /// Connections run on the runtime that accepts them.
+    /// Everything runs on the current runtime.
     pub fn local() -> Self {
         RelayPool::default()
     }
 
-    /// Relay threads in use (0: the accepting runtime's).
+    /// Relay threads in use (0: the current runtime's).
     pub fn threads(&self) -> usize {
         self.handles.len()
     }
 
-    /// Prepares an accepted socket for [`RelayPool::spawn`]: kept as it is when connections run
-    /// on the accepting runtime, detached from its reactor when a relay thread will run it
-    /// (see [`ClientStream`]).
-    pub fn detach(&self, stream: TcpStream) -> io::Result<ClientStream> {
-        if self.handles.is_empty() {
-            return Ok(ClientStream::Registered(stream));
-        }
-        stream.into_std().map(ClientStream::Detached)
+    /// Listening sockets per frontend: one per relay thread, one without relay threads.
+    pub fn listeners_per_frontend(&self) -> usize {
+        self.handles.len().max(1)
     }
 
-    /// Spawns a connection's task, tracked by `tracker`, on the next relay thread (or on the
-    /// current runtime when the pool has none).
-    pub fn spawn<F>(&self, tracker: &TaskTracker, task: F)
+    /// Registers the `index`-th listener of a frontend with the reactor of the thread that
+    /// will accept on it (relay thread `index`, or the current runtime).
+    pub async fn register(
+        &self,
+        index: usize,
+        listener: std::net::TcpListener,
+    ) -> io::Result<TcpListener> {
+        let Some(handle) = self.handles.get(index) else {
+            return TcpListener::from_std(listener);
+        };
+        handle
+            .spawn(async move { TcpListener::from_std(listener) })
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    /// Runs the accept loop of a frontend's `index`-th listener on the thread the listener
+    /// was registered for ([`RelayPool::register`]).
+    pub fn spawn_accept<F>(&self, index: usize, accept_loop: F) -> JoinHandle<F::Output>
     where
-        F: Future<Output = ()> + Send + 'static,
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
     {
-        if self.handles.is_empty() {
-            tracker.spawn(task);
-            return;
+        match self.handles.get(index) {
+            Some(handle) => handle.spawn(accept_loop),
+            None => tokio::spawn(accept_loop),
         }
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        tracker.spawn_on(task, &self.handles[turn]);
     }
 }
 
@@ -83,7 +96,7 @@ impl RelayPool {
 #[derive(Debug)]
 pub struct RelayThreads {
     stops: Vec<oneshot::Sender<()>>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl RelayThreads {
@@ -116,10 +129,7 @@ impl RelayThreads {
                 }
             }
         }
-        let pool = RelayPool {
-            handles,
-            next: AtomicUsize::new(0),
-        };
+        let pool = RelayPool { handles };
         Ok((pool, running))
     }
 
@@ -138,93 +148,32 @@ impl RelayThreads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
-    use std::sync::{Arc, Mutex};
+    use std::io::{Read, Write};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    #[test]
-    fn connections_go_round_robin_and_stay_on_their_thread() {
-        let (pool, threads) = RelayThreads::start(2).expect("relay threads");
-        assert_eq!(pool.threads(), 2);
-        let runtime = current_thread_runtime().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let tracker = TaskTracker::new();
-        for i in 0..4 {
-            let seen = Arc::clone(&seen);
-            let task = async move {
-                let before = std::thread::current().id();
-                tokio::task::yield_now().await;
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                let after = std::thread::current().id();
-                let name = std::thread::current().name().map(str::to_string);
-                seen.lock().unwrap().push((i, before, after, name));
-            };
-            runtime.block_on(async { pool.spawn(&tracker, task) });
-        }
-        tracker.close();
-        runtime.block_on(tracker.wait());
-        let mut seen = seen.lock().unwrap().clone();
-        seen.sort_by_key(|entry| entry.0);
-        for (_, before, after, name) in &seen {
-            assert_eq!(before, after, "a connection moved between threads");
-            assert_eq!(name.as_deref(), Some(RELAY_THREAD_NAME));
-        }
-        assert_eq!(seen[0].1, seen[2].1, "round robin: 0 and 2 share a thread");
-        assert_eq!(seen[1].1, seen[3].1);
-        assert_ne!(seen[0].1, seen[1].1);
-        threads.stop();
+    /// Binds a plain listener on a free loopback port.
+    fn std_listener() -> std::net::TcpListener {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        listener
     }
 
-    #[test]
-    fn a_local_pool_spawns_on_the_current_runtime() {
-        let pool = RelayPool::local();
-        assert_eq!(pool.threads(), 0);
-        let runtime = Builder::new_current_thread().build().unwrap();
-        let tracker = TaskTracker::new();
-        let ran = Arc::new(AtomicBool::new(false));
-        let here = std::thread::current().id();
-        let flag = Arc::clone(&ran);
-        runtime.block_on(async {
-            pool.spawn(&tracker, async move {
-                assert_eq!(std::thread::current().id(), here);
-                flag.store(true, Ordering::Relaxed);
-            });
-            tracker.close();
-            tracker.wait().await;
-        });
-        assert!(ran.load(Ordering::Relaxed));
+    /// Accepts one connection on `listener` and echoes five bytes; reports its thread.
+    async fn echo_once(listener: TcpListener) -> (std::thread::ThreadId, Option<String>) {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 5];
+        stream.read_exact(&mut buf).await.unwrap();
+        stream.write_all(&buf).await.unwrap();
+        let thread = std::thread::current();
+        (thread.id(), thread.name().map(str::to_string))
     }
 
-    /// The accepting runtime stops being driven once it has handed the connection over, so
-    /// its reactor sees no event from then on: the relay thread serves the connection only if
-    /// the socket was registered with its own reactor (with the accepting runtime's, the
-    /// relay task's first read would wait for ever).
-    #[test]
-    fn a_handed_over_socket_is_woken_by_its_relay_threads_reactor() {
-        use std::io::{Read, Write};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-        let (pool, threads) = RelayThreads::start(1).expect("relay threads");
-        let accepting = current_thread_runtime().unwrap();
-        let listener = accepting
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let tracker = TaskTracker::new();
-        accepting.block_on(async {
-            let (stream, _) = listener.accept().await.unwrap();
-            let stream = pool.detach(stream).unwrap();
-            assert!(matches!(stream, ClientStream::Detached(_)));
-            pool.spawn(&tracker, async move {
-                let mut stream = stream.register().unwrap();
-                let mut buf = [0u8; 5];
-                stream.read_exact(&mut buf).await.unwrap();
-                stream.write_all(&buf).await.unwrap();
-            });
-        });
+    fn echo_through(address: std::net::SocketAddr) {
+        let mut client = std::net::TcpStream::connect(address).unwrap();
         client
             .set_read_timeout(Some(std::time::Duration::from_secs(10)))
             .unwrap();
-        // By now the relay task waits for its first read; the bytes must wake it.
+        // By now the accept loop waits; the connection and its bytes must wake it.
         std::thread::sleep(std::time::Duration::from_millis(100));
         client.write_all(b"hello").unwrap();
         let mut echoed = [0u8; 5];
@@ -232,21 +181,59 @@ mod tests {
             .read_exact(&mut echoed)
             .expect("the relay thread answered");
         assert_eq!(&echoed, b"hello");
-        tracker.close();
+    }
+
+    /// The main runtime registers the listeners and starts the accept loops, then is no longer
+    /// driven, so its reactor sees no event from then on: each relay thread accepts and serves
+    /// on its own reactor alone (a listener registered with the main runtime's reactor would
+    /// never see the connection).
+    #[test]
+    fn each_listener_is_accepted_on_and_served_by_its_own_relay_thread() {
+        let (pool, threads) = RelayThreads::start(2).expect("relay threads");
+        assert_eq!(pool.listeners_per_frontend(), 2);
+        let main = current_thread_runtime().unwrap();
+        let listeners = [std_listener(), std_listener()];
+        let addresses: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let loops: Vec<_> = main.block_on(async {
+            let mut loops = Vec::new();
+            for (index, listener) in listeners.into_iter().enumerate() {
+                let listener = pool.register(index, listener).await.unwrap();
+                loops.push(pool.spawn_accept(index, echo_once(listener)));
+            }
+            loops
+        });
+        for address in addresses {
+            echo_through(address);
+        }
+        let served: Vec<_> = main.block_on(async {
+            let mut served = Vec::new();
+            for accept_loop in loops {
+                served.push(accept_loop.await.unwrap());
+            }
+            served
+        });
+        for (_, name) in &served {
+            assert_eq!(name.as_deref(), Some(RELAY_THREAD_NAME));
+        }
+        assert_ne!(served[0].0, served[1].0, "one relay thread per listener");
+        assert_ne!(served[0].0, std::thread::current().id());
         threads.stop();
     }
 
     #[test]
-    fn a_local_pool_keeps_the_socket_registered() {
+    fn a_local_pool_accepts_on_the_current_runtime() {
+        let pool = RelayPool::local();
+        assert_eq!((pool.threads(), pool.listeners_per_frontend()), (0, 1));
         let runtime = current_thread_runtime().unwrap();
-        runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
-                .await
-                .unwrap();
-            let (stream, _) = listener.accept().await.unwrap();
-            let stream = RelayPool::local().detach(stream).unwrap();
-            assert!(matches!(stream, ClientStream::Registered(_)));
+        let listener = std_listener();
+        let address = listener.local_addr().unwrap();
+        let here = std::thread::current().id();
+        let client = std::thread::spawn(move || echo_through(address));
+        let (thread, _) = runtime.block_on(async {
+            let listener = pool.register(0, listener).await.unwrap();
+            pool.spawn_accept(0, echo_once(listener)).await.unwrap()
         });
+        client.join().unwrap();
+        assert_eq!(thread, here);
     }
 }

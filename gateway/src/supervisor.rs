@@ -13,6 +13,7 @@
 //! connections finish until `shutdown_grace`, then close the rest and exit.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -25,7 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin;
 use crate::backend::{AdminState, Backend};
-use crate::config::{Config, ConfigError, VipConfig};
+use crate::config::{Config, ConfigError, FrontendConfig, VipConfig};
 use crate::frontend::{BackendEntry, Frontend, Shared};
 use crate::health::{Prober, SharedProber, TlsSetupError};
 use crate::metrics::Metrics;
@@ -132,6 +133,18 @@ impl Supervisor {
         Arc::clone(&self.directory)
     }
 
+    /// Binds a new frontend's listeners, one per relay thread, each registered with the
+    /// reactor of the thread that will accept on it.
+    async fn bind(&self, frontend: &FrontendConfig, on_vip: bool) -> io::Result<Vec<TcpListener>> {
+        let relays = &self.shared.relays;
+        let bound = net::bind_listeners(frontend.listen, on_vip, relays.listeners_per_frontend())?;
+        let mut listeners = Vec::with_capacity(bound.len());
+        for (index, listener) in bound.into_iter().enumerate() {
+            listeners.push(relays.register(index, listener).await?);
+        }
+        Ok(listeners)
+    }
+
     /// Applies `config`: prepares everything that can fail, then swaps generations.
     pub async fn apply(&mut self, config: &Config) -> Result<(), ApplyError> {
         let mut prepared = Vec::with_capacity(config.frontends.len());
@@ -150,22 +163,22 @@ impl Supervisor {
                 .vip
                 .as_ref()
                 .is_some_and(|vip| frontend.listen.ip() == vip.address);
-            let listener = if reused {
+            let listeners = if reused {
                 None
             } else {
                 Some(
-                    net::bind_listener_with(frontend.listen, on_vip).map_err(|source| {
-                        ApplyError::Bind {
+                    self.bind(frontend, on_vip)
+                        .await
+                        .map_err(|source| ApplyError::Bind {
                             frontend: frontend.name.clone(),
                             address: frontend.listen,
                             source,
-                        }
-                    })?,
+                        })?,
                 )
             };
-            prepared.push((frontend.clone(), prober, listener));
+            prepared.push((frontend.clone(), prober, listeners));
         }
-        let mut listeners: HashMap<SocketAddr, TcpListener> = HashMap::new();
+        let mut listeners: HashMap<SocketAddr, Vec<TcpListener>> = HashMap::new();
         let mut previous: HashMap<String, (Vec<BackendEntry>, crate::config::FrontendConfig)> =
             HashMap::new();
         for running in self.frontends.drain(..) {
@@ -173,17 +186,17 @@ impl Supervisor {
             listeners.insert(old_config.listen, listener);
             previous.insert(old_config.name.clone(), (backends, old_config));
         }
-        for (frontend, prober, listener) in prepared {
-            let listener = listener
+        for (frontend, prober, bound) in prepared {
+            let bound = bound
                 .or_else(|| listeners.remove(&frontend.listen))
-                .expect("prepare bound or found a listener for every frontend");
+                .expect("prepare bound or found the listeners of every frontend");
             let (backends, old_config) = previous
                 .remove(&frontend.name)
                 .map_or((Vec::new(), None), |(b, c)| (b, Some(c)));
             let started = Frontend::start(
                 frontend,
                 prober,
-                listener,
+                bound,
                 backends,
                 old_config.as_ref(),
                 &self.shared,
@@ -210,8 +223,8 @@ impl Supervisor {
         );
         let mut backends = Vec::new();
         for frontend in self.frontends.drain(..) {
-            let (listener, entries, _) = frontend.stop().await;
-            drop(listener);
+            let (listeners, entries, _) = frontend.stop().await;
+            drop(listeners);
             backends.extend(entries);
         }
         let connections = self.shared.connections.clone();

@@ -52,19 +52,27 @@ async fn round_robin_spreads_short_connections_evenly_with_tls_passthrough() {
     }
 }
 
-/// One relay thread by default (see `gateway::cli::DEFAULT_THREADS`), `--threads N` for more;
-/// either way connections are relayed. Connections go to the relay threads in turn, so twice as
-/// many requests as threads pass through every thread.
+/// A relay thread per CPU by default (see `gateway::cli::default_threads`), `--threads N` to
+/// choose; each thread has a listener of its own and connections are relayed either way. The
+/// kernel spreads connections over the listeners by a hash of their ports, so four requests
+/// per thread most likely pass through every thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_threads_follow_the_threads_flag() {
     let pki = Pki::new();
     let backends = start_backends(&pki, 1).await;
     let refs: Vec<&Nginx> = backends.iter().collect();
-    for (extra, threads) in [(&[][..], 1), (&["--threads", "3"][..], 3)] {
+    let cases = [
+        (&[][..], gateway::cli::default_threads()),
+        (&["--threads", "1"][..], 1),
+        (&["--threads", "3"][..], 3),
+    ];
+    for (extra, threads) in cases {
         let listen = free_local_address();
         let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, extra)).await;
         assert_eq!(gateway.relay_threads(), threads, "{extra:?}");
-        for _ in 0..threads * 2 {
+        // One listening socket per relay thread, each accepting for its thread.
+        assert_eq!(gateway.listening_sockets(), threads, "{extra:?}");
+        for _ in 0..threads * 4 {
             request_backend(&pki, gateway.listen, &refs)
                 .await
                 .expect("request through the gateway");

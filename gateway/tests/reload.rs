@@ -18,11 +18,15 @@ async fn reload_adds_and_removes_backends_without_dropping_connections() {
         backends.push(Nginx::start(&pki, name, None).await);
     }
     let listen = free_local_address();
-    let gateway = Gateway::start_with_config(
+    // Two relay threads: the reload hands each thread's listener to its next accept loop.
+    const THREADS: usize = 2;
+    let gateway = Gateway::start_with_config_and_args(
         listen,
         &config_toml(listen, &[&backends[0], &backends[1]], "", ""),
+        &["--threads", &THREADS.to_string()],
     )
     .await;
+    assert_eq!(gateway.listening_sockets(), THREADS);
     // Open connections until one sits on cp1, the backend the reload removes.
     let mut open = Vec::new();
     for _ in 0..40 {
@@ -74,6 +78,7 @@ async fn reload_adds_and_removes_backends_without_dropping_connections() {
     }
     assert!(seen_cp3, "added backend takes new connections");
     assert!(gateway.log().contains("configuration reloaded"));
+    assert_eq!(gateway.listening_sockets(), THREADS, "listeners kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

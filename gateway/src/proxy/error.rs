@@ -15,7 +15,4 @@ pub enum ProxyError {
     /// The frontend's balancer stopped (a reload replaced it while this connection waited).
     #[error("balancer unavailable: {0}")]
     BalancerClosed(crate::BoxError),
-    /// The client's socket could not be registered with the relay thread's reactor.
-    #[error("client socket not registered: {0}")]
-    ClientSocket(std::io::Error),
 }

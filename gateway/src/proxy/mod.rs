@@ -26,7 +26,5 @@ mod shared;
 pub use error::ProxyError;
 pub use relay::{relay, RelayEnd, RelayOutcome};
 pub use retry::Redispatch;
-pub use service::{
-    connector, ClientConnection, ClientStream, Connector, ProxyService, ProxySettings,
-};
+pub use service::{connector, ClientConnection, Connector, ProxyService, ProxySettings};
 pub use shared::{GuardedBalancer, SharedBalancer};

@@ -60,36 +60,9 @@ impl ProxySettings {
 #[derive(Debug)]
 pub struct ClientConnection {
     /// The client's stream.
-    pub stream: ClientStream,
+    pub stream: TcpStream,
     /// The client's address.
     pub peer: SocketAddr,
-}
-
-/// An accepted client socket, as the accept loop hands it to the connection's task.
-///
-/// A tokio socket delivers its readiness through the reactor of the runtime it was registered
-/// with, which is the accepting runtime's. A connection run by another thread's runtime (a
-/// relay thread, [`crate::relays`]) would then be woken through the accepting thread for every
-/// read and write: that thread's reactor takes the event, then wakes the relay thread. So the
-/// accept loop detaches a socket it hands to a relay thread, and the connection's task
-/// registers it with its own runtime's reactor before anything else (one `epoll_ctl` each
-/// way per connection instead of a cross-thread wake-up per event).
-#[derive(Debug)]
-pub enum ClientStream {
-    /// Registered with the reactor of the runtime that runs the connection.
-    Registered(TcpStream),
-    /// Not registered with any reactor (non-blocking, as `TcpStream::into_std` leaves it).
-    Detached(std::net::TcpStream),
-}
-
-impl ClientStream {
-    /// The stream, registered with the current runtime's reactor.
-    pub fn register(self) -> std::io::Result<TcpStream> {
-        match self {
-            ClientStream::Registered(stream) => Ok(stream),
-            ClientStream::Detached(stream) => TcpStream::from_std(stream),
-        }
-    }
 }
 
 /// The per-connection service of one frontend.
@@ -129,10 +102,6 @@ impl ProxyService {
     ) -> Result<RelayOutcome, ProxyError> {
         metrics.active.inc();
         let _active = ActiveGuard(metrics.clone());
-        let client = connection
-            .stream
-            .register()
-            .map_err(ProxyError::ClientSocket)?;
         let BackendConnection { stream, slot } =
             connect(attempt, settings.connect_stage_budget(), &metrics).await?;
         let backend = slot.backend();
@@ -141,7 +110,7 @@ impl ProxyService {
             backend.metrics().bytes_to_client.clone(),
         );
         let outcome = relay(
-            client,
+            connection.stream,
             stream,
             counters,
             settings.idle_timeout,

@@ -321,6 +321,15 @@ impl Gateway {
 
     /// Starts the gateway with the configuration file `config_text` (kept as `config_path()`).
     pub async fn start_with_config(listen: SocketAddr, config_text: &str) -> Gateway {
+        Gateway::start_with_config_and_args(listen, config_text, &[]).await
+    }
+
+    /// [`Gateway::start_with_config`] with more flags (`--threads N`).
+    pub async fn start_with_config_and_args(
+        listen: SocketAddr,
+        config_text: &str,
+        extra: &[&str],
+    ) -> Gateway {
         let dir = tempfile::Builder::new()
             .prefix("gateway-proc-")
             .tempdir()
@@ -328,12 +337,13 @@ impl Gateway {
         let config = dir.path().join("gateway.toml");
         fs::write(&config, config_text).unwrap();
         let admin = free_local_address();
-        let args = vec![
+        let mut args = vec![
             "--config".to_string(),
             config.display().to_string(),
             "--admin".to_string(),
             admin.to_string(),
         ];
+        args.extend(extra.iter().map(|arg| arg.to_string()));
         let process = spawn_gateway(&args, &dir.path().join("gateway.log"));
         let mut gateway = Gateway {
             listen,
@@ -382,6 +392,28 @@ impl Gateway {
             .expect("the gateway's threads")
             .filter_map(|task| fs::read_to_string(task.ok()?.path().join("comm")).ok())
             .filter(|name| name.trim_end() == gateway::cli::RELAY_THREAD_NAME)
+            .count()
+    }
+
+    /// Listening TCP sockets on `self.listen` (an IPv4 address), counted in `/proc/net/tcp`:
+    /// one per relay thread (`SO_REUSEPORT`), or one. Every test listens on a port of its own.
+    pub fn listening_sockets(&self) -> usize {
+        let SocketAddr::V4(listen) = self.listen else {
+            panic!("listening_sockets reads /proc/net/tcp (IPv4 only)");
+        };
+        let local = format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(listen.ip().octets()),
+            listen.port()
+        );
+        const LISTEN_STATE: &str = "0A";
+        fs::read_to_string("/proc/net/tcp")
+            .expect("/proc/net/tcp")
+            .lines()
+            .skip(1)
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .filter(|fields| fields.get(1) == Some(&local.as_str()))
+            .filter(|fields| fields.get(3) == Some(&LISTEN_STATE))
             .count()
     }
 
