@@ -117,6 +117,16 @@ pub const MAX_APPEND_ENTRIES_BYTES: usize = 1024 * 1024;
 /// has not applied yet, however long that range is.
 pub const MAX_APPLY_READ_BYTES: usize = 1024 * 1024;
 
+/// Encoded bytes of the newest log entries each member keeps in memory as
+/// they are appended ([`crate::raft::log_store`]'s tail cache): replication
+/// and the state machine read them from there instead of reading and
+/// decoding the engine's copy. Under load the entries between an append
+/// and its apply are the leader's entries in flight, at most
+/// [`crate::raft::batcher::MAX_ENTRIES_IN_FLIGHT`] (4) of at most
+/// [`crate::raft::batcher::MAX_ENTRY_BYTES`] (1 MiB) each; older entries (a
+/// lagging follower's) are read from the engine.
+pub const LOG_TAIL_CACHE_BYTES: usize = 4 * 1024 * 1024;
+
 /// Deadline for one peer RPC (append, vote); snapshots get a longer one.
 pub const PEER_RPC_TIMEOUT_MS: u64 = 3_000;
 

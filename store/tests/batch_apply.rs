@@ -60,7 +60,9 @@ fn log_id(index: u64) -> LogId {
 fn entry(index: u64, proposals: Vec<Proposal>) -> Entry {
     Entry {
         log_id: log_id(index),
-        payload: EntryPayload::Normal(Batch { proposals }),
+        payload: EntryPayload::Normal(Batch {
+            proposals: proposals.into(),
+        }),
     }
 }
 

@@ -32,6 +32,8 @@
 //! release the permit of an entry still in the pipeline. Both paths share
 //! one semaphore, so the bound on entries in flight holds for their sum.
 
+use std::sync::Arc;
+
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::raft::responder::Responder;
 use openraft::OptionalSend;
@@ -105,9 +107,13 @@ impl Batcher {
         let send = move |queued: Vec<Queued>| {
             let raft = sender.clone();
             async move {
-                let (proposals, answers) =
+                let (proposals, answers): (Vec<Proposal>, Vec<_>) =
                     queued.into_iter().map(|q| (q.proposal, q.answer)).unzip();
-                let result = raft.client_write(Batch { proposals }).await;
+                let result = raft
+                    .client_write(Batch {
+                        proposals: proposals.into(),
+                    })
+                    .await;
                 answer_all(answers, result.map(|r| r.data));
             }
         };
@@ -136,7 +142,7 @@ impl Batcher {
     ) -> Result<CommandResponse, BatchError> {
         let (responder, answer) = EntryResponder::new(permit);
         let batch = Batch {
-            proposals: vec![proposal],
+            proposals: Arc::new([proposal]),
         };
         self.raft
             .client_write_ff(batch, Some(responder))

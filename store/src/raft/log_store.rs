@@ -13,12 +13,22 @@
 //! completed after the sync that covers its entries returns, so openraft
 //! never counts an entry as stored before it is on disk.
 //!
+//! Tail cache: the entries an append writes are also kept in memory, the
+//! newest [`LOG_TAIL_CACHE_BYTES`] of them ([`TailCache`]), as etcd's raft
+//! keeps its log's tail in memory. Replication (one read per follower) and
+//! the state machine (one read per member) take clones from there (a
+//! [`super::types::Batch`] shares its proposals), so the leader no longer
+//! reads and decodes each entry three times from the engine. Truncation
+//! and purging remove the same entries from both; a read the cache cannot
+//! serve whole goes to the engine.
+//!
 //! openraft 0.10 does not wait for the callback before it replicates: the
 //! leader sends new entries to the followers while its own fsync runs (as
 //! etcd writes its WAL in parallel with sending), and counts itself towards
 //! the commit quorum only once the callback says its copy is durable.
 
 use std::borrow::Borrow;
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, ControlFlow, RangeBounds};
@@ -32,7 +42,9 @@ use openraft::OptionalSend;
 use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::codec;
 use crate::engine::{Engine, Table, WriteBatch};
-use crate::limits::{GROUP_COMMIT_MAX_PENDING, MAX_APPEND_ENTRIES_BYTES, MAX_APPLY_READ_BYTES};
+use crate::limits::{
+    GROUP_COMMIT_MAX_PENDING, LOG_TAIL_CACHE_BYTES, MAX_APPEND_ENTRIES_BYTES, MAX_APPLY_READ_BYTES,
+};
 
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
@@ -55,6 +67,111 @@ pub struct LogStore {
     /// The commit index openraft last saved, not yet written: it goes to
     /// the engine with the next append (see `save_committed`).
     committed: Arc<Mutex<Option<Option<LogId>>>>,
+    /// The newest entries, shared by every clone (see the module docs).
+    tail: Arc<Mutex<TailCache>>,
+}
+
+/// The newest log entries in memory, with their encoded sizes: a
+/// contiguous run of indexes ending at the log's last entry, or empty.
+/// Every append pushes its entries; every truncation and purge removes
+/// theirs, so a cached entry is always the one the engine holds at its
+/// index.
+#[derive(Debug)]
+struct TailCache {
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+    limit: usize,
+    /// Reads served from memory (for tests and metrics of the cache).
+    hits: u64,
+}
+
+impl TailCache {
+    fn new(limit: usize) -> Self {
+        TailCache {
+            entries: VecDeque::new(),
+            bytes: 0,
+            limit,
+            hits: 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Adds the entry appended after the current last one. An entry that
+    /// does not follow it (the log was truncated or jumped past a snapshot
+    /// without this cache seeing it) starts a new run; one larger than the
+    /// whole cache leaves it empty. The oldest entries go past the limit.
+    fn push(&mut self, entry: Entry, size: usize) {
+        let follows = self
+            .entries
+            .back()
+            .is_none_or(|(last, _)| last.log_id.index.checked_add(1) == Some(entry.log_id.index));
+        if !follows || size > self.limit {
+            self.clear();
+        }
+        if size > self.limit {
+            return;
+        }
+        self.bytes += size;
+        self.entries.push_back((entry, size));
+        while self.bytes > self.limit {
+            let Some((_, oldest)) = self.entries.pop_front() else {
+                break;
+            };
+            self.bytes -= oldest;
+        }
+    }
+
+    /// Drops the entries after `last` (all of them for `None`).
+    fn truncate_after(&mut self, last: Option<u64>) {
+        while let Some((entry, size)) = self.entries.back() {
+            if last.is_some_and(|last| entry.log_id.index <= last) {
+                break;
+            }
+            self.bytes -= size;
+            self.entries.pop_back();
+        }
+    }
+
+    /// Drops the entries up to and including `upto`.
+    fn purge(&mut self, upto: u64) {
+        while let Some((entry, size)) = self.entries.front() {
+            if entry.log_id.index > upto {
+                break;
+            }
+            self.bytes -= size;
+            self.entries.pop_front();
+        }
+    }
+
+    /// The entries in `[start, end)` (`end` `None`: to the last) under the
+    /// same byte rule as the engine read, if the cache holds all of them.
+    fn read(&mut self, start: u64, end: Option<u64>, max_bytes: usize) -> Option<Vec<Entry>> {
+        let first = self.entries.front()?.0.log_id.index;
+        let after_last = self.entries.back()?.0.log_id.index + 1;
+        let end = end.unwrap_or(after_last);
+        if start < first || end > after_last {
+            return None;
+        }
+        self.hits += 1;
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let from = usize::try_from(start - first).ok()?;
+        for (entry, size) in self.entries.iter().skip(from) {
+            if entry.log_id.index >= end {
+                break;
+            }
+            entries.push(entry.clone());
+            bytes += size;
+            if bytes >= max_bytes {
+                break;
+            }
+        }
+        Some(entries)
+    }
 }
 
 /// The flusher thread's queue and handle. When the last log store clone
@@ -95,7 +212,14 @@ impl LogStore {
                 thread: Some(thread),
             }),
             committed: Arc::default(),
+            tail: Arc::new(Mutex::new(TailCache::new(LOG_TAIL_CACHE_BYTES))),
         })
+    }
+
+    fn tail(&self) -> std::sync::MutexGuard<'_, TailCache> {
+        self.tail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn pending_committed(&self) -> std::sync::MutexGuard<'_, Option<Option<LogId>>> {
@@ -109,6 +233,7 @@ impl LogStore {
     /// ([`super::recovery`]).
     pub fn append_synced(&self, entries: &[Entry]) -> io::Result<()> {
         let (b, _) = entries_batch(entries);
+        self.tail().clear();
         self.engine
             .write(b, true)
             .map_err(|e| io_error("writing raft log entries", e))
@@ -166,6 +291,26 @@ fn entries_batch<E: Borrow<Entry>>(
     (b, last)
 }
 
+/// [`entries_batch`] for owned entries, also returning each with its
+/// encoded size (for the tail cache).
+fn entries_batch_sized(
+    entries: impl IntoIterator<Item = Entry>,
+) -> (WriteBatch, Vec<(Entry, usize)>) {
+    let mut b = WriteBatch::new();
+    let mut sized = Vec::new();
+    for entry in entries {
+        let encoded = codec::encode(&entry);
+        let size = encoded.len();
+        b.put(
+            Table::RaftLog,
+            index_key(entry.log_id.index).to_vec(),
+            encoded,
+        );
+        sized.push((entry, size));
+    }
+    (b, sized)
+}
+
 /// The flusher loop: batch appends, one sync per batch, then complete the
 /// callbacks in order.
 fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<IOFlushed<TypeConfig>>) {
@@ -213,6 +358,19 @@ impl LogStore {
     /// The entries in `[start, end)` (`end` `None`: to the last), stopping
     /// after the entry that brings the encoded total to `max_bytes`.
     fn read_entries(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        max_bytes: usize,
+    ) -> io::Result<Vec<Entry>> {
+        if let Some(cached) = self.tail().read(start, end, max_bytes) {
+            return Ok(cached);
+        }
+        self.read_engine_entries(start, end, max_bytes)
+    }
+
+    /// [`LogStore::read_entries`] from the engine alone.
+    fn read_engine_entries(
         &self,
         start: u64,
         end: Option<u64>,
@@ -351,8 +509,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (mut b, last) = entries_batch(entries);
-        if last.is_none() {
+        let (mut b, sized) = entries_batch_sized(entries);
+        if sized.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
         }
@@ -363,9 +521,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 codec::encode(&committed),
             );
         }
-        self.engine
-            .write(b, false)
-            .map_err(|e| io_error("writing raft log entries", e))?;
+        let written = self.engine.write(b, false);
+        let mut tail = self.tail();
+        if written.is_err() {
+            // What reached the engine is unknown: serve reads from it.
+            tail.clear();
+        } else {
+            sized
+                .into_iter()
+                .for_each(|(entry, size)| tail.push(entry, size));
+        }
+        drop(tail);
+        written.map_err(|e| io_error("writing raft log entries", e))?;
         let queue = self.flusher.queue.as_ref().expect("open until dropped");
         queue
             .send(callback)
@@ -374,6 +541,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let from = last_log_id.map_or(0, |l| l.index + 1);
+        self.tail().truncate_after(last_log_id.map(|l| l.index));
         let mut b = WriteBatch::new();
         b.delete_range(
             Table::RaftLog,
@@ -382,10 +550,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         self.engine
             .write(b, true)
+            .inspect_err(|_| self.tail().clear())
             .map_err(|e| io_error("truncating the raft log", e))
     }
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
+        self.tail().purge(log_id.index);
         let mut b = WriteBatch::new();
         b.put(
             Table::RaftState,
@@ -399,6 +569,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         self.engine
             .write(b, false)
+            .inspect_err(|_| self.tail().clear())
             .map_err(|e| io_error("purging the raft log", e))
     }
 }
@@ -433,10 +604,10 @@ mod tests {
                 index,
             ),
             payload: EntryPayload::Normal(Batch {
-                proposals: vec![Proposal {
+                proposals: Arc::new([Proposal {
                     by: None,
                     cmd: Command::Put(put),
-                }],
+                }]),
             }),
         }
     }
@@ -489,5 +660,112 @@ mod tests {
             .expect("truncate");
         let rest: Vec<Entry> = stream.map(|e| e.expect("entry")).collect().await;
         assert_eq!(indexes(&rest), vec![2], "only the rest of the first chunk");
+    }
+
+    /// An entry of `value_bytes` at `index` in `term`.
+    fn entry_of(term: u64, index: u64, value_bytes: usize) -> Entry {
+        let put = PutRequest {
+            key: index.to_be_bytes().to_vec(),
+            value: vec![b'v'; value_bytes],
+            ..Default::default()
+        };
+        Entry {
+            log_id: LogId::new(LeaderId { term, node_id: 1 }, index),
+            payload: EntryPayload::Normal(Batch {
+                proposals: Arc::new([Proposal {
+                    by: None,
+                    cmd: Command::Put(put),
+                }]),
+            }),
+        }
+    }
+
+    /// Seeded random appends (some entries larger than the whole cache),
+    /// truncations, purges and reads: every read answers what the engine
+    /// alone answers, and the cache served some of them.
+    #[tokio::test]
+    async fn the_tail_cache_answers_what_the_engine_holds() {
+        use rand::{Rng, SeedableRng};
+        const CACHE_BYTES: usize = 4096;
+        const STEPS: usize = 3_000;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut store = LogStore::open(Arc::new(MemoryEngine::new())).expect("open");
+        *store.tail() = TailCache::new(CACHE_BYTES);
+        let (mut first, mut last, mut term) = (1u64, 0u64, 1u64);
+        for _ in 0..STEPS {
+            match rng.gen_range(0..10) {
+                0..=3 => {
+                    let count = rng.gen_range(1..4);
+                    let entries: Vec<Entry> = (last + 1..=last + count)
+                        .map(|index| {
+                            let value = if rng.gen_ratio(1, 20) { 5_000 } else { 300 };
+                            entry_of(term, index, value)
+                        })
+                        .collect();
+                    store
+                        .append(entries, IOFlushed::noop())
+                        .await
+                        .expect("append");
+                    last += count;
+                }
+                4 if last > first => {
+                    let keep = rng.gen_range(first..=last);
+                    let keep_id = LogId::new(LeaderId { term, node_id: 1 }, keep);
+                    store.truncate_after(Some(keep_id)).await.expect("truncate");
+                    last = keep;
+                    term += 1;
+                }
+                5 if last > first + 4 => {
+                    let upto = rng.gen_range(first..last - 2);
+                    let upto_id = LogId::new(LeaderId { term, node_id: 1 }, upto);
+                    store.purge(upto_id).await.expect("purge");
+                    first = upto + 1;
+                }
+                _ => {
+                    // Also from below the purged index (openraft does not, but
+                    // the answers must still be the engine's).
+                    let start = rng.gen_range(first.saturating_sub(3)..=last + 1);
+                    let end = rng.gen_bool(0.5).then(|| rng.gen_range(start..=last + 2));
+                    let max_bytes = [usize::MAX, 1, 700, 2_000][rng.gen_range(0..4)];
+                    let cached = store.read_entries(start, end, max_bytes).expect("read");
+                    let engine = store
+                        .read_engine_entries(start, end, max_bytes)
+                        .expect("engine read");
+                    assert_eq!(cached, engine, "[{start}, {end:?}) max {max_bytes}");
+                }
+            }
+            let tail = store.tail();
+            assert!(tail.bytes <= CACHE_BYTES);
+            assert_eq!(
+                tail.bytes,
+                tail.entries.iter().map(|(_, size)| size).sum::<usize>()
+            );
+        }
+        assert!(store.tail().hits > 100, "the cache served reads");
+    }
+
+    #[test]
+    fn the_tail_cache_keeps_a_contiguous_run_within_its_bound() {
+        let mut tail = TailCache::new(1_000);
+        for index in 1..=5 {
+            tail.push(entry_of(1, index, 10), 300);
+        }
+        let held = |tail: &TailCache| -> Vec<u64> {
+            tail.entries.iter().map(|(e, _)| e.log_id.index).collect()
+        };
+        assert_eq!(held(&tail), vec![3, 4, 5], "the oldest go past the bound");
+        assert_eq!(tail.read(2, None, usize::MAX), None, "not all cached");
+        let read = tail.read(3, Some(5), usize::MAX).expect("cached");
+        assert_eq!(indexes(&read), vec![3, 4]);
+        tail.push(entry_of(2, 9, 10), 300);
+        assert_eq!(held(&tail), vec![9], "a gap starts a new run");
+        tail.push(entry_of(2, 10, 10), 2_000);
+        assert_eq!(held(&tail), Vec::<u64>::new(), "larger than the cache");
+        tail.push(entry_of(2, 11, 10), 300);
+        tail.push(entry_of(2, 12, 10), 300);
+        tail.truncate_after(Some(11));
+        assert_eq!(held(&tail), vec![11]);
+        tail.purge(11);
+        assert_eq!((held(&tail), tail.bytes), (Vec::new(), 0));
     }
 }

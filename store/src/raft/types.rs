@@ -1,6 +1,7 @@
 //! The openraft type configuration and what the log carries.
 
 use std::fmt;
+use std::sync::Arc;
 
 use etcd_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest,
@@ -108,10 +109,15 @@ impl fmt::Display for Batch {
 /// What a log entry carries: the proposals the leader batched into it
 /// (see [`super::batcher`]), applied in order, each with its own revision
 /// and its own answer (the entry's response holds one per proposal).
+///
+/// The proposals are shared, so an entry clones without copying them: the
+/// log keeps its newest entries in memory and hands out clones to
+/// replication and to the state machine (see [`super::log_store`]). They
+/// are encoded as a sequence, as a `Vec` is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Batch {
     /// The proposals, at least one.
-    pub proposals: Vec<Proposal>,
+    pub proposals: Arc<[Proposal]>,
 }
 
 impl Proposal {
