@@ -17,11 +17,12 @@
 //! * memory: resident set size of each proxy before and while holding
 //!   `--idle-conns` idle client connections (fd limits are raised first).
 //!
-//! The load runs repeat in `--rounds` interleaved rounds, each path once per
-//! round, the order rotated by one path every round (round 1: direct,
-//! gateway, HAProxy; round 2: gateway, HAProxy, direct; ...), so a slow
-//! stretch of a shared machine hits every path instead of whichever ran
-//! then. A path's figures pool its rounds: latency quantiles over every
+//! The load runs repeat in `--rounds` interleaved rounds. Within a round each
+//! load runs on every path back to back before the next load starts (the
+//! paths' latency runs at one rate are adjacent, not a minute apart), the
+//! order of the paths rotated by one every round (round 1: direct, gateway,
+//! HAProxy; round 2: gateway, HAProxy, direct; ...), so a slow stretch of a
+//! shared machine hits every path instead of whichever ran then. A path's figures pool its rounds: latency quantiles over every
 //! round's samples (histograms merged), throughput as all operations over
 //! all run time, CPU per operation as all CPU over all operations. Memory is
 //! measured once per proxy, after the last round.
@@ -228,14 +229,12 @@ pub async fn run(args: &GatewayArgs, seed: u64, progress: bool) -> Result<Gatewa
     }
     let mut pooled: Vec<Pooled> = paths.iter().map(|_| Pooled::new(&plan)).collect();
     for round in 0..plan.rounds {
-        for i in round_order(round, paths.len()) {
-            eprintln!(
-                "bench: gateway round {}/{}: {}",
-                round + 1,
-                plan.rounds,
-                paths[i].name
-            );
-            measure(&paths[i], &plan, &tls, &mut pooled[i]).await?;
+        eprintln!("bench: gateway round {}/{}", round + 1, plan.rounds);
+        let order: Vec<usize> = round_order(round, paths.len()).collect();
+        for load in Load::all(&plan) {
+            for &i in &order {
+                measure(&paths[i], load, &plan, &tls, &mut pooled[i]).await?;
+            }
         }
     }
     let mut results = Vec::new();
@@ -572,35 +571,68 @@ impl Pooled {
     }
 }
 
-/// One round of every load on `path`, added to `pooled`.
-async fn measure(path: &Route, plan: &Plan, tls: &TlsConnector, pooled: &mut Pooled) -> Result<()> {
-    for (&rate, runs) in plan.rates.iter().zip(&mut pooled.rates) {
-        let label = format!("{} @{rate}/s", path.name);
-        let (rec, elapsed) =
-            keepalive_load(&path.addrs, tls, plan.conns, Some(rate), plan, &label).await;
-        let result = rec.result("request", elapsed);
-        eprintln!(
-            "bench: gateway {label}: p50 {:.3} ms p99 {:.3} ms",
-            result.latency.p50_ms, result.latency.p99_ms
-        );
-        runs.add(&rec, elapsed, 0.0);
+/// One of a round's loads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Load {
+    /// Open-loop requests at `plan.rates[index]`.
+    Rate(usize),
+    /// Closed-loop requests as fast as they go.
+    Max,
+    /// Connect, handshake, one request, close, in loops.
+    NewConns,
+}
+
+impl Load {
+    /// A round's loads in order.
+    fn all(plan: &Plan) -> Vec<Load> {
+        let rates = (0..plan.rates.len()).map(Load::Rate);
+        rates.chain([Load::Max, Load::NewConns]).collect()
     }
-    let label = format!("{} max", path.name);
-    let cpu = ProxyCpu::start(path)?;
-    let (rec, elapsed) = keepalive_load(&path.addrs, tls, plan.conns, None, plan, &label).await;
-    pooled.max_throughput.add(&rec, elapsed, cpu.used_s()?);
-    eprintln!(
-        "bench: gateway {label}: {:.0} req/s",
-        rec.result("request", elapsed).throughput_ops_s
-    );
-    let cpu = ProxyCpu::start(path)?;
-    let (rec, elapsed) = new_conn_load(&path.addrs, tls, plan).await;
-    pooled.new_conns.add(&rec, elapsed, cpu.used_s()?);
-    eprintln!(
-        "bench: gateway {} new connections: {:.0}/s",
-        path.name,
-        rec.result("connection", elapsed).throughput_ops_s
-    );
+}
+
+/// One run of `load` on `path`, added to `pooled`.
+async fn measure(
+    path: &Route,
+    load: Load,
+    plan: &Plan,
+    tls: &TlsConnector,
+    pooled: &mut Pooled,
+) -> Result<()> {
+    match load {
+        Load::Rate(index) => {
+            let rate = plan.rates[index];
+            let label = format!("{} @{rate}/s", path.name);
+            let (rec, elapsed) =
+                keepalive_load(&path.addrs, tls, plan.conns, Some(rate), plan, &label).await;
+            let result = rec.result("request", elapsed);
+            eprintln!(
+                "bench: gateway {label}: p50 {:.3} ms p99 {:.3} ms",
+                result.latency.p50_ms, result.latency.p99_ms
+            );
+            pooled.rates[index].add(&rec, elapsed, 0.0);
+        }
+        Load::Max => {
+            let label = format!("{} max", path.name);
+            let cpu = ProxyCpu::start(path)?;
+            let (rec, elapsed) =
+                keepalive_load(&path.addrs, tls, plan.conns, None, plan, &label).await;
+            pooled.max_throughput.add(&rec, elapsed, cpu.used_s()?);
+            eprintln!(
+                "bench: gateway {label}: {:.0} req/s",
+                rec.result("request", elapsed).throughput_ops_s
+            );
+        }
+        Load::NewConns => {
+            let cpu = ProxyCpu::start(path)?;
+            let (rec, elapsed) = new_conn_load(&path.addrs, tls, plan).await;
+            pooled.new_conns.add(&rec, elapsed, cpu.used_s()?);
+            eprintln!(
+                "bench: gateway {} new connections: {:.0}/s",
+                path.name,
+                rec.result("connection", elapsed).throughput_ops_s
+            );
+        }
+    }
     Ok(())
 }
 
@@ -916,8 +948,8 @@ impl Outcome for GatewayOutcome {
             "nginx (1 worker) serves HTTPS on two loopback backends; HAProxy (`mode tcp`) and our gateway pass TLS \
              through. Open-loop keep-alive GETs over {} connections at fixed rates (latency from the intended send \
              time), closed-loop maximum throughput, {} connect+handshake+GET+close loops for new connections/s, \
-             and proxy RSS while holding {} idle connections. Runs of {:.1} s in {} interleaved rounds (the \
-             order of the paths rotated every round); each figure pools the rounds: latency quantiles over all \
+             and proxy RSS while holding {} idle connections. Runs of {:.1} s in {} interleaved rounds (in a \
+             round each load runs on every path back to back, the order of the paths rotated every round); each figure pools the rounds: latency quantiles over all \
              samples, throughput and CPU per operation over all runs.\n\n",
             self.conns, self.conn_clients, self.idle_conns, self.duration_s, self.rounds
         );
@@ -961,6 +993,23 @@ mod tests {
         let orders: Vec<Vec<usize>> = (0..4).map(|r| round_order(r, 3).collect()).collect();
         assert_eq!(orders, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]);
         assert_eq!(round_order(5, 1).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn a_round_runs_each_load_on_every_path_before_the_next_load() {
+        let plan = Plan {
+            rounds: 1,
+            rates: vec![1000.0, 4000.0],
+            conns: 1,
+            conn_clients: 1,
+            duration: Duration::from_secs(1),
+            idle_conns: 1,
+            progress: false,
+        };
+        assert_eq!(
+            Load::all(&plan),
+            [Load::Rate(0), Load::Rate(1), Load::Max, Load::NewConns]
+        );
     }
 
     #[test]
