@@ -22,10 +22,11 @@
 //! paths' latency runs at one rate are adjacent, not a minute apart), the
 //! order of the paths rotated by one every round (round 1: direct, gateway,
 //! HAProxy; round 2: gateway, HAProxy, direct; ...), so a slow stretch of a
-//! shared machine hits every path instead of whichever ran then. A path's figures pool its rounds: latency quantiles over every
-//! round's samples (histograms merged), throughput as all operations over
-//! all run time, CPU per operation as all CPU over all operations. Memory is
-//! measured once per proxy, after the last round.
+//! shared machine hits every path instead of whichever ran then. A path's
+//! figures pool its rounds: latency quantiles over every round's samples
+//! (histograms merged), throughput as all operations over all run time, CPU
+//! per operation as all CPU over all operations. Memory is measured once per
+//! proxy, after the last round.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -949,8 +950,9 @@ impl Outcome for GatewayOutcome {
              through. Open-loop keep-alive GETs over {} connections at fixed rates (latency from the intended send \
              time), closed-loop maximum throughput, {} connect+handshake+GET+close loops for new connections/s, \
              and proxy RSS while holding {} idle connections. Runs of {:.1} s in {} interleaved rounds (in a \
-             round each load runs on every path back to back, the order of the paths rotated every round); each figure pools the rounds: latency quantiles over all \
-             samples, throughput and CPU per operation over all runs.\n\n",
+             round each load runs on every path back to back, the order of the paths rotated every round); \
+             each figure pools the rounds: latency quantiles over all samples, throughput and CPU per \
+             operation over all runs.\n\n",
             self.conns, self.conn_clients, self.idle_conns, self.duration_s, self.rounds
         );
         if !self.skipped.is_empty() {

@@ -1,27 +1,27 @@
 //! Relay threads: where the accept loops and their connections run.
 //!
-//! With `--threads 1` the gateway is one thread: one current-thread runtime runs
-//! the supervisor, the accept loops, the health checks, the admin API and every connection.
+//! With `--threads 1` the gateway is one thread: one current-thread runtime runs the supervisor,
+//! the accept loops, the health checks, the admin API and every connection.
 //!
-//! With `--threads N` (N > 1; the default is one per CPU) the main thread's runtime keeps the supervisor, the health checks
-//! and the admin API, and each of N relay threads runs a current-thread runtime of its own
-//! with one accept loop per frontend: every frontend binds N listening sockets to its address
-//! with `SO_REUSEPORT` ([`crate::net::bind_listeners`]), the kernel spreads incoming
-//! connections over them by a hash of the addresses and ports, and the thread that accepts a
-//! connection relays it to its end. A connection so never crosses threads: no hand-off from
-//! an accepting thread, no work stealing, and its sockets are registered with the reactor of
-//! the thread that polls them, while N threads relay in parallel (HAProxy's `nbthread`).
+//! With `--threads N` (N > 1; the default is one per CPU) the main thread's runtime keeps the
+//! supervisor, the health checks and the admin API, and each of N relay threads runs a
+//! current-thread runtime of its own with one accept loop per frontend: every frontend binds N
+//! listening sockets to its address with `SO_REUSEPORT` ([`crate::net::bind_listeners`]), the
+//! kernel spreads incoming connections over them by a hash of the addresses and ports, and the
+//! thread that accepts a connection relays it to its end. A connection so never crosses threads: no
+//! hand-off from an accepting thread, no work stealing, and its sockets are registered with the
+//! reactor of the thread that polls them, while N threads relay in parallel (HAProxy's `nbthread`).
 //!
-//! Handing each accepted connection from one accepting thread to the relay threads, round
-//! robin, was measured first (docs/benchmarks.md): it cost 1.2-1.5x HAProxy's CPU per new
-//! connection, against about HAProxy's own with one thread; a multi-thread tokio runtime
-//! with N workers lost more to stealing than it gained (see [`crate::cli::default_threads`]).
+//! Handing each accepted connection from one accepting thread to the relay threads, round robin,
+//! was measured first (docs/benchmarks.md): it cost 1.2-1.5x HAProxy's CPU per new connection,
+//! against about HAProxy's own with one thread; a multi-thread tokio runtime with N workers lost
+//! more to stealing than it gained (see [`crate::cli::default_threads`]).
 //!
-//! A listener is registered with the reactor of the thread that accepts on it when it is
-//! bound ([`RelayPool::register`]), and a reload hands each listener to the next
-//! generation's accept loop on the same thread. A relay thread's runtime runs until
-//! [`RelayThreads::stop`]; the supervisor stops the accept loops and drains the connections
-//! (or reaches its shutdown deadline) before that.
+//! A listener is registered with the reactor of the thread that accepts on it when it is bound
+//! ([`RelayPool::register`]), and a reload hands each listener to the next generation's accept loop
+//! on the same thread. A relay thread's runtime runs until [`RelayThreads::stop`]; the supervisor
+//! stops the accept loops and drains the connections (or reaches its shutdown deadline) before
+//! that.
 
 use std::future::Future;
 use std::io;
