@@ -27,7 +27,6 @@
 //! etcd writes its WAL in parallel with sending), and counts itself towards
 //! the commit quorum only once the callback says its copy is durable.
 
-use std::borrow::Borrow;
 use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
@@ -81,7 +80,7 @@ struct TailCache {
     entries: VecDeque<(Entry, usize)>,
     bytes: usize,
     limit: usize,
-    /// Reads served from memory (for tests and metrics of the cache).
+    /// Reads served from memory (the tests check that the cache serves).
     hits: u64,
 }
 
@@ -157,10 +156,13 @@ impl TailCache {
             return None;
         }
         self.hits += 1;
+        if start >= end {
+            return Some(Vec::new());
+        }
         let mut entries = Vec::new();
         let mut bytes = 0;
         let from = usize::try_from(start - first).ok()?;
-        for (entry, size) in self.entries.iter().skip(from) {
+        for (entry, size) in self.entries.range(from..) {
             if entry.log_id.index >= end {
                 break;
             }
@@ -273,42 +275,21 @@ fn last_entry_log_id(engine: &dyn Engine) -> io::Result<Option<LogId>> {
     }
 }
 
-/// One engine batch writing `entries` to the log, and the last one's id.
-fn entries_batch<E: Borrow<Entry>>(
-    entries: impl IntoIterator<Item = E>,
-) -> (WriteBatch, Option<LogId>) {
+/// One engine batch writing `entries` to the log, and each entry's encoded
+/// size (what the tail cache counts).
+fn entries_batch(entries: &[Entry]) -> (WriteBatch, Vec<usize>) {
     let mut b = WriteBatch::new();
-    let mut last = None;
+    let mut sizes = Vec::with_capacity(entries.len());
     for entry in entries {
-        let entry = entry.borrow();
-        last = Some(entry.log_id);
-        b.put(
-            Table::RaftLog,
-            index_key(entry.log_id.index).to_vec(),
-            codec::encode(entry),
-        );
-    }
-    (b, last)
-}
-
-/// [`entries_batch`] for owned entries, also returning each with its
-/// encoded size (for the tail cache).
-fn entries_batch_sized(
-    entries: impl IntoIterator<Item = Entry>,
-) -> (WriteBatch, Vec<(Entry, usize)>) {
-    let mut b = WriteBatch::new();
-    let mut sized = Vec::new();
-    for entry in entries {
-        let encoded = codec::encode(&entry);
-        let size = encoded.len();
+        let encoded = codec::encode(entry);
+        sizes.push(encoded.len());
         b.put(
             Table::RaftLog,
             index_key(entry.log_id.index).to_vec(),
             encoded,
         );
-        sized.push((entry, size));
     }
-    (b, sized)
+    (b, sizes)
 }
 
 /// The flusher loop: batch appends, one sync per batch, then complete the
@@ -509,8 +490,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (mut b, sized) = entries_batch_sized(entries);
-        if sized.is_empty() {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let (mut b, sizes) = entries_batch(&entries);
+        if entries.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
         }
@@ -527,9 +509,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             // What reached the engine is unknown: serve reads from it.
             tail.clear();
         } else {
-            sized
-                .into_iter()
-                .for_each(|(entry, size)| tail.push(entry, size));
+            for (entry, size) in entries.into_iter().zip(sizes) {
+                tail.push(entry, size);
+            }
         }
         drop(tail);
         written.map_err(|e| io_error("writing raft log entries", e))?;
@@ -589,32 +571,11 @@ mod tests {
     const VALUE_BYTES: usize = 600 * 1024;
     const ENTRIES: u64 = 6;
 
-    fn large_entry(index: u64) -> Entry {
-        let put = PutRequest {
-            key: index.to_be_bytes().to_vec(),
-            value: vec![b'v'; VALUE_BYTES],
-            ..Default::default()
-        };
-        Entry {
-            log_id: LogId::new(
-                LeaderId {
-                    term: 1,
-                    node_id: 1,
-                },
-                index,
-            ),
-            payload: EntryPayload::Normal(Batch {
-                proposals: Arc::new([Proposal {
-                    by: None,
-                    cmd: Command::Put(put),
-                }]),
-            }),
-        }
-    }
-
     fn store_with_large_entries() -> LogStore {
         let store = LogStore::open(Arc::new(MemoryEngine::new())).expect("open");
-        let entries: Vec<Entry> = (1..=ENTRIES).map(large_entry).collect();
+        let entries: Vec<Entry> = (1..=ENTRIES)
+            .map(|index| entry_of(1, index, VALUE_BYTES))
+            .collect();
         store.append_synced(&entries).expect("append");
         store
     }
@@ -755,6 +716,11 @@ mod tests {
         };
         assert_eq!(held(&tail), vec![3, 4, 5], "the oldest go past the bound");
         assert_eq!(tail.read(2, None, usize::MAX), None, "not all cached");
+        assert_eq!(
+            tail.read(7, None, usize::MAX),
+            Some(Vec::new()),
+            "past the last"
+        );
         let read = tail.read(3, Some(5), usize::MAX).expect("cached");
         assert_eq!(indexes(&read), vec![3, 4]);
         tail.push(entry_of(2, 9, 10), 300);
