@@ -9,8 +9,8 @@
 //! the frontend's. A reload stops the accept loops, takes their listeners back (so the sockets
 //! are never closed when the address stays the same) and starts the next generation on them,
 //! each on the same thread, setting the generation's TCP options on the listeners for the
-//! connections they accept to inherit (see [`crate::net`]). Connections of the old generation keep running: their futures
-//! own everything they need.
+//! connections they accept to inherit (see [`crate::net`]). Connections of the old generation
+//! keep running: their futures own everything they need.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -295,13 +295,12 @@ impl AcceptLoop {
             let connection = service.call(ClientConnection { stream, peer });
             let metrics = self.metrics.clone();
             let frontend = self.frontend.clone();
-            let task = async move {
+            // On this thread's runtime: the connection is relayed where it was accepted.
+            self.connections.spawn(async move {
                 if let Err(error) = connection.await {
                     report_rejection(&frontend, peer, &metrics, error);
                 }
-            };
-            // On this thread's runtime: the connection is relayed where it was accepted.
-            self.connections.spawn(task);
+            });
         }
     }
 }

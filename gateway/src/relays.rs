@@ -52,11 +52,6 @@ impl RelayPool {
         RelayPool::default()
     }
 
-    /// Relay threads in use (0: the current runtime's).
-    pub fn threads(&self) -> usize {
-        self.handles.len()
-    }
-
     /// Listening sockets per frontend: one per relay thread, one without relay threads.
     pub fn listeners_per_frontend(&self) -> usize {
         self.handles.len().max(1)
@@ -223,7 +218,7 @@ mod tests {
     #[test]
     fn a_local_pool_accepts_on_the_current_runtime() {
         let pool = RelayPool::local();
-        assert_eq!((pool.threads(), pool.listeners_per_frontend()), (0, 1));
+        assert_eq!(pool.listeners_per_frontend(), 1);
         let runtime = current_thread_runtime().unwrap();
         let listener = std_listener();
         let address = listener.local_addr().unwrap();

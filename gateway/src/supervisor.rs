@@ -179,8 +179,7 @@ impl Supervisor {
             prepared.push((frontend.clone(), prober, listeners));
         }
         let mut listeners: HashMap<SocketAddr, Vec<TcpListener>> = HashMap::new();
-        let mut previous: HashMap<String, (Vec<BackendEntry>, crate::config::FrontendConfig)> =
-            HashMap::new();
+        let mut previous: HashMap<String, (Vec<BackendEntry>, FrontendConfig)> = HashMap::new();
         for running in self.frontends.drain(..) {
             let (listener, backends, old_config) = running.stop().await;
             listeners.insert(old_config.listen, listener);
