@@ -43,6 +43,7 @@ use etcd_client::{
 };
 use integration_tests::client::current_revision;
 use integration_tests::client::{connect, describe_error, CONNECT_TIMEOUT};
+use integration_tests::server::Release;
 use integration_tests::wait::retry_until;
 use integration_tests::watchlease::{
     event_key, event_revision, is_progress, next_response, watch_connect, FlaggedBinary,
@@ -95,7 +96,7 @@ const NO_LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// events still queued on the stream; when the server under test is that
 /// reference binary itself, such a violation is reported but not failed.
 /// Any other binary (our store) is always held to the property.
-const PROGRESS_ORDERING_FIXED_IN: (u64, u64, u64) = (3, 5, 8);
+const PROGRESS_ORDERING_FIXED_IN: Release = (3, 5, 8);
 /// Objects created before the list, as kube-apiserver would find them.
 const INITIAL_OBJECTS: usize = 5;
 
@@ -677,7 +678,7 @@ async fn request_progress_under_write_load(server: Server) {
                 violations[0]
             );
             let version = cluster.status(0).await?.version().to_string();
-            if server.is_reference_etcd() && !has_progress_ordering_fix(&version) {
+            if server.has_known_bug(&version, PROGRESS_ORDERING_FIXED_IN) {
                 eprintln!(
                     "KNOWN BUG of the reference etcd {version} (etcd-io/etcd#15220, fixed in \
                      {PROGRESS_ORDERING_FIXED_IN:?}), not failed: {message}"
@@ -713,19 +714,6 @@ async fn request_progress_under_write_load(server: Server) {
     };
     // On a panic the cluster's drop prints every member's log tail.
     run.await.unwrap_or_else(|e| panic!("{server:?}: {e:#}"));
-}
-
-/// Whether etcd `version` ("3.5.1") has the progress ordering fix.
-fn has_progress_ordering_fix(version: &str) -> bool {
-    let mut parts = version
-        .split('.')
-        .map(|part| part.parse::<u64>().unwrap_or(0));
-    let parsed = (
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-    );
-    parsed >= PROGRESS_ORDERING_FIXED_IN
 }
 
 /// Appends a response's events or progress to `delivered`.
