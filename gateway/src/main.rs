@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gateway::cli::Cli;
 use gateway::config::Config;
-use gateway::relays::{current_thread_runtime, RelayPool, RelayThreads};
+use gateway::relays::{current_thread_runtime, relay_runtime, RelayPool, RelayThreads};
 use gateway::supervisor::{self, ConfigSource, RunOptions};
 use tracing_subscriber::EnvFilter;
 
@@ -46,7 +46,7 @@ fn run_on_one_thread(options: RunOptions) -> Result<(), String> {
     let thread = std::thread::Builder::new()
         .name(gateway::cli::RELAY_THREAD_NAME.to_string())
         .spawn(move || {
-            let runtime = current_thread_runtime().map_err(|error| error.to_string())?;
+            let runtime = relay_runtime().map_err(|error| error.to_string())?;
             runtime
                 .block_on(supervisor::run(options, RelayPool::local()))
                 .map_err(|error| error.to_string())

@@ -15,6 +15,9 @@
 //!    destination is writable and the tail has gone, then the buffer is freed.
 //! 3. **EOF.** A read of 0 bytes flushes and shuts down the destination's write side (FIN),
 //!    so half-closed connections work (`kubectl exec` closing stdin while output still flows).
+//!    When the other direction has already ended, the destination is only flushed: the relay
+//!    ends and closing both sockets sends that FIN (both sources are at EOF, so nothing unread
+//!    turns the close into a reset), one `shutdown(2)` fewer per connection, as HAProxy closes.
 //!
 //! The destination is flushed whenever the source has nothing more for now (a no-op for TCP,
 //! kept for writers that buffer).
@@ -111,8 +114,9 @@ enum Pump {
     Reading { unflushed: bool },
     /// The destination has not taken `tail[written..]` yet.
     Draining { tail: Box<[u8]>, written: usize },
-    /// EOF read: flushing and shutting down the destination's write side.
-    ShuttingDown,
+    /// EOF read: flushing and, with `send_fin`, shutting down the destination's write side
+    /// (without: the other direction has ended, and the close that follows sends the FIN).
+    ShuttingDown { send_fin: bool },
     /// The destination is shut down for writing.
     Done,
 }
@@ -131,14 +135,14 @@ impl Pump {
     const START: Pump = Pump::Reading { unflushed: false };
 
     /// Moves bytes from `from` to `to` until one would block (`Pending`) or the direction
-    /// ends (`Ready(Ok)`), or fails.
+    /// ends (`Ready(Ok)`), or fails. `other_done`: the opposite direction has ended.
     fn poll<F, T>(
         &mut self,
         cx: &mut Context<'_>,
         mut from: Pin<&mut F>,
         mut to: Pin<&mut T>,
-        bytes: &Counter,
-        activity: &Activity,
+        (bytes, activity): (&Counter, &Activity),
+        other_done: bool,
     ) -> Poll<io::Result<()>>
     where
         F: AsyncRead + ?Sized,
@@ -147,8 +151,12 @@ impl Pump {
         loop {
             match self {
                 Pump::Done => return Poll::Ready(Ok(())),
-                Pump::ShuttingDown => {
-                    ready!(to.as_mut().poll_shutdown(cx))?;
+                Pump::ShuttingDown { send_fin } => {
+                    if *send_fin {
+                        ready!(to.as_mut().poll_shutdown(cx))?;
+                    } else {
+                        ready!(to.as_mut().poll_flush(cx))?;
+                    }
                     *self = Pump::Done;
                 }
                 Pump::Draining { tail, written } => {
@@ -174,7 +182,11 @@ impl Pump {
                         }
                         Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
                         Poll::Ready(Ok(Step::Written)) => *unflushed = true,
-                        Poll::Ready(Ok(Step::Eof)) => *self = Pump::ShuttingDown,
+                        Poll::Ready(Ok(Step::Eof)) => {
+                            *self = Pump::ShuttingDown {
+                                send_fin: !other_done,
+                            }
+                        }
                         Poll::Ready(Ok(Step::Partial(next))) => *self = next,
                     }
                 }
@@ -238,15 +250,15 @@ where
             cx,
             Pin::new(&mut *client),
             Pin::new(&mut *backend),
-            to_backend,
-            activity,
+            (to_backend, activity),
+            matches!(downstream, Pump::Done),
         )?;
         let down = downstream.poll(
             cx,
             Pin::new(&mut *backend),
             Pin::new(&mut *client),
-            to_client,
-            activity,
+            (to_client, activity),
+            matches!(upstream, Pump::Done),
         )?;
         if up.is_ready() && down.is_ready() {
             Poll::Ready(Ok(()))
@@ -418,19 +430,56 @@ mod tests {
         bulk_both_ways(SMALL_PIPE_BYTES, LARGE_PIPE_BYTES).await;
     }
 
+    /// A connected loopback TCP pair: (the peer, the relay's end).
+    async fn tcp_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (end, _) = listener.accept().await.unwrap();
+        (peer, end)
+    }
+
+    /// Over TCP, whichever side closes first: its EOF reaches the other side by `shutdown(2)`,
+    /// and the other side's EOF by the close when the relay ends, a FIN both times (a reset
+    /// would fail the last read).
+    #[tokio::test]
+    async fn tcp_peers_see_both_fins_whoever_closes_first() {
+        for client_first in [true, false] {
+            let (mut client, client_end) = tcp_pair().await;
+            let (mut backend, backend_end) = tcp_pair().await;
+            let task = tokio::spawn(relay(
+                client_end,
+                backend_end,
+                counters(),
+                Duration::from_secs(60),
+                CancellationToken::new(),
+                CancellationToken::new(),
+            ));
+            let (first, second) = if client_first {
+                (&mut client, &mut backend)
+            } else {
+                (&mut backend, &mut client)
+            };
+            first.write_all(b"first").await.unwrap();
+            first.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            second.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"first");
+            second.write_all(b"second").await.unwrap();
+            second.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            first.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"second", "client first: {client_first}");
+            assert_eq!(task.await.unwrap().end, RelayEnd::Closed);
+        }
+    }
+
     /// A reset on one side ends the relay at once, even while the other side is idle.
     #[tokio::test]
     async fn reset_ends_relay() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (client_end, _) = listener.accept().await.unwrap();
-        let backend_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let _backend = tokio::net::TcpStream::connect(backend_listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (backend_end, _) = backend_listener.accept().await.unwrap();
+        let (client, client_end) = tcp_pair().await;
+        let (_backend, backend_end) = tcp_pair().await;
         let task = tokio::spawn(relay(
             client_end,
             backend_end,
