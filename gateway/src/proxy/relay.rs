@@ -320,6 +320,26 @@ mod tests {
         (Counter::default(), Counter::default())
     }
 
+    /// A relay with a 60 s idle timeout and no stop tokens, on its own task.
+    fn spawn_relay<C, B>(
+        client_end: C,
+        backend_end: B,
+        counters: (Counter, Counter),
+    ) -> tokio::task::JoinHandle<RelayOutcome>
+    where
+        C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        tokio::spawn(relay(
+            client_end,
+            backend_end,
+            counters,
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        ))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn idle_connection_times_out_and_active_one_does_not() {
         let (mut client, client_end) = tokio::io::duplex(64);
@@ -352,14 +372,11 @@ mod tests {
         let (mut client, client_end) = tokio::io::duplex(64);
         let (backend_end, mut backend) = tokio::io::duplex(64);
         let (to_backend, to_client) = counters();
-        let task = tokio::spawn(relay(
+        let task = spawn_relay(
             client_end,
             backend_end,
             (to_backend.clone(), to_client.clone()),
-            Duration::from_secs(60),
-            CancellationToken::new(),
-            CancellationToken::new(),
-        ));
+        );
         client.write_all(b"request").await.unwrap();
         client.shutdown().await.unwrap();
         let mut request = Vec::new();
@@ -384,14 +401,11 @@ mod tests {
         let (client, client_end) = tokio::io::duplex(client_pipe);
         let (backend_end, backend) = tokio::io::duplex(backend_pipe);
         let (to_backend, to_client) = counters();
-        let task = tokio::spawn(relay(
+        let task = spawn_relay(
             client_end,
             backend_end,
             (to_backend.clone(), to_client.clone()),
-            Duration::from_secs(60),
-            CancellationToken::new(),
-            CancellationToken::new(),
-        ));
+        );
         let peer = |mut stream: tokio::io::DuplexStream, send: Vec<u8>| async move {
             let (mut read, mut write) = tokio::io::split(&mut stream);
             let sending = async {
@@ -448,14 +462,7 @@ mod tests {
         for client_first in [true, false] {
             let (mut client, client_end) = tcp_pair().await;
             let (mut backend, backend_end) = tcp_pair().await;
-            let task = tokio::spawn(relay(
-                client_end,
-                backend_end,
-                counters(),
-                Duration::from_secs(60),
-                CancellationToken::new(),
-                CancellationToken::new(),
-            ));
+            let task = spawn_relay(client_end, backend_end, counters());
             let (first, second) = if client_first {
                 (&mut client, &mut backend)
             } else {
@@ -480,14 +487,7 @@ mod tests {
     async fn reset_ends_relay() {
         let (client, client_end) = tcp_pair().await;
         let (_backend, backend_end) = tcp_pair().await;
-        let task = tokio::spawn(relay(
-            client_end,
-            backend_end,
-            counters(),
-            Duration::from_secs(60),
-            CancellationToken::new(),
-            CancellationToken::new(),
-        ));
+        let task = spawn_relay(client_end, backend_end, counters());
         socket2::SockRef::from(&client)
             .set_linger(Some(Duration::ZERO))
             .unwrap();
