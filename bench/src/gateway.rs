@@ -47,7 +47,7 @@ use crate::plot::{line_chart, Chart, Series};
 use crate::procs::{self, raise_fd_limit, rss_kib, Proc};
 use crate::report::{image, table, text_table, OutArgs, Outcome};
 use crate::stats::{OpResult, Recorder};
-use crate::systems::check_loopback_subnet;
+use crate::systems::{check_loopback_subnet, check_ports_free};
 
 /// Default subnet of `gateway`.
 pub const DEFAULT_SUBNET: &str = "127.0.70";
@@ -215,6 +215,11 @@ pub async fn run(args: &GatewayArgs, seed: u64, progress: bool) -> Result<Gatewa
         addr(&args.subnet, 2, BACKEND_PORT)?,
         addr(&args.subnet, 3, BACKEND_PORT)?,
     ];
+    let mut listening = backends.to_vec();
+    for port in [GATEWAY_PORT, GATEWAY_ADMIN_PORT, HAPROXY_PORT] {
+        listening.push(addr(&args.subnet, 1, port)?);
+    }
+    check_ports_free(&listening)?;
     let tls = connector()?;
     let _nginx = start_nginx(&args.nginx_bin, dir.path(), &backends, &tls, fd_limit).await?;
     let mut paths = vec![Route {

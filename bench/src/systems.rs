@@ -2,6 +2,7 @@
 //! each as a 3-member loopback cluster on its own addresses of one subnet
 //! (ours on `.1-.3`, etcd on `.11-.13`).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -72,6 +73,23 @@ pub fn check_loopback_subnet(subnet: &str) -> Result<()> {
     Ok(())
 }
 
+/// Fails, naming the address, when something already listens on one of
+/// `addrs` (another bench on the same `--subnet`, whose proxies could
+/// otherwise share a port through `SO_REUSEPORT` and mix its load into
+/// this run's figures). Each address is bound once without `SO_REUSEPORT`
+/// and released at once.
+pub fn check_ports_free(addrs: &[SocketAddr]) -> Result<()> {
+    for addr in addrs {
+        if let Err(error) = std::net::TcpListener::bind(addr) {
+            bail!(
+                "{addr} is taken ({error}): another bench on this --subnet? \
+                 wait for it or pick another --subnet"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The workload specs a comparison runs: those `given`, else its `smoke`
 /// or `full` defaults.
 pub fn workload_texts(
@@ -125,5 +143,15 @@ mod tests {
         assert!(check_loopback_subnet("10.0.0").is_err());
         assert!(check_loopback_subnet("127.0.0.1").is_err());
         assert!(check_loopback_subnet("127.0.300").is_err());
+    }
+
+    #[test]
+    fn a_taken_port_is_named() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let error = check_ports_free(&[addr]).unwrap_err().to_string();
+        assert!(error.contains(&addr.to_string()), "{error}");
+        drop(taken);
+        assert!(check_ports_free(&[addr]).is_ok());
     }
 }
