@@ -15,6 +15,7 @@ use anyhow::{ensure, Context, Result};
 use etcd_client::{Client, ConnectOptions, GetResponse, StatusResponse, TlsOptions};
 
 use crate::normalize::normalize;
+use crate::wait::retry_until;
 
 /// Upper bound for establishing a connection to one endpoint.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -27,6 +28,33 @@ pub const HEALTH_KEY: &str = "health";
 /// Connects to `endpoints` with the harness's default timeouts.
 pub async fn connect(endpoints: &[String]) -> Result<Client> {
     connect_with_timeout(endpoints, REQUEST_TIMEOUT).await
+}
+
+/// (hash, compact revision, header revision) of `HashKV` at `revision` on
+/// `endpoint`, retried until the member has applied `revision` (before that
+/// it answers "future revision"), for at most `deadline`.
+pub async fn hash_kv_when_applied(
+    endpoint: &str,
+    revision: i64,
+    deadline: Duration,
+) -> Result<(u32, i64, i64)> {
+    retry_until(
+        &format!("HashKV at {revision} on {endpoint}"),
+        deadline,
+        || async move {
+            let mut client = connect(&[endpoint.to_string()]).await?;
+            let response = client.hash_kv(revision).await?;
+            Ok((
+                response.hash(),
+                response.compact_version(),
+                response
+                    .header()
+                    .context("hashkv without header")?
+                    .revision(),
+            ))
+        },
+    )
+    .await
 }
 
 /// Connects to `endpoints` with a specific per-request timeout.

@@ -30,7 +30,7 @@ use anyhow::{ensure, Context, Result};
 use etcd_client::{
     Client, CompactionOptions, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp,
 };
-use integration_tests::client::{connect, describe_error};
+use integration_tests::client::{connect, describe_error, hash_kv_when_applied};
 use integration_tests::wait::retry_until;
 use integration_tests::{Binary, Cluster, ClusterConfig, CtlOutput, Differential, Etcdctl};
 use regex::Regex;
@@ -186,28 +186,6 @@ fn ctl(endpoints: &[String]) -> Etcdctl {
     )
 }
 
-/// (hash, compact revision, header revision) of HashKV at `revision` on
-/// `endpoint`, retried until the member has applied `revision`.
-async fn hash_kv_when_applied(endpoint: &str, revision: i64) -> Result<(u32, i64, i64)> {
-    retry_until(
-        &format!("HashKV at {revision} on {endpoint}"),
-        APPLY_TIMEOUT,
-        || async move {
-            let mut client = connect(&[endpoint.to_string()]).await?;
-            let response = client.hash_kv(revision).await?;
-            Ok((
-                response.hash(),
-                response.compact_version(),
-                response
-                    .header()
-                    .context("hashkv without header")?
-                    .revision(),
-            ))
-        },
-    )
-    .await
-}
-
 /// One key-value pair with every field, comparable across clusters.
 type Kv = (String, Vec<u8>, i64, i64, i64, i64);
 
@@ -333,13 +311,13 @@ async fn hashkv_equal_on_every_member(binary: Binary) {
 
     let mut hashes = Vec::new();
     for i in 0..MEMBERS {
-        let at_final = hash_kv_when_applied(&cluster.endpoint(i), revision)
+        let at_final = hash_kv_when_applied(&cluster.endpoint(i), revision, APPLY_TIMEOUT)
             .await
             .unwrap_or_else(|e| panic!("member {i}: {e:#}"));
-        let current = hash_kv_when_applied(&cluster.endpoint(i), 0)
+        let current = hash_kv_when_applied(&cluster.endpoint(i), 0, APPLY_TIMEOUT)
             .await
             .unwrap_or_else(|e| panic!("member {i}: {e:#}"));
-        let earlier = hash_kv_when_applied(&cluster.endpoint(i), revision - 1)
+        let earlier = hash_kv_when_applied(&cluster.endpoint(i), revision - 1, APPLY_TIMEOUT)
             .await
             .unwrap_or_else(|e| panic!("member {i}: {e:#}"));
         assert_eq!(
@@ -549,7 +527,7 @@ async fn snapshot_save_and_restore(binary: Binary) {
         .expect("old cluster's keys");
     assert_eq!(old_revision, revision);
     assert!(old_kvs.iter().any(|kv| kv.0 == "c/big"), "{old_kvs:?}");
-    let old_hash = hash_kv_when_applied(&old.endpoint(0), revision)
+    let old_hash = hash_kv_when_applied(&old.endpoint(0), revision, APPLY_TIMEOUT)
         .await
         .expect("old HashKV");
 
@@ -614,7 +592,7 @@ async fn snapshot_save_and_restore(binary: Binary) {
             summary(&old_kvs),
             summary(&kvs)
         );
-        let hash = hash_kv_when_applied(&new.endpoint(i), revision)
+        let hash = hash_kv_when_applied(&new.endpoint(i), revision, APPLY_TIMEOUT)
             .await
             .unwrap_or_else(|e| panic!("restored member {i}: {e:#}"));
         assert_eq!(

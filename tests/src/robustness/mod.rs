@@ -54,7 +54,7 @@ use anyhow::{Context, Result};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::client::connect_with_timeout;
+use crate::client::{connect_with_timeout, hash_kv_when_applied};
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::server::{Release, Server};
 use crate::wait::retry_until;
@@ -438,24 +438,15 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
     })
 }
 
-/// Each member's `HashKV` at `revision`, retried until that member has
-/// applied it (a revision ahead of a member's answers "future revision"),
-/// for at most [`AGREEMENT_TIMEOUT`] each; the error of a member that never
-/// answered.
+/// Each member's `HashKV` at `revision` once it has applied it
+/// ([`hash_kv_when_applied`], at most [`AGREEMENT_TIMEOUT`] each), or the
+/// error of a member that never answered.
 async fn member_hashes(cluster: &Cluster, revision: i64) -> Vec<std::result::Result<u32, String>> {
     let mut hashes = Vec::with_capacity(cluster.size());
     for member in 0..cluster.size() {
-        let endpoint = cluster.endpoint(member);
-        let hash = retry_until(
-            &format!("member {member}'s HashKV at revision {revision}"),
-            AGREEMENT_TIMEOUT,
-            || async {
-                let mut client =
-                    connect_with_timeout(std::slice::from_ref(&endpoint), OP_TIMEOUT).await?;
-                Ok(client.hash_kv(revision).await?.hash())
-            },
-        )
-        .await;
+        let hash = hash_kv_when_applied(&cluster.endpoint(member), revision, AGREEMENT_TIMEOUT)
+            .await
+            .map(|(hash, _, _)| hash);
         hashes.push(hash.map_err(|error| format!("{error:#}")));
     }
     hashes
