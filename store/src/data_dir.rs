@@ -1,9 +1,9 @@
 //! The data directory, checked before anything in it is opened or created.
 //!
-//! A member's data lives in `<data-dir>/member/db` (the engine) and
-//! `<data-dir>/member/snap` (Raft snapshots). Before creating either,
-//! [`prepare`] refuses two kinds of directory that would otherwise lead to
-//! silent damage:
+//! A member's data lives in `<data-dir>/member/db` (the engine),
+//! `<data-dir>/member/log` (the Raft log) and `<data-dir>/member/snap`
+//! (Raft snapshots). Before creating any of them, [`prepare`] refuses two
+//! kinds of directory that would otherwise lead to silent damage:
 //!
 //! - **A path that is not a directory**: the error names the path (the
 //!   bare OS error "Not a directory" does not).
@@ -25,6 +25,10 @@ const ETCD_MARKERS: [&str; 2] = ["member/wal", "member/snap/db"];
 
 /// The engine's directory, relative to the data directory.
 pub const ENGINE_DIR: &str = "member/db";
+
+/// The Raft log's segment files, relative to the data directory (not
+/// `member/wal`, which marks etcd's data directory).
+pub const LOG_DIR: &str = "member/log";
 
 /// The Raft snapshot directory, relative to the data directory.
 pub const SNAPSHOT_DIR: &str = "member/snap";

@@ -6,8 +6,8 @@
 //! pieces fit: [`engine`] (storage trait, RocksDB and in-memory engines),
 //! [`mvcc`] (revisions, key index, compaction), [`kv`] (etcd's request
 //! semantics), [`raft`] (openraft log, state machine, peer network),
-//! [`server`] (gRPC services), [`errors`] (etcd's wire errors) and
-//! [`limits`] (every bound).
+//! [`wal`] (the Raft log's segment files), [`server`] (gRPC services),
+//! [`errors`] (etcd's wire errors) and [`limits`] (every bound).
 
 #![deny(missing_docs)]
 
@@ -33,6 +33,7 @@ pub mod raft;
 pub mod server;
 pub mod snapshot;
 pub mod tls;
+pub mod wal;
 pub mod watch;
 
 pub use config::Config;

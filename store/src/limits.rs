@@ -120,12 +120,21 @@ pub const MAX_APPLY_READ_BYTES: usize = 1024 * 1024;
 /// Encoded bytes of the newest log entries each member keeps in memory as
 /// they are appended ([`crate::raft::log_store`]'s tail cache): replication
 /// and the state machine read them from there instead of reading and
-/// decoding the engine's copy. Under load the entries between an append
-/// and its apply are the leader's entries in flight, at most
+/// decoding the copy in the segment files. Under load the entries between
+/// an append and its apply are the leader's entries in flight, at most
 /// [`crate::raft::batcher::MAX_ENTRIES_IN_FLIGHT`] (4) of at most
 /// [`crate::raft::batcher::MAX_ENTRY_BYTES`] (1 MiB) each; older entries (a
-/// lagging follower's) are read from the engine.
+/// lagging follower's) are read from the segment files.
 pub const LOG_TAIL_CACHE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bytes allocated for each Raft log segment file when it is created
+/// ([`crate::wal`]): etcd's WAL segment size. A sync then writes data only,
+/// never the file's size; a batch of records larger than this gets a
+/// segment of its own that grows past it.
+pub const WAL_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Read buffer while a member replays its Raft log segments at start.
+pub const WAL_READ_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// Deadline for one peer RPC (append, vote); snapshots get a longer one.
 pub const PEER_RPC_TIMEOUT_MS: u64 = 3_000;

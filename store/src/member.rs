@@ -325,7 +325,8 @@ impl Member {
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
-        let mut log_store = LogStore::open(engine.clone())?;
+        let mut log_store =
+            LogStore::open(engine.clone(), &data_dir.join(crate::data_dir::LOG_DIR))?;
         if config.force_new_cluster && !identity.fresh {
             let forced =
                 force_new_cluster(&mut log_store, engine.as_ref(), identity.member_id).await?;

@@ -44,7 +44,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
                 store::auth::DEFAULT_BCRYPT_COST,
             )),
         );
-        let log = LogStore::open(engine)
+        let log = LogStore::open(engine, &dir.path().join("log"))
             .map_err(|e| StorageError::from_io_error(ErrorSubject::Logs, ErrorVerb::Write, e))?;
         Ok((dir, log, sm))
     }

@@ -1,59 +1,95 @@
-//! The Raft log and vote, stored in the engine, with group commit.
+//! The Raft log and vote, in segment files of their own ([`crate::wal`]),
+//! with group commit.
 //!
-//! Layout: [`Table::RaftLog`] maps the 8-byte big-endian log index to the
-//! bincode of the openraft entry; [`Table::RaftState`] holds the vote, the
-//! last purged log id and the committed log id.
+//! Records (kind, payload):
 //!
-//! Group commit: `append` writes the entries unsynced and hands openraft's
-//! completion callback to one flusher thread. The flusher takes every
-//! callback queued so far (up to [`GROUP_COMMIT_MAX_PENDING`]), makes them
-//! durable with one `Engine::sync` (one fsync of the shared WAL), then
-//! completes them in order. While one fsync runs, the next appends queue up
-//! behind it, so under load many appends share one fsync. A callback is only
-//! completed after the sync that covers its entries returns, so openraft
-//! never counts an entry as stored before it is on disk.
+//! | kind | payload | meaning |
+//! | --- | --- | --- |
+//! | 1 entry | term, leader node id, index (8 bytes big-endian each), then the bincode of the openraft entry | appended after the last entry |
+//! | 2 truncate | bincode of the last log id kept (`Option`) | entries after it are gone |
+//! | 16 vote | bincode of the vote | the vote (sticky) |
+//! | 17 committed | bincode of the commit index (`Option`) | the commit index (sticky) |
+//! | 18 purged | bincode of the last purged log id | entries up to it are gone (sticky) |
+//!
+//! Opening replays the records into the log's state: the vote, the commit
+//! index, the purge point, the last log id and where each live entry is
+//! (segment and offset, 16 bytes per entry in memory). Sticky kinds start
+//! every new segment again, so segments that hold only purged entries can
+//! be removed.
+//!
+//! Group commit: `append` writes the entries unsynced (one `pwrite`) and
+//! hands openraft's completion callback to one flusher thread. The flusher
+//! takes every callback queued so far (up to [`GROUP_COMMIT_MAX_PENDING`]),
+//! makes them durable with one `fdatasync` of the segment written to (an
+//! older segment is synced before the next one is created), then completes
+//! them in order. While one sync runs, the next appends queue up behind it,
+//! so under load many appends share one sync. A callback is only completed
+//! after the sync that covers its entries returns, so openraft never counts
+//! an entry as stored before it is on disk. The vote and truncations are
+//! synced before they return.
+//!
+//! The state machine (RocksDB) is not synced with the log: after a crash
+//! it replays the log from the applied index that reached its disk. So the
+//! engine is synced before segments are removed: a purged entry is then
+//! applied durably, and RocksDB never needs an entry no segment holds. (If
+//! a power cut left the state machine ahead of this member's own log,
+//! openraft purges up to the applied index at start.)
 //!
 //! Tail cache: the entries an append writes are also kept in memory, the
 //! newest [`LOG_TAIL_CACHE_BYTES`] of them ([`TailCache`]), as etcd's raft
 //! keeps its log's tail in memory. Replication (one read per follower) and
 //! the state machine (one read per member) take clones from there (a
-//! [`super::types::Batch`] shares its proposals), so the leader no longer
-//! reads and decodes each entry three times from the engine. Truncation
-//! and purging remove the same entries from both; a read the cache cannot
-//! serve whole goes to the engine.
+//! [`super::types::Batch`] shares its proposals), so the leader does not
+//! read and decode each entry three times. Truncation and purging remove
+//! the same entries from both; a read the cache cannot serve whole goes to
+//! the segment files.
 //!
 //! openraft 0.10 does not wait for the callback before it replicates: the
-//! leader sends new entries to the followers while its own fsync runs (as
+//! leader sends new entries to the followers while its own sync runs (as
 //! etcd writes its WAL in parallel with sending), and counts itself towards
 //! the commit quorum only once the callback says its copy is durable.
+//!
+//! A data directory written before the log had files of its own keeps its
+//! log in the engine's `raft_log` and `raft_state` tables: the first open
+//! copies it into segments (built beside the log directory, then renamed
+//! into place) and only then removes it from the engine.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, ControlFlow, RangeBounds};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{stream, Stream, StreamExt};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
-use super::types::{Entry, LogId, TypeConfig, Vote};
+use super::types::{Entry, LeaderId, LogId, TypeConfig, Vote};
 use crate::codec;
 use crate::engine::{Engine, Table, WriteBatch};
 use crate::limits::{
     GROUP_COMMIT_MAX_PENDING, LOG_TAIL_CACHE_BYTES, MAX_APPEND_ENTRIES_BYTES, MAX_APPLY_READ_BYTES,
 };
+use crate::wal::{self, Location, Wal, WalOptions};
 
-const KEY_VOTE: &[u8] = b"vote";
-const KEY_LAST_PURGED: &[u8] = b"last_purged";
-const KEY_COMMITTED: &[u8] = b"committed";
+const KIND_ENTRY: u8 = 1;
+const KIND_TRUNCATE: u8 = 2;
+const KIND_VOTE: u8 = 16;
+const KIND_COMMITTED: u8 = 17;
+const KIND_PURGED: u8 = 18;
+const STICKY_KINDS: [u8; 3] = [KIND_VOTE, KIND_COMMITTED, KIND_PURGED];
 
-fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
-}
+/// Bytes before the entry's bincode in an entry record: its log id.
+const ENTRY_PREFIX_BYTES: usize = 24;
 
-/// An engine failure as the storage error openraft takes, naming what failed.
+/// Where the engine kept the log before it had files of its own.
+const LEGACY_KEY_VOTE: &[u8] = b"vote";
+const LEGACY_KEY_LAST_PURGED: &[u8] = b"last_purged";
+const LEGACY_KEY_COMMITTED: &[u8] = b"committed";
+
+/// An I/O failure as the storage error openraft takes, naming what failed.
 pub(crate) fn io_error(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
 }
@@ -61,13 +97,198 @@ pub(crate) fn io_error(what: &str, e: impl std::fmt::Display) -> io::Error {
 /// The Raft log storage. Cheap to clone (the reader is a clone).
 #[derive(Clone)]
 pub struct LogStore {
+    log: Arc<Mutex<Log>>,
+    /// The state machine's engine, synced before segments are removed.
     engine: Arc<dyn Engine>,
     flusher: Arc<Flusher>,
-    /// The commit index openraft last saved, not yet written: it goes to
-    /// the engine with the next append (see `save_committed`).
-    committed: Arc<Mutex<Option<Option<LogId>>>>,
     /// The newest entries, shared by every clone (see the module docs).
     tail: Arc<Mutex<TailCache>>,
+}
+
+/// The log: its files and what their records say.
+#[derive(Debug)]
+struct Log {
+    wal: Wal,
+    index: LogIndex,
+}
+
+/// The log's state, as replayed from its records and kept since.
+#[derive(Debug, Default)]
+struct LogIndex {
+    /// Where each live entry is, the first at index `first`.
+    locations: VecDeque<Location>,
+    first: u64,
+    /// The last live entry's log id.
+    last: Option<LogId>,
+    purged: Option<LogId>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    /// `committed` changed since it was last written.
+    committed_unwritten: bool,
+}
+
+impl LogIndex {
+    /// Takes one record into the state (opening, and every write).
+    fn apply(&mut self, kind: u8, payload: &[u8], at: Location) -> io::Result<()> {
+        match kind {
+            KIND_ENTRY => {
+                let log_id = entry_log_id(payload)?;
+                self.push_entry(log_id, at);
+            }
+            KIND_TRUNCATE => self.truncate_after(decode(payload, "a truncation")?),
+            KIND_VOTE => self.vote = Some(decode(payload, "the vote")?),
+            KIND_COMMITTED => self.committed = decode(payload, "the commit index")?,
+            KIND_PURGED => self.purge(decode(payload, "the purge point")?),
+            other => {
+                return Err(io::Error::other(format!(
+                    "raft log: unknown record kind {other}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn next_index(&self) -> u64 {
+        self.first + self.locations.len() as u64
+    }
+
+    /// An entry follows the last one; one at or before it replaces the
+    /// entries from its index; one after a gap starts the log again there
+    /// (older segments were removed; [`LogIndex::check`] says whether the
+    /// purge point explains the gap).
+    fn push_entry(&mut self, log_id: LogId, at: Location) {
+        let index = log_id.index;
+        if self.locations.is_empty() || index < self.first || index > self.next_index() {
+            self.locations.clear();
+            self.first = index;
+        } else {
+            self.locations.truncate((index - self.first) as usize);
+        }
+        self.locations.push_back(at);
+        self.last = Some(log_id);
+    }
+
+    fn truncate_after(&mut self, last: Option<LogId>) {
+        let keep = last
+            .map_or(0, |l| l.index + 1)
+            .saturating_sub(self.first)
+            .min(self.locations.len() as u64);
+        if keep as usize == self.locations.len() {
+            return;
+        }
+        self.locations.truncate(keep as usize);
+        self.last = if self.locations.is_empty() {
+            None
+        } else {
+            last
+        };
+    }
+
+    fn purge(&mut self, upto: LogId) {
+        let drop = (upto.index + 1)
+            .saturating_sub(self.first)
+            .min(self.locations.len() as u64);
+        self.locations.drain(..drop as usize);
+        self.first = self.first.max(upto.index + 1);
+        if self.locations.is_empty() {
+            self.last = None;
+        }
+        self.purged = Some(upto);
+    }
+
+    /// After opening: the live entries start right after the purge point.
+    fn check(&self) -> io::Result<()> {
+        if let (Some(purged), false) = (self.purged, self.locations.is_empty()) {
+            if self.first != purged.index + 1 {
+                return Err(io::Error::other(format!(
+                    "raft log: entries start at {} but the purge point is {}: a segment is missing",
+                    self.first, purged.index
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Log {
+    /// Writes records and takes them into the state.
+    fn write(&mut self, records: &[(u8, &[u8])]) -> io::Result<()> {
+        let locations = self.wal.append(records)?;
+        for ((kind, payload), at) in records.iter().zip(locations) {
+            self.index.apply(*kind, payload, at)?;
+        }
+        Ok(())
+    }
+
+    /// The files and places of the live entries in `[start, end)` (`end`
+    /// `None`: to the last), up to the one that brings their encoded size
+    /// to `max_bytes`.
+    fn locate(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        max_bytes: usize,
+    ) -> io::Result<Vec<(Arc<std::fs::File>, Location)>> {
+        let index = &self.index;
+        let start = start.max(index.first);
+        let end = end.map_or(index.next_index(), |e| e.min(index.next_index()));
+        let mut found = Vec::new();
+        let mut bytes = 0;
+        for i in start..end {
+            let at = index.locations[(i - index.first) as usize];
+            found.push((self.wal.file_of(at)?, at));
+            bytes += at.len as usize - ENTRY_PREFIX_BYTES;
+            if bytes >= max_bytes {
+                break;
+            }
+        }
+        Ok(found)
+    }
+
+    /// The segment holding the oldest live entry (the one written to when
+    /// no entry is live): every older segment can go.
+    fn oldest_needed_segment(&self) -> u64 {
+        self.index
+            .locations
+            .front()
+            .map_or(self.wal.current_segment(), |at| at.segment)
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(payload: &[u8], what: &str) -> io::Result<T> {
+    codec::decode(payload).map_err(|e| io_error(&format!("raft log: decoding {what}"), e))
+}
+
+/// An entry record's payload: its log id, then its bincode.
+fn entry_record(entry: &Entry) -> (Vec<u8>, usize) {
+    let encoded = codec::encode(entry);
+    let mut payload = Vec::with_capacity(ENTRY_PREFIX_BYTES + encoded.len());
+    payload.extend_from_slice(&entry.log_id.leader_id.term.to_be_bytes());
+    payload.extend_from_slice(&entry.log_id.leader_id.node_id.to_be_bytes());
+    payload.extend_from_slice(&entry.log_id.index.to_be_bytes());
+    payload.extend_from_slice(&encoded);
+    (payload, encoded.len())
+}
+
+fn entry_log_id(payload: &[u8]) -> io::Result<LogId> {
+    if payload.len() < ENTRY_PREFIX_BYTES {
+        return Err(io::Error::other("raft log: an entry record is too short"));
+    }
+    let word = |i: usize| u64::from_be_bytes(payload[i * 8..i * 8 + 8].try_into().expect("8"));
+    Ok(LogId::new(
+        LeaderId {
+            term: word(0),
+            node_id: word(1),
+        },
+        word(2),
+    ))
+}
+
+fn entry_of_record(payload: &[u8]) -> io::Result<Entry> {
+    decode(
+        &payload[ENTRY_PREFIX_BYTES.min(payload.len())..],
+        "an entry",
+    )
 }
 
 /// The newest log entries in memory, with their encoded sizes: a
@@ -196,53 +417,163 @@ impl Drop for Flusher {
 }
 
 impl LogStore {
-    /// The log store on `engine`, starting its flusher thread. Syncs first,
-    /// so everything the log holds is durable before openraft reads it.
-    pub fn open(engine: Arc<dyn Engine>) -> io::Result<Self> {
-        engine
-            .sync()
-            .map_err(|e| io_error("syncing the raft log", e))?;
+    /// The log store in `dir` (created if missing; a log still in the
+    /// engine's tables is moved there first), starting its flusher thread.
+    /// `engine` is the state machine's, synced before segments go.
+    pub fn open(engine: Arc<dyn Engine>, dir: &Path) -> io::Result<Self> {
+        Self::open_with(engine, dir, log_options())
+    }
+
+    fn open_with(engine: Arc<dyn Engine>, dir: &Path, options: WalOptions) -> io::Result<Self> {
+        migrate_from_engine(engine.as_ref(), dir)?;
+        let log = open_log(dir, options)?;
+        let log = Arc::new(Mutex::new(log));
         let (queue, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
-        let flush_engine = engine.clone();
+        let flush_log = log.clone();
         let thread = std::thread::Builder::new()
             .name("raft-log-flusher".into())
-            .spawn(move || run_flusher(flush_engine, rx))?;
+            .spawn(move || run_flusher(flush_log, rx))?;
         Ok(Self {
+            log,
             engine,
             flusher: Arc::new(Flusher {
                 queue: Some(queue),
                 thread: Some(thread),
             }),
-            committed: Arc::default(),
             tail: Arc::new(Mutex::new(TailCache::new(LOG_TAIL_CACHE_BYTES))),
         })
     }
 
-    fn tail(&self) -> std::sync::MutexGuard<'_, TailCache> {
+    fn tail(&self) -> MutexGuard<'_, TailCache> {
         self.tail
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn pending_committed(&self) -> std::sync::MutexGuard<'_, Option<Option<LogId>>> {
-        self.committed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn log(&self) -> MutexGuard<'_, Log> {
+        lock_log(&self.log)
     }
 
     /// Writes `entries` and makes them durable at once, outside openraft's
     /// append protocol: for repairs made before Raft starts
     /// ([`super::recovery`]).
     pub fn append_synced(&self, entries: &[Entry]) -> io::Result<()> {
-        let (b, _) = entries_batch(entries);
         self.tail().clear();
-        self.engine
-            .write(b, true)
-            .map_err(|e| io_error("writing raft log entries", e))
+        let mut log = self.log();
+        write_entries(&mut log, entries)?;
+        log.wal.sync()
     }
 }
 
-fn read_state<T: serde::de::DeserializeOwned>(
+fn lock_log(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
+    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn open_log(dir: &Path, options: WalOptions) -> io::Result<Log> {
+    let mut index = LogIndex::default();
+    let wal = Wal::open(dir, options, &mut |kind, payload, at| {
+        index.apply(kind, payload, at)
+    })?;
+    index.check()?;
+    Ok(Log { wal, index })
+}
+
+fn log_options() -> WalOptions {
+    WalOptions {
+        sticky_kinds: STICKY_KINDS.to_vec(),
+        ..WalOptions::default()
+    }
+}
+
+/// Appends entry records (and the commit index, when it changed) unsynced.
+/// Returns each entry's encoded size.
+fn write_entries(log: &mut Log, entries: &[Entry]) -> io::Result<Vec<usize>> {
+    let encoded: Vec<(Vec<u8>, usize)> = entries.iter().map(entry_record).collect();
+    let committed = log
+        .index
+        .committed_unwritten
+        .then(|| codec::encode(&log.index.committed));
+    let mut records: Vec<(u8, &[u8])> = Vec::with_capacity(entries.len() + 1);
+    if let Some(committed) = &committed {
+        records.push((KIND_COMMITTED, committed));
+    }
+    records.extend(encoded.iter().map(|(p, _)| (KIND_ENTRY, &p[..])));
+    log.write(&records)?;
+    log.index.committed_unwritten = false;
+    Ok(encoded.into_iter().map(|(_, size)| size).collect())
+}
+
+/// Moves a log kept in the engine's tables (see the module docs) into
+/// segments in `dir`, unless `dir` exists. The segments are built in a
+/// sibling directory and renamed into place once synced, so a crash
+/// during the copy leaves the engine's log as the only one.
+fn migrate_from_engine(engine: &dyn Engine, dir: &Path) -> io::Result<()> {
+    let building = building_dir(dir);
+    if dir.exists() {
+        return remove_legacy_log(engine);
+    }
+    if building.exists() {
+        std::fs::remove_dir_all(&building)
+            .map_err(|e| io_error(&format!("removing {}", building.display()), e))?;
+    }
+    let vote: Option<Vote> = read_legacy(engine, LEGACY_KEY_VOTE)?;
+    let purged: Option<LogId> = read_legacy(engine, LEGACY_KEY_LAST_PURGED)?;
+    let committed: Option<Option<LogId>> = read_legacy(engine, LEGACY_KEY_COMMITTED)?;
+    let mut has_entries = false;
+    scan_legacy_entries(engine, &mut |_| {
+        has_entries = true;
+        ControlFlow::Break(())
+    })?;
+    if vote.is_none() && purged.is_none() && !has_entries {
+        return Ok(());
+    }
+    let mut log = open_log(&building, log_options())?;
+    let mut sticky: Vec<(u8, Vec<u8>)> = Vec::new();
+    if let Some(vote) = &vote {
+        sticky.push((KIND_VOTE, codec::encode(vote)));
+    }
+    if let Some(committed) = &committed {
+        sticky.push((KIND_COMMITTED, codec::encode(committed)));
+    }
+    if let Some(purged) = &purged {
+        sticky.push((KIND_PURGED, codec::encode(purged)));
+    }
+    let records: Vec<(u8, &[u8])> = sticky.iter().map(|(k, p)| (*k, &p[..])).collect();
+    log.write(&records)?;
+    let mut failure = None;
+    scan_legacy_entries(
+        engine,
+        &mut |entry| match entry.and_then(|e| write_entries(&mut log, &[e])) {
+            Ok(_) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        },
+    )?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    log.wal.sync()?;
+    drop(log);
+    std::fs::rename(&building, dir)
+        .map_err(|e| io_error(&format!("renaming {}", building.display()), e))?;
+    if let Some(parent) = dir.parent() {
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_error(&format!("syncing {}", parent.display()), e))?;
+    }
+    tracing::info!(dir = %dir.display(), "moved the raft log from the engine into segment files");
+    remove_legacy_log(engine)
+}
+
+fn building_dir(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".building");
+    dir.with_file_name(name)
+}
+
+fn read_legacy<T: serde::de::DeserializeOwned>(
     engine: &dyn Engine,
     key: &[u8],
 ) -> io::Result<Option<T>> {
@@ -252,49 +583,57 @@ fn read_state<T: serde::de::DeserializeOwned>(
     else {
         return Ok(None);
     };
-    codec::decode(&bytes)
-        .map(Some)
-        .map_err(|e| io_error("decoding raft state", e))
+    decode(&bytes, "the engine's raft state").map(Some)
 }
 
-fn last_entry_log_id(engine: &dyn Engine) -> io::Result<Option<LogId>> {
-    let mut last = None;
+fn scan_legacy_entries(
+    engine: &dyn Engine,
+    visit: &mut dyn FnMut(io::Result<Entry>) -> ControlFlow<()>,
+) -> io::Result<()> {
     engine
-        .scan_reverse(Table::RaftLog, &[], None, &mut |_, v| {
-            last = Some(v.to_vec());
-            ControlFlow::Break(())
+        .scan(Table::RaftLog, &[], None, &mut |_, v| {
+            visit(decode(v, "an engine log entry"))
         })
-        .map_err(|e| io_error("reading the raft log", e))?;
-    match last {
-        None => Ok(None),
-        Some(bytes) => {
-            let entry: Entry =
-                codec::decode(&bytes).map_err(|e| io_error("decoding a raft log entry", e))?;
-            Ok(Some(entry.log_id))
-        }
-    }
+        .map_err(|e| io_error("reading the engine's raft log", e))
 }
 
-/// One engine batch writing `entries` to the log, and each entry's encoded
-/// size (what the tail cache counts).
-fn entries_batch(entries: &[Entry]) -> (WriteBatch, Vec<usize>) {
-    let mut b = WriteBatch::new();
-    let mut sizes = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let encoded = codec::encode(entry);
-        sizes.push(encoded.len());
-        b.put(
-            Table::RaftLog,
-            index_key(entry.log_id.index).to_vec(),
-            encoded,
-        );
+/// Removes the engine's copy of the log, synced (nothing if none).
+fn remove_legacy_log(engine: &dyn Engine) -> io::Result<()> {
+    let mut present = false;
+    scan_legacy_entries(engine, &mut |_| {
+        present = true;
+        ControlFlow::Break(())
+    })?;
+    for key in [
+        LEGACY_KEY_VOTE,
+        LEGACY_KEY_LAST_PURGED,
+        LEGACY_KEY_COMMITTED,
+    ] {
+        present |= engine
+            .get(Table::RaftState, key)
+            .map_err(|e| io_error("reading raft state", e))?
+            .is_some();
     }
-    (b, sizes)
+    if !present {
+        return Ok(());
+    }
+    let mut b = WriteBatch::new();
+    b.delete_range(Table::RaftLog, vec![0; 8], vec![0xff; 9]);
+    for key in [
+        LEGACY_KEY_VOTE,
+        LEGACY_KEY_LAST_PURGED,
+        LEGACY_KEY_COMMITTED,
+    ] {
+        b.delete(Table::RaftState, key.to_vec());
+    }
+    engine
+        .write(b, true)
+        .map_err(|e| io_error("removing the engine's raft log", e))
 }
 
 /// The flusher loop: batch appends, one sync per batch, then complete the
 /// callbacks in order.
-fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<IOFlushed<TypeConfig>>) {
+fn run_flusher(log: Arc<Mutex<Log>>, rx: Receiver<IOFlushed<TypeConfig>>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < GROUP_COMMIT_MAX_PENDING {
@@ -303,8 +642,11 @@ fn run_flusher(engine: Arc<dyn Engine>, rx: Receiver<IOFlushed<TypeConfig>>) {
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
+        // Every queued append wrote before it queued, so into this file or
+        // into one synced before this one was created.
+        let file = lock_log(&log).wal.current_file();
         let started = std::time::Instant::now();
-        let result = engine.sync();
+        let result = file.sync_data();
         crate::metrics::global()
             .disk
             .wal_fsync
@@ -347,46 +689,27 @@ impl LogStore {
         if let Some(cached) = self.tail().read(start, end, max_bytes) {
             return Ok(cached);
         }
-        self.read_engine_entries(start, end, max_bytes)
+        self.read_file_entries(start, end, max_bytes)
     }
 
-    /// [`LogStore::read_entries`] from the engine alone.
-    fn read_engine_entries(
+    /// [`LogStore::read_entries`] from the segment files alone. The reads
+    /// run outside the lock: records are never overwritten, and a removed
+    /// segment stays readable through its open file.
+    fn read_file_entries(
         &self,
         start: u64,
         end: Option<u64>,
         max_bytes: usize,
     ) -> io::Result<Vec<Entry>> {
-        let start = index_key(start);
-        let end = end.map(index_key);
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        let mut failure = None;
-        self.engine
-            .scan(
-                Table::RaftLog,
-                &start,
-                end.as_ref().map(|e| &e[..]),
-                &mut |_, v| {
-                    match codec::decode::<Entry>(v) {
-                        Ok(e) => entries.push(e),
-                        Err(e) => {
-                            failure = Some(e);
-                            return ControlFlow::Break(());
-                        }
-                    }
-                    bytes += v.len();
-                    if bytes >= max_bytes {
-                        return ControlFlow::Break(());
-                    }
-                    ControlFlow::Continue(())
-                },
-            )
-            .map_err(|e| io_error("reading the raft log", e))?;
-        if let Some(e) = failure {
-            return Err(io_error("decoding a raft log entry", e));
-        }
-        Ok(entries)
+        let found = self.log().locate(start, end, max_bytes)?;
+        found
+            .into_iter()
+            .map(|(file, at)| {
+                let payload =
+                    wal::read_at(&file, at).map_err(|e| io_error("reading the raft log", e))?;
+                entry_of_record(&payload)
+            })
+            .collect()
     }
 }
 
@@ -436,7 +759,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
-        read_state(self.engine.as_ref(), KEY_VOTE)
+        Ok(self.log().index.vote)
     }
 }
 
@@ -444,12 +767,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
-        let engine = self.engine.as_ref();
-        let last_purged_log_id: Option<LogId> = read_state(engine, KEY_LAST_PURGED)?;
-        let last_log_id = last_entry_log_id(engine)?.or(last_purged_log_id);
+        let log = self.log();
         Ok(LogState {
-            last_purged_log_id,
-            last_log_id,
+            last_purged_log_id: log.index.purged,
+            last_log_id: log.index.last.or(log.index.purged),
         })
     }
 
@@ -457,32 +778,31 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
+    /// Written and synced before it returns, as openraft requires.
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
-        let mut b = WriteBatch::new();
-        b.put(Table::RaftState, KEY_VOTE.to_vec(), codec::encode(vote));
-        self.engine
-            .write(b, true)
+        let mut log = self.log();
+        log.write(&[(KIND_VOTE, &codec::encode(vote))])
+            .and_then(|()| log.wal.sync())
             .map_err(|e| io_error("saving the vote", e))
     }
 
     /// Keeps the commit index in memory; the next append writes it in the
-    /// same engine batch as its entries. openraft awaits this before it
-    /// applies each commit, so an engine write here was one more write on
-    /// every write's path, on the leader and on each follower. The commit
-    /// index is optional state (openraft recovers it from the leader, and
-    /// takes the applied index when it is lower): after a crash it may be a
-    /// few entries behind, which only means re-applying from the last
-    /// applied index, as before.
+    /// same write as its entries. openraft awaits this before it applies
+    /// each commit, so a write here was one more write on every write's
+    /// path, on the leader and on each follower. The commit index is
+    /// optional state (openraft recovers it from the leader, and takes the
+    /// applied index when it is lower): after a crash it may be a few
+    /// entries behind, which only means re-applying from the last applied
+    /// index.
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
-        *self.pending_committed() = Some(committed);
+        let mut log = self.log();
+        log.index.committed = committed;
+        log.index.committed_unwritten = true;
         Ok(())
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        if let Some(pending) = *self.pending_committed() {
-            return Ok(pending);
-        }
-        Ok(read_state::<Option<LogId>>(self.engine.as_ref(), KEY_COMMITTED)?.flatten())
+        Ok(self.log().index.committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
@@ -491,26 +811,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
-        let (mut b, sizes) = entries_batch(&entries);
         if entries.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
         }
-        if let Some(committed) = self.pending_committed().take() {
-            b.put(
-                Table::RaftState,
-                KEY_COMMITTED.to_vec(),
-                codec::encode(&committed),
-            );
-        }
-        let written = self.engine.write(b, false);
+        let written = write_entries(&mut self.log(), &entries);
         let mut tail = self.tail();
-        if written.is_err() {
-            // What reached the engine is unknown: serve reads from it.
-            tail.clear();
-        } else {
-            for (entry, size) in entries.into_iter().zip(sizes) {
-                tail.push(entry, size);
+        match &written {
+            // What reached the files is unknown: serve reads from them.
+            Err(_) => tail.clear(),
+            Ok(sizes) => {
+                for (entry, size) in entries.into_iter().zip(sizes) {
+                    tail.push(entry, *size);
+                }
             }
         }
         drop(tail);
@@ -521,38 +834,40 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|_| io::Error::other("the raft log flusher stopped"))
     }
 
+    /// Written and synced before it returns (rare: a follower whose
+    /// uncommitted entries conflict with the leader's).
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
-        let from = last_log_id.map_or(0, |l| l.index + 1);
         self.tail().truncate_after(last_log_id.map(|l| l.index));
-        let mut b = WriteBatch::new();
-        b.delete_range(
-            Table::RaftLog,
-            index_key(from).to_vec(),
-            index_key(u64::MAX).to_vec(),
-        );
-        self.engine
-            .write(b, true)
+        let mut log = self.log();
+        log.write(&[(KIND_TRUNCATE, &codec::encode(&last_log_id))])
+            .and_then(|()| log.wal.sync())
             .inspect_err(|_| self.tail().clear())
             .map_err(|e| io_error("truncating the raft log", e))
     }
 
+    /// Writes the purge point unsynced; once a whole segment holds only
+    /// purged entries, syncs the purge point and the state machine's engine
+    /// (see the module docs) and removes the segments before the oldest
+    /// live entry's.
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
         self.tail().purge(log_id.index);
-        let mut b = WriteBatch::new();
-        b.put(
-            Table::RaftState,
-            KEY_LAST_PURGED.to_vec(),
-            codec::encode(&log_id),
-        );
-        b.delete_range(
-            Table::RaftLog,
-            index_key(0).to_vec(),
-            index_key(log_id.index + 1).to_vec(),
-        );
+        let mut log = self.log();
+        log.write(&[(KIND_PURGED, &codec::encode(&log_id))])
+            .map_err(|e| io_error("purging the raft log", e))?;
+        let keep_from = log.oldest_needed_segment();
+        if log.wal.oldest_segment() >= keep_from {
+            return Ok(());
+        }
+        log.wal
+            .sync()
+            .map_err(|e| io_error("syncing the raft log", e))?;
         self.engine
-            .write(b, false)
-            .inspect_err(|_| self.tail().clear())
-            .map_err(|e| io_error("purging the raft log", e))
+            .sync()
+            .map_err(|e| io_error("syncing the state machine before removing log segments", e))?;
+        log.wal
+            .remove_segments_before(keep_from)
+            .map_err(|e| io_error("removing raft log segments", e))?;
+        Ok(())
     }
 }
 
@@ -564,20 +879,25 @@ mod tests {
 
     use super::*;
     use crate::engine::memory::MemoryEngine;
-    use crate::raft::types::{Batch, Command, LeaderId, Proposal};
+    use crate::raft::types::{Batch, Command, Proposal};
 
     /// Entries of this many value bytes: two fit under the 1 MiB bounds,
     /// the second one reaches them.
     const VALUE_BYTES: usize = 600 * 1024;
     const ENTRIES: u64 = 6;
 
-    fn store_with_large_entries() -> LogStore {
-        let store = LogStore::open(Arc::new(MemoryEngine::new())).expect("open");
+    fn open_in(dir: &tempfile::TempDir) -> LogStore {
+        LogStore::open(Arc::new(MemoryEngine::new()), &dir.path().join("log")).expect("open")
+    }
+
+    fn store_with_large_entries() -> (tempfile::TempDir, LogStore) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open_in(&dir);
         let entries: Vec<Entry> = (1..=ENTRIES)
             .map(|index| entry_of(1, index, VALUE_BYTES))
             .collect();
         store.append_synced(&entries).expect("append");
-        store
+        (dir, store)
     }
 
     fn indexes(entries: &[Entry]) -> Vec<u64> {
@@ -586,7 +906,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_append_message_stops_at_the_entry_reaching_the_byte_bound() {
-        let mut store = store_with_large_entries();
+        let (_dir, mut store) = store_with_large_entries();
         let first = store.limited_get_log_entries(1, ENTRIES + 1).await;
         assert_eq!(indexes(&first.expect("read")), vec![1, 2]);
         let tail = store.limited_get_log_entries(ENTRIES, ENTRIES + 1).await;
@@ -595,7 +915,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_apply_stream_yields_the_range_in_order_across_reads() {
-        let mut store = store_with_large_entries();
+        let (_dir, mut store) = store_with_large_entries();
         let read: Vec<Entry> = store
             .entries_stream(2..=ENTRIES)
             .await
@@ -610,7 +930,7 @@ mod tests {
     /// the whole range before yielding the first entry).
     #[tokio::test]
     async fn the_apply_stream_reads_a_bounded_chunk_at_a_time() {
-        let mut store = store_with_large_entries();
+        let (_dir, mut store) = store_with_large_entries();
         let mut reader = store.clone();
         let mut stream = std::pin::pin!(reader.entries_stream(1..=ENTRIES).await);
         let first = stream.next().await.expect("first").expect("entry");
@@ -642,15 +962,16 @@ mod tests {
     }
 
     /// Seeded random appends (some entries larger than the whole cache),
-    /// truncations, purges and reads: every read answers what the engine
-    /// alone answers, and the cache served some of them.
+    /// truncations, purges and reads: every read answers what the segment
+    /// files alone answer, and the cache served some of them.
     #[tokio::test]
-    async fn the_tail_cache_answers_what_the_engine_holds() {
+    async fn the_tail_cache_answers_what_the_files_hold() {
         use rand::{Rng, SeedableRng};
         const CACHE_BYTES: usize = 4096;
         const STEPS: usize = 3_000;
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut store = LogStore::open(Arc::new(MemoryEngine::new())).expect("open");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open_in(&dir);
         *store.tail() = TailCache::new(CACHE_BYTES);
         let (mut first, mut last, mut term) = (1u64, 0u64, 1u64);
         for _ in 0..STEPS {
@@ -684,15 +1005,15 @@ mod tests {
                 }
                 _ => {
                     // Also from below the purged index (openraft does not, but
-                    // the answers must still be the engine's).
+                    // the answers must still be the files').
                     let start = rng.gen_range(first.saturating_sub(3)..=last + 1);
                     let end = rng.gen_bool(0.5).then(|| rng.gen_range(start..=last + 2));
                     let max_bytes = [usize::MAX, 1, 700, 2_000][rng.gen_range(0..4)];
                     let cached = store.read_entries(start, end, max_bytes).expect("read");
-                    let engine = store
-                        .read_engine_entries(start, end, max_bytes)
-                        .expect("engine read");
-                    assert_eq!(cached, engine, "[{start}, {end:?}) max {max_bytes}");
+                    let files = store
+                        .read_file_entries(start, end, max_bytes)
+                        .expect("file read");
+                    assert_eq!(cached, files, "[{start}, {end:?}) max {max_bytes}");
                 }
             }
             let tail = store.tail();
@@ -703,6 +1024,176 @@ mod tests {
             );
         }
         assert!(store.tail().hits > 100, "the cache served reads");
+        let before = store.read_file_entries(0, None, usize::MAX).expect("read");
+        let state = store.get_log_state().await.expect("state");
+        drop(store);
+        let mut reopened = open_in(&dir);
+        assert_eq!(reopened.get_log_state().await.expect("state"), state);
+        assert_eq!(
+            reopened
+                .read_file_entries(0, None, usize::MAX)
+                .expect("read"),
+            before
+        );
+    }
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(LeaderId { term, node_id: 1 }, index)
+    }
+
+    async fn append(store: &mut LogStore, term: u64, indexes: std::ops::RangeInclusive<u64>) {
+        let entries: Vec<Entry> = indexes.map(|i| entry_of(term, i, 300)).collect();
+        store
+            .append(entries, IOFlushed::noop())
+            .await
+            .expect("append");
+    }
+
+    #[tokio::test]
+    async fn a_reopened_log_has_its_entries_vote_commit_and_purge_point() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open_in(&dir);
+        append(&mut store, 1, 1..=20).await;
+        let vote = Vote::new(3, 2);
+        store.save_vote(&vote).await.expect("vote");
+        store
+            .save_committed(Some(log_id(1, 12)))
+            .await
+            .expect("commit");
+        store
+            .truncate_after(Some(log_id(1, 15)))
+            .await
+            .expect("truncate");
+        append(&mut store, 3, 16..=18).await;
+        store.purge(log_id(1, 5)).await.expect("purge");
+        drop(store);
+        let mut store = open_in(&dir);
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 5)));
+        assert_eq!(state.last_log_id, Some(log_id(3, 18)));
+        assert_eq!(store.read_vote().await.expect("vote"), Some(vote));
+        assert_eq!(
+            store.read_committed().await.expect("commit"),
+            Some(log_id(1, 12))
+        );
+        let entries = store.try_get_log_entries(0..100).await.expect("read");
+        assert_eq!(indexes(&entries), (6..=18).collect::<Vec<_>>());
+        assert_eq!(entries[9].log_id, log_id(1, 15));
+        assert_eq!(entries[10].log_id, log_id(3, 16));
+        // Everything purged: the log is empty and goes on after the point.
+        store.purge(log_id(3, 30)).await.expect("purge");
+        drop(store);
+        let mut store = open_in(&dir);
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_log_id, Some(log_id(3, 30)));
+        append(&mut store, 4, 31..=31).await;
+        assert_eq!(
+            indexes(&store.try_get_log_entries(0..100).await.expect("read")),
+            vec![31]
+        );
+    }
+
+    /// Segments holding only purged entries are removed; the log reopens
+    /// with its vote and entries (the vote was written in a removed one).
+    #[tokio::test]
+    async fn purged_segments_are_removed_and_the_log_reopens() {
+        const SEGMENT_BYTES: u64 = 8 * 1024;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = || {
+            let options = WalOptions {
+                segment_bytes: SEGMENT_BYTES,
+                ..log_options()
+            };
+            LogStore::open_with(
+                Arc::new(MemoryEngine::new()),
+                &dir.path().join("log"),
+                options,
+            )
+            .expect("open")
+        };
+        let mut store = open();
+        store.save_vote(&Vote::new(2, 1)).await.expect("vote");
+        for index in 1..=200 {
+            append(&mut store, 2, index..=index).await;
+        }
+        let before = store.log().wal.segment_count();
+        assert!(before > 5, "{before} segments");
+        store.purge(log_id(2, 150)).await.expect("purge");
+        let after = store.log().wal.segment_count();
+        assert!(after < before / 2, "{after} of {before} segments left");
+        drop(store);
+        let mut store = open();
+        assert_eq!(
+            store.read_vote().await.expect("vote"),
+            Some(Vote::new(2, 1))
+        );
+        let entries = store.try_get_log_entries(0..1000).await.expect("read");
+        assert_eq!(indexes(&entries), (151..=200).collect::<Vec<_>>());
+    }
+
+    /// A data directory from before the log had files: its log moves out
+    /// of the engine's tables, whole, and leaves them empty.
+    #[tokio::test]
+    async fn a_log_kept_in_the_engine_moves_into_segments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+        let mut b = WriteBatch::new();
+        b.put(
+            Table::RaftState,
+            LEGACY_KEY_VOTE.to_vec(),
+            codec::encode(&Vote::new(4, 1)),
+        );
+        b.put(
+            Table::RaftState,
+            LEGACY_KEY_LAST_PURGED.to_vec(),
+            codec::encode(&log_id(1, 2)),
+        );
+        b.put(
+            Table::RaftState,
+            LEGACY_KEY_COMMITTED.to_vec(),
+            codec::encode(&Some(log_id(4, 7))),
+        );
+        for index in 3..=10u64 {
+            b.put(
+                Table::RaftLog,
+                index.to_be_bytes().to_vec(),
+                codec::encode(&entry_of(4, index, 100)),
+            );
+        }
+        engine.write(b, true).expect("write");
+        let log_dir = dir.path().join("log");
+        for _ in 0..2 {
+            let mut store = LogStore::open(engine.clone(), &log_dir).expect("open");
+            let state = store.get_log_state().await.expect("state");
+            assert_eq!(state.last_purged_log_id, Some(log_id(1, 2)));
+            assert_eq!(state.last_log_id, Some(log_id(4, 10)));
+            assert_eq!(
+                store.read_vote().await.expect("vote"),
+                Some(Vote::new(4, 1))
+            );
+            assert_eq!(
+                store.read_committed().await.expect("commit"),
+                Some(log_id(4, 7))
+            );
+            let entries = store.try_get_log_entries(0..100).await.expect("read");
+            assert_eq!(
+                entries,
+                (3..=10).map(|i| entry_of(4, i, 100)).collect::<Vec<_>>()
+            );
+        }
+        let mut left = 0;
+        engine
+            .scan(Table::RaftLog, &[], None, &mut |_, _| {
+                left += 1;
+                ControlFlow::Continue(())
+            })
+            .expect("scan");
+        assert_eq!(left, 0, "the engine's log is gone");
+        assert_eq!(
+            engine.get(Table::RaftState, LEGACY_KEY_VOTE).expect("get"),
+            None
+        );
+        assert!(!building_dir(&log_dir).exists());
     }
 
     #[test]
