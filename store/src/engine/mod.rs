@@ -251,3 +251,34 @@ pub fn scan_collect(
     })?;
     Ok(out)
 }
+
+/// A visitor of [`try_scan`]: what to do next, or why to stop.
+pub type TryScanVisitor<'a, E> = dyn FnMut(&[u8], &[u8]) -> Result<ControlFlow<()>, E> + 'a;
+
+/// [`EngineRead::scan`] with a visitor that can fail: the scan stops at the
+/// first error the visitor returns, and that error is the result.
+pub fn try_scan<E: From<EngineError>>(
+    read: &(impl EngineRead + ?Sized),
+    table: Table,
+    start: &[u8],
+    end: Option<&[u8]>,
+    visit: &mut TryScanVisitor<'_, E>,
+) -> Result<(), E> {
+    let mut failure = None;
+    read.scan(table, start, end, &mut |k, v| match visit(k, v) {
+        Ok(flow) => flow,
+        Err(e) => {
+            failure = Some(e);
+            ControlFlow::Break(())
+        }
+    })?;
+    failure.map_or(Ok(()), Err)
+}
+
+/// An engine failure where an I/O error is expected (openraft's storage
+/// traits).
+impl From<EngineError> for std::io::Error {
+    fn from(e: EngineError) -> Self {
+        std::io::Error::other(e.to_string())
+    }
+}

@@ -40,7 +40,7 @@ use tokio::sync::watch;
 
 use super::index::{KeyRange, TreeIndex, VisibleKey};
 use super::revision::Revision;
-use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
+use crate::engine::{try_scan, Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::limits::{COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS};
 
@@ -217,25 +217,11 @@ impl MvccStore {
     pub fn reload(&self) -> Result<Option<CompactionJob>, MvccError> {
         let mut index = TreeIndex::default();
         let mut max_rev = 0;
-        let mut failure = None;
-        self.engine.scan(
-            Table::Kv,
-            b"",
-            None,
-            &mut |k, v| match restore_one(&mut index, k, v) {
-                Ok(rev) => {
-                    max_rev = max_rev.max(rev);
-                    ControlFlow::Continue(())
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    ControlFlow::Break(())
-                }
-            },
-        )?;
-        if let Some(e) = failure {
-            return Err(e);
-        }
+        try_scan(self.engine.as_ref(), Table::Kv, b"", None, &mut |k, v| {
+            let rev = restore_one(&mut index, k, v)?;
+            max_rev = max_rev.max(rev);
+            Ok::<_, MvccError>(ControlFlow::Continue(()))
+        })?;
         let scheduled = read_opt_i64(self.engine.as_ref(), META_SCHEDULED_COMPACT_REV)?
             .unwrap_or(NO_COMPACTION);
         let finished = read_i64(self.engine.as_ref(), META_FINISHED_COMPACT_REV)?;

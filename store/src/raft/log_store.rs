@@ -68,7 +68,7 @@ use openraft::OptionalSend;
 
 use super::types::{Entry, LeaderId, LogId, TypeConfig, Vote};
 use crate::codec;
-use crate::engine::{Engine, Table, WriteBatch};
+use crate::engine::{try_scan, Engine, Table, WriteBatch};
 use crate::limits::{
     GROUP_COMMIT_MAX_PENDING, LOG_TAIL_CACHE_BYTES, MAX_APPEND_ENTRIES_BYTES, MAX_APPLY_READ_BYTES,
 };
@@ -520,9 +520,9 @@ fn migrate_from_engine(engine: &dyn Engine, dir: &Path) -> io::Result<()> {
     let purged: Option<LogId> = read_legacy(engine, LEGACY_KEY_LAST_PURGED)?;
     let committed: Option<Option<LogId>> = read_legacy(engine, LEGACY_KEY_COMMITTED)?;
     let mut has_entries = false;
-    scan_legacy_entries(engine, &mut |_| {
+    for_each_legacy_entry(engine, &mut |_| {
         has_entries = true;
-        ControlFlow::Break(())
+        Ok(ControlFlow::Break(()))
     })?;
     if vote.is_none() && purged.is_none() && !has_entries {
         return Ok(());
@@ -540,20 +540,10 @@ fn migrate_from_engine(engine: &dyn Engine, dir: &Path) -> io::Result<()> {
     }
     let records: Vec<(u8, &[u8])> = sticky.iter().map(|(k, p)| (*k, &p[..])).collect();
     log.write(&records)?;
-    let mut failure = None;
-    scan_legacy_entries(
-        engine,
-        &mut |entry| match entry.and_then(|e| write_entries(&mut log, &[e])) {
-            Ok(_) => ControlFlow::Continue(()),
-            Err(e) => {
-                failure = Some(e);
-                ControlFlow::Break(())
-            }
-        },
-    )?;
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    for_each_legacy_entry(engine, &mut |entry| {
+        write_entries(&mut log, &[entry])?;
+        Ok(ControlFlow::Continue(()))
+    })?;
     log.wal.sync()?;
     drop(log);
     std::fs::rename(&building, dir)
@@ -586,23 +576,21 @@ fn read_legacy<T: serde::de::DeserializeOwned>(
     decode(&bytes, "the engine's raft state").map(Some)
 }
 
-fn scan_legacy_entries(
+fn for_each_legacy_entry(
     engine: &dyn Engine,
-    visit: &mut dyn FnMut(io::Result<Entry>) -> ControlFlow<()>,
+    visit: &mut dyn FnMut(Entry) -> io::Result<ControlFlow<()>>,
 ) -> io::Result<()> {
-    engine
-        .scan(Table::RaftLog, &[], None, &mut |_, v| {
-            visit(decode(v, "an engine log entry"))
-        })
-        .map_err(|e| io_error("reading the engine's raft log", e))
+    try_scan(engine, Table::RaftLog, &[], None, &mut |_, v| {
+        visit(decode(v, "an engine log entry")?)
+    })
 }
 
 /// Removes the engine's copy of the log, synced (nothing if none).
 fn remove_legacy_log(engine: &dyn Engine) -> io::Result<()> {
     let mut present = false;
-    scan_legacy_entries(engine, &mut |_| {
+    for_each_legacy_entry(engine, &mut |_| {
         present = true;
-        ControlFlow::Break(())
+        Ok(ControlFlow::Break(()))
     })?;
     for key in [
         LEGACY_KEY_VOTE,
