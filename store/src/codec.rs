@@ -11,6 +11,11 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     bincode::serialize(value).expect("serde types of the store always encode")
 }
 
+/// Appends the encoding of a serde value to `out`.
+pub fn encode_into<T: Serialize>(out: &mut Vec<u8>, value: &T) {
+    bincode::serialize_into(out, value).expect("serde types of the store always encode")
+}
+
 /// Decodes a serde value.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::Error> {
     bincode::deserialize(bytes)

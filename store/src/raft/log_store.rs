@@ -84,10 +84,15 @@ const STICKY_KINDS: [u8; 3] = [KIND_VOTE, KIND_COMMITTED, KIND_PURGED];
 /// Bytes before the entry's bincode in an entry record: its log id.
 const ENTRY_PREFIX_BYTES: usize = 24;
 
-/// Where the engine kept the log before it had files of its own.
+/// Where the engine kept the log's state before it had files of its own
+/// (`raft_state` keys), and the record kind each becomes: the values are
+/// the bincode of the same types, so they are copied as they are.
 const LEGACY_KEY_VOTE: &[u8] = b"vote";
-const LEGACY_KEY_LAST_PURGED: &[u8] = b"last_purged";
-const LEGACY_KEY_COMMITTED: &[u8] = b"committed";
+const LEGACY_STATE: [(&[u8], u8); 3] = [
+    (LEGACY_KEY_VOTE, KIND_VOTE),
+    (b"committed", KIND_COMMITTED),
+    (b"last_purged", KIND_PURGED),
+];
 
 /// An I/O failure as the storage error openraft takes, naming what failed.
 pub(crate) fn io_error(what: &str, e: impl std::fmt::Display) -> io::Error {
@@ -259,15 +264,16 @@ fn decode<T: serde::de::DeserializeOwned>(payload: &[u8], what: &str) -> io::Res
     codec::decode(payload).map_err(|e| io_error(&format!("raft log: decoding {what}"), e))
 }
 
-/// An entry record's payload: its log id, then its bincode.
+/// An entry record's payload: its log id, then its bincode (encoded in
+/// place); and the bincode's size.
 fn entry_record(entry: &Entry) -> (Vec<u8>, usize) {
-    let encoded = codec::encode(entry);
-    let mut payload = Vec::with_capacity(ENTRY_PREFIX_BYTES + encoded.len());
+    let mut payload = Vec::with_capacity(ENTRY_PREFIX_BYTES);
     payload.extend_from_slice(&entry.log_id.leader_id.term.to_be_bytes());
     payload.extend_from_slice(&entry.log_id.leader_id.node_id.to_be_bytes());
     payload.extend_from_slice(&entry.log_id.index.to_be_bytes());
-    payload.extend_from_slice(&encoded);
-    (payload, encoded.len())
+    codec::encode_into(&mut payload, entry);
+    let size = payload.len() - ENTRY_PREFIX_BYTES;
+    (payload, size)
 }
 
 fn entry_log_id(payload: &[u8]) -> io::Result<LogId> {
@@ -294,8 +300,8 @@ fn entry_of_record(payload: &[u8]) -> io::Result<Entry> {
 /// The newest log entries in memory, with their encoded sizes: a
 /// contiguous run of indexes ending at the log's last entry, or empty.
 /// Every append pushes its entries; every truncation and purge removes
-/// theirs, so a cached entry is always the one the engine holds at its
-/// index.
+/// theirs, so a cached entry is always the one the segment files hold at
+/// its index.
 #[derive(Debug)]
 struct TailCache {
     entries: VecDeque<(Entry, usize)>,
@@ -516,29 +522,20 @@ fn migrate_from_engine(engine: &dyn Engine, dir: &Path) -> io::Result<()> {
         std::fs::remove_dir_all(&building)
             .map_err(|e| io_error(&format!("removing {}", building.display()), e))?;
     }
-    let vote: Option<Vote> = read_legacy(engine, LEGACY_KEY_VOTE)?;
-    let purged: Option<LogId> = read_legacy(engine, LEGACY_KEY_LAST_PURGED)?;
-    let committed: Option<Option<LogId>> = read_legacy(engine, LEGACY_KEY_COMMITTED)?;
-    let mut has_entries = false;
-    for_each_legacy_entry(engine, &mut |_| {
-        has_entries = true;
-        Ok(ControlFlow::Break(()))
-    })?;
-    if vote.is_none() && purged.is_none() && !has_entries {
+    if !legacy_log_present(engine)? {
         return Ok(());
     }
+    let mut state = Vec::new();
+    for (key, kind) in LEGACY_STATE {
+        if let Some(value) = engine
+            .get(Table::RaftState, key)
+            .map_err(|e| io_error("reading raft state", e))?
+        {
+            state.push((kind, value));
+        }
+    }
     let mut log = open_log(&building, log_options())?;
-    let mut sticky: Vec<(u8, Vec<u8>)> = Vec::new();
-    if let Some(vote) = &vote {
-        sticky.push((KIND_VOTE, codec::encode(vote)));
-    }
-    if let Some(committed) = &committed {
-        sticky.push((KIND_COMMITTED, codec::encode(committed)));
-    }
-    if let Some(purged) = &purged {
-        sticky.push((KIND_PURGED, codec::encode(purged)));
-    }
-    let records: Vec<(u8, &[u8])> = sticky.iter().map(|(k, p)| (*k, &p[..])).collect();
+    let records: Vec<(u8, &[u8])> = state.iter().map(|(k, v)| (*k, &v[..])).collect();
     log.write(&records)?;
     for_each_legacy_entry(engine, &mut |entry| {
         write_entries(&mut log, &[entry])?;
@@ -549,9 +546,7 @@ fn migrate_from_engine(engine: &dyn Engine, dir: &Path) -> io::Result<()> {
     std::fs::rename(&building, dir)
         .map_err(|e| io_error(&format!("renaming {}", building.display()), e))?;
     if let Some(parent) = dir.parent() {
-        std::fs::File::open(parent)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io_error(&format!("syncing {}", parent.display()), e))?;
+        wal::sync_dir(parent)?;
     }
     tracing::info!(dir = %dir.display(), "moved the raft log from the engine into segment files");
     remove_legacy_log(engine)
@@ -563,19 +558,6 @@ fn building_dir(dir: &Path) -> PathBuf {
     dir.with_file_name(name)
 }
 
-fn read_legacy<T: serde::de::DeserializeOwned>(
-    engine: &dyn Engine,
-    key: &[u8],
-) -> io::Result<Option<T>> {
-    let Some(bytes) = engine
-        .get(Table::RaftState, key)
-        .map_err(|e| io_error("reading raft state", e))?
-    else {
-        return Ok(None);
-    };
-    decode(&bytes, "the engine's raft state").map(Some)
-}
-
 fn for_each_legacy_entry(
     engine: &dyn Engine,
     visit: &mut dyn FnMut(Entry) -> io::Result<ControlFlow<()>>,
@@ -585,33 +567,30 @@ fn for_each_legacy_entry(
     })
 }
 
-/// Removes the engine's copy of the log, synced (nothing if none).
-fn remove_legacy_log(engine: &dyn Engine) -> io::Result<()> {
+/// Whether the engine still holds a log: entries or state.
+fn legacy_log_present(engine: &dyn Engine) -> io::Result<bool> {
     let mut present = false;
     for_each_legacy_entry(engine, &mut |_| {
         present = true;
         Ok(ControlFlow::Break(()))
     })?;
-    for key in [
-        LEGACY_KEY_VOTE,
-        LEGACY_KEY_LAST_PURGED,
-        LEGACY_KEY_COMMITTED,
-    ] {
+    for (key, _) in LEGACY_STATE {
         present |= engine
             .get(Table::RaftState, key)
             .map_err(|e| io_error("reading raft state", e))?
             .is_some();
     }
-    if !present {
+    Ok(present)
+}
+
+/// Removes the engine's copy of the log, synced (nothing if none).
+fn remove_legacy_log(engine: &dyn Engine) -> io::Result<()> {
+    if !legacy_log_present(engine)? {
         return Ok(());
     }
     let mut b = WriteBatch::new();
     b.delete_range(Table::RaftLog, vec![0; 8], vec![0xff; 9]);
-    for key in [
-        LEGACY_KEY_VOTE,
-        LEGACY_KEY_LAST_PURGED,
-        LEGACY_KEY_COMMITTED,
-    ] {
+    for (key, _) in LEGACY_STATE {
         b.delete(Table::RaftState, key.to_vec());
     }
     engine
@@ -1133,12 +1112,12 @@ mod tests {
         );
         b.put(
             Table::RaftState,
-            LEGACY_KEY_LAST_PURGED.to_vec(),
+            b"last_purged".to_vec(),
             codec::encode(&log_id(1, 2)),
         );
         b.put(
             Table::RaftState,
-            LEGACY_KEY_COMMITTED.to_vec(),
+            b"committed".to_vec(),
             codec::encode(&Some(log_id(4, 7))),
         );
         for index in 3..=10u64 {

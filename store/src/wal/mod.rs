@@ -135,6 +135,10 @@ pub struct Wal {
     current: u64,
     /// Where the next record goes in it.
     offset: u64,
+    /// Where the sticky records this process wrote at the head of the
+    /// current segment end (0 for a segment found at open): a batch that
+    /// starts there has the segment to itself and never rolls.
+    header_end: u64,
     /// The newest payload of each sticky kind.
     sticky: BTreeMap<u8, Vec<u8>>,
 }
@@ -161,6 +165,7 @@ impl Wal {
             segments: BTreeMap::new(),
             current: 0,
             offset: 0,
+            header_end: 0,
             sticky: BTreeMap::new(),
         };
         let sequences = list_segments(dir)?;
@@ -173,12 +178,8 @@ impl Wal {
                 .open(&path)
                 .map_err(at(&path))?;
             let end = wal.read_segment(seq, &file, &path, replay)?;
-            match end {
-                SegmentEnd::Clean(_) => {}
-                SegmentEnd::Torn(offset) if Some(seq) != newest => {
-                    return Err(WalError::Corrupt { path, offset }.into());
-                }
-                SegmentEnd::Torn(_) => {}
+            if let (SegmentEnd::Torn(offset), false) = (end, Some(seq) == newest) {
+                return Err(WalError::Corrupt { path, offset }.into());
             }
             if Some(seq) == newest {
                 let end = end.offset();
@@ -203,6 +204,7 @@ impl Wal {
             // A crash while the newest segment was being created: it must
             // still start with the sticky records before older ones go.
             wal.write_sticky_header()?;
+            wal.header_end = wal.offset;
             wal.sync()?;
         }
         Ok(wal)
@@ -278,7 +280,9 @@ impl Wal {
         );
         self.current = seq;
         self.offset = 0;
-        self.write_sticky_header()
+        self.write_sticky_header()?;
+        self.header_end = self.offset;
+        Ok(())
     }
 
     fn write_sticky_header(&mut self) -> io::Result<()> {
@@ -307,29 +311,18 @@ impl Wal {
     /// allocated end goes to a new segment (after syncing this one), unless
     /// this segment holds nothing yet.
     pub fn append(&mut self, records: &[(u8, &[u8])]) -> io::Result<Vec<Location>> {
-        let mut bytes = Vec::with_capacity(
-            records
-                .iter()
-                .map(|(_, p)| p.len() + frame::HEADER_BYTES + 1)
-                .sum(),
-        );
+        let mut needed = 0;
         for (_, payload) in records {
             if payload.len() >= u32::MAX as usize {
                 return Err(WalError::TooLarge(payload.len()).into());
             }
+            needed += frame::HEADER_BYTES + 1 + payload.len();
         }
-        let sticky_bytes: u64 = self
-            .sticky
-            .values()
-            .map(|p| (p.len() + frame::HEADER_BYTES + 1) as u64)
-            .sum();
-        let needed = records
-            .iter()
-            .map(|(_, p)| (p.len() + frame::HEADER_BYTES + 1) as u64)
-            .sum::<u64>();
-        if self.offset > sticky_bytes && self.offset + needed > self.options.segment_bytes {
+        if self.offset > self.header_end && self.offset + needed as u64 > self.options.segment_bytes
+        {
             self.roll()?;
         }
+        let mut bytes = Vec::with_capacity(needed);
         let mut locations = Vec::with_capacity(records.len());
         for (kind, payload) in records {
             let offset = self.offset + bytes.len() as u64 + frame::HEADER_BYTES as u64 + 1;
@@ -349,8 +342,7 @@ impl Wal {
 
     /// Syncs the segment written to and starts the next one.
     fn roll(&mut self) -> io::Result<()> {
-        let segment = &self.segments[&self.current];
-        segment.file.sync_data().map_err(at(&segment.path))?;
+        self.sync()?;
         self.create_segment(self.current + 1)
     }
 
@@ -367,8 +359,8 @@ impl Wal {
         Ok(())
     }
 
-    /// The file holding `location` and the location, for a read outside
-    /// any lock ([`read_at`]).
+    /// The file holding `location`, for a read outside any lock
+    /// ([`read_at`]).
     pub fn file_of(&self, location: Location) -> io::Result<Arc<File>> {
         self.segments
             .get(&location.segment)
@@ -477,7 +469,9 @@ fn allocate(file: &File, bytes: u64) -> io::Result<()> {
     Err(e)
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+/// Syncs a directory, so that files created, renamed or removed in it stay
+/// so after a crash.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(at(dir))
