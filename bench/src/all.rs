@@ -3,7 +3,8 @@
 //!
 //! Each benchmark runs with its own defaults (or its smoke settings with
 //! `--smoke`); a failing benchmark is reported in its section and makes the
-//! command exit non-zero after the others have run.
+//! command exit non-zero after the others have run. The report opens with
+//! the open issues' targets checked against this run ([`crate::goals`]).
 
 use std::path::{Path, PathBuf};
 
@@ -81,8 +82,11 @@ struct Part {
     outcome: Result<(String, String, Value)>,
 }
 
-fn part(title: &str, dir: &Path, outcome: Result<impl Outcome>) -> Part {
-    let outcome = outcome.and_then(|o| Ok((o.text(), o.markdown(dir)?, serde_json::to_value(&o)?)));
+fn part(title: &str, dir: &Path, outcome: &Result<impl Outcome>) -> Part {
+    let outcome = match outcome {
+        Ok(o) => (|| -> Result<_> { Ok((o.text(), o.markdown(dir)?, serde_json::to_value(o)?)) })(),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
     Part {
         title: title.to_string(),
         outcome,
@@ -94,40 +98,44 @@ pub async fn run(args: &AllArgs, seed: u64, progress: bool) -> Result<()> {
     let dir = ensure_dir(&args.report)?;
     let mut parts = Vec::new();
     let compare = sub_args::<crate::compare::CompareArgs>(args.common(false))?;
-    parts.push(part(
-        "compare: store vs etcd 3.5",
-        &dir,
-        crate::compare::run(&compare, seed, progress).await,
-    ));
+    let compare = crate::compare::run(&compare, seed, progress).await;
+    parts.push(part("compare: store vs etcd 3.5", &dir, &compare));
     let h2load = sub_args::<crate::h2load::H2loadArgs>(args.common(false))?;
-    parts.push(part(
-        "h2load: raw gRPC, store vs etcd 3.5",
-        &dir,
-        crate::h2load::run(&h2load).await,
-    ));
+    let h2load = crate::h2load::run(&h2load).await;
+    parts.push(part("h2load: raw gRPC, store vs etcd 3.5", &dir, &h2load));
     let failover = sub_args::<crate::failover::FailoverArgs>(args.common(false))?;
-    parts.push(part(
-        "failover: leader kill -9 under load",
-        &dir,
-        crate::failover::run(&failover, seed, progress).await,
-    ));
+    let failover = crate::failover::run(&failover, seed, progress).await;
+    parts.push(part("failover: leader kill -9 under load", &dir, &failover));
     let gateway = sub_args::<crate::gateway::GatewayArgs>(args.common(true))?;
+    let gateway = crate::gateway::run(&gateway, seed, progress).await;
     parts.push(part(
         "gateway: direct vs gateway vs HAProxy",
         &dir,
-        crate::gateway::run(&gateway, seed, progress).await,
+        &gateway,
     ));
     let apiserver = sub_args::<crate::apiserver::ApiserverArgs>(args.common(false))?;
+    let apiserver = crate::apiserver::run(&apiserver, seed, progress).await;
     parts.push(part(
         "apiserver: kube-apiserver-shaped workload",
         &dir,
-        crate::apiserver::run(&apiserver, seed, progress).await,
+        &apiserver,
     ));
-    finish(&dir, parts)
+    let goals = crate::goals::evaluate(&crate::goals::Inputs {
+        compare: compare.as_ref().ok(),
+        h2load: h2load.as_ref().ok(),
+        failover: failover.as_ref().ok(),
+        gateway: gateway.as_ref().ok(),
+    });
+    let goals = (
+        "Goals: the open issues' targets in this run".to_string(),
+        crate::goals::markdown(&goals),
+    );
+    finish(&dir, goals, parts)
 }
 
-fn finish(dir: &Path, parts: Vec<Part>) -> Result<()> {
-    let mut sections = Vec::new();
+fn finish(dir: &Path, goals: (String, String), parts: Vec<Part>) -> Result<()> {
+    println!("{}\n", goals.1);
+    let mut sections = vec![goals];
     let mut results = serde_json::Map::new();
     let mut failed = Vec::new();
     for p in parts {

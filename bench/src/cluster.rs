@@ -117,6 +117,15 @@ impl Cluster {
             })
     }
 
+    /// CPU time (user + system) the members have used so far, summed, in
+    /// seconds; a member that is gone counts as zero.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.members
+            .iter()
+            .map(|m| crate::procs::cpu_seconds(m.proc.pid()).unwrap_or(0.0))
+            .sum()
+    }
+
     /// SIGKILLs member `i`; returns the instant of the kill.
     pub fn kill9(&mut self, i: usize) -> Instant {
         let at = Instant::now();

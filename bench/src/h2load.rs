@@ -16,6 +16,11 @@
 //! gRPC error answered with HTTP 200 adds no revision, so the check catches
 //! it. A run that fails the check is reported as an error, not as a number.
 //!
+//! Each run also reports the CPU time (user + system) the three members
+//! used from h2load's start until the revision settled, per 10,000
+//! successful requests: on a machine of two cores, throughput is a CPU
+//! budget, and this is what each system spends of it per request.
+//!
 //! Rounds alternate which system goes first (ABBA), and every number in the
 //! summary is the median over rounds. Both clusters run for the whole
 //! command, one after the other on the same cores.
@@ -237,6 +242,21 @@ pub struct H2Run {
     pub max_ms: f64,
     /// Revision growth on the target member during the run.
     pub revisions: u64,
+    /// CPU seconds (user + system, the three members summed) per 10,000
+    /// successful requests, from h2load's start until the revision settled.
+    pub cpu_s_per_10k: f64,
+}
+
+/// Requests [`H2Run::cpu_s_per_10k`] counts CPU time per.
+const CPU_PER_REQUESTS: f64 = 10_000.0;
+
+/// CPU seconds per [`CPU_PER_REQUESTS`] requests; 0 when none succeeded.
+fn cpu_per_10k(cpu_seconds: f64, succeeded: u64) -> f64 {
+    if succeeded == 0 {
+        0.0
+    } else {
+        cpu_seconds * CPU_PER_REQUESTS / succeeded as f64
+    }
 }
 
 /// Parses h2load's summary (`finished in ...`, `requests: ...`, `time for request: ...`).
@@ -312,6 +332,8 @@ pub struct Summary {
     pub mean_ratio: f64,
     pub ours_max_ms: f64,
     pub etcd_max_ms: f64,
+    pub ours_cpu_s_per_10k: f64,
+    pub etcd_cpu_s_per_10k: f64,
 }
 
 /// Results of one workload on both systems.
@@ -370,12 +392,14 @@ pub async fn run(args: &H2loadArgs) -> Result<H2loadOutcome> {
                 };
                 let result = one.exec(cluster).await?;
                 eprintln!(
-                    "bench: round {}/{rounds} {:<22} {:<5} {:>10.1} req/s mean {:.3} ms",
+                    "bench: round {}/{rounds} {:<22} {:<5} {:>10.1} req/s mean {:.3} ms, \
+                     {:.2} CPU s per 10k",
                     round + 1,
                     spec.text,
                     cluster.label,
                     result.requests_s,
-                    result.mean_ms
+                    result.mean_ms,
+                    result.cpu_s_per_10k
                 );
                 let (o, e) = &mut results[i];
                 if is_ours { o } else { e }.push(result);
@@ -430,11 +454,14 @@ impl RunOne<'_> {
         // Settled on both sides: requests h2load abandoned when its run
         // ended may still apply, and belong to that run.
         let before = settled_revision(&endpoint).await?;
+        let cpu_before = cluster.cpu_seconds();
         let output = self.h2load(&endpoint).await?;
         let after = settled_revision(&endpoint).await?;
+        let cpu = cluster.cpu_seconds() - cpu_before;
         let mut run = parse_output(&output)
             .with_context(|| format!("{} on {}", self.spec.text, cluster.label))?;
         run.revisions = after.saturating_sub(before);
+        run.cpu_s_per_10k = cpu_per_10k(cpu, run.succeeded);
         let per_request = self.spec.kind.revisions_per_request();
         let least = run.succeeded * per_request;
         let most = (run.succeeded + self.spec.connections * self.spec.streams) * per_request;
@@ -547,6 +574,8 @@ fn summarize(ours: &[H2Run], etcd: &[H2Run]) -> Summary {
         mean_ratio: ratio(om, em),
         ours_max_ms: med(ours, &|r| r.max_ms),
         etcd_max_ms: med(etcd, &|r| r.max_ms),
+        ours_cpu_s_per_10k: med(ours, &|r| r.cpu_s_per_10k),
+        etcd_cpu_s_per_10k: med(etcd, &|r| r.cpu_s_per_10k),
     }
 }
 
@@ -561,6 +590,8 @@ const HEADERS: &[&str] = &[
     "mean ratio",
     "store max ms",
     "etcd max ms",
+    "store CPU s/10k",
+    "etcd CPU s/10k",
 ];
 
 fn rows(outcome: &H2loadOutcome) -> Vec<Vec<String>> {
@@ -580,6 +611,8 @@ fn rows(outcome: &H2loadOutcome) -> Vec<Vec<String>> {
                 fmt_ratio(s.mean_ratio),
                 format!("{:.1}", s.ours_max_ms),
                 format!("{:.1}", s.etcd_max_ms),
+                format!("{:.2}", s.ours_cpu_s_per_10k),
+                format!("{:.2}", s.etcd_cpu_s_per_10k),
             ]
         })
         .collect()
@@ -598,7 +631,9 @@ impl Outcome for H2loadOutcome {
         Ok(format!(
             "{} rounds of {} s per workload and system, ABBA order, medians; load on the {}; \
              {}. Ratios are store / etcd (throughput: higher is better; latency: lower is better). \
-             Every run is checked against the revision (each acknowledged write is one revision).\n\n{}",
+             Every run is checked against the revision (each acknowledged write is one revision). \
+             CPU s/10k: user + system CPU seconds of the three members summed, from h2load's \
+             start until the revision settled, per 10,000 successful requests.\n\n{}",
             self.rounds,
             self.seconds,
             self.target,
@@ -635,6 +670,8 @@ time for connect:      143us       816us       379us       193us    80.00%
         assert_eq!(millis("778us").unwrap(), 0.778);
         assert_eq!(millis("1.5s").unwrap(), 1500.0);
         assert!(millis("5m").is_err());
+        assert_eq!(cpu_per_10k(1.5, 30_000), 0.5);
+        assert_eq!(cpu_per_10k(1.5, 0), 0.0);
     }
 
     #[test]

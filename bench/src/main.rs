@@ -22,6 +22,7 @@ mod cluster;
 mod compare;
 mod failover;
 mod gateway;
+mod goals;
 mod h2load;
 mod https;
 mod keys;

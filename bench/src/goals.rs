@@ -1,0 +1,391 @@
+//! `goals`: the open issues' targets, checked against one `bench all` run.
+//!
+//! Issue 12 (writes) and issue 15 (the gateway's footprint) are done when
+//! one run shows every ratio they name. Rather than reading five tables by
+//! eye, `bench all` puts this table first in its report: each row names a
+//! target, the figure this run measured for it, and whether it was met.
+//! A target whose workload was not in the run (other `--workloads`, a
+//! failed part) says "not measured", never "met".
+//!
+//! Worked example: h2load's `put:c=100:m=10` gave the store 40,000 req/s
+//! and etcd 19,000, so the row "put, 1,000 streams >= 2.00x etcd" reads
+//! "2.11x (40000 vs 19000 req/s)" and is met; at 37,000 it would read
+//! 1.95x and be missed. Ratios are the parts' own medians over rounds.
+
+use crate::compare::CompareOutcome;
+use crate::failover::FailoverOutcome;
+use crate::gateway::GatewayOutcome;
+use crate::h2load::H2loadOutcome;
+use crate::report::{fmt_ratio, median, table};
+use crate::systems::{ETCD, OURS};
+
+/// The ratio the write goals ask for at high concurrency (issue 12).
+const HIGH_CONCURRENCY_RATIO: f64 = 2.0;
+/// The ratio the single-writer and read goals ask for (issue 12).
+const PARITY_RATIO: f64 = 1.0;
+
+/// h2load workload of the 1,000-stream put goal.
+const H2_PUT_MANY: &str = "put:c=100:m=10";
+/// h2load workload of the 1,000-stream txn-put goal.
+const H2_TXN_MANY: &str = "txn-put:c=100:m=10";
+/// h2load workload of the single-stream put goal.
+const H2_PUT_ONE: &str = "put:c=1:m=1";
+/// h2load read workloads.
+const H2_READS: &[&str] = &["range-l:c=100:m=10", "range-s:c=100:m=10"];
+/// `compare` workload of the 256-client put goal.
+const CMP_PUT_MANY: &str = "put:c=256";
+/// `compare` workload of the single-client put goal.
+const CMP_PUT_ONE: &str = "put:c=1";
+/// `compare` read workloads.
+const CMP_READS: &[&str] = &["range-l:c=64:ks=10000", "range-s:c=64:ks=10000"];
+
+/// Whether this run met a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Met,
+    Missed,
+    NotMeasured,
+}
+
+impl Verdict {
+    fn of(met: bool) -> Verdict {
+        if met {
+            Verdict::Met
+        } else {
+            Verdict::Missed
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::Missed => "**missed**",
+            Verdict::NotMeasured => "not measured",
+        }
+    }
+}
+
+/// One target and what this run measured for it.
+#[derive(Clone, Debug)]
+pub struct Goal {
+    pub issue: u32,
+    pub target: String,
+    pub measured: String,
+    pub verdict: Verdict,
+}
+
+impl Goal {
+    fn new(issue: u32, target: String, measured: Option<(String, bool)>) -> Goal {
+        let (measured, verdict) = match measured {
+            Some((text, met)) => (text, Verdict::of(met)),
+            None => ("-".to_string(), Verdict::NotMeasured),
+        };
+        Goal {
+            issue,
+            target,
+            measured,
+            verdict,
+        }
+    }
+}
+
+/// The parts of a run the goals read (a part that failed or did not run is `None`).
+#[derive(Default)]
+pub struct Inputs<'a> {
+    pub compare: Option<&'a CompareOutcome>,
+    pub h2load: Option<&'a H2loadOutcome>,
+    pub failover: Option<&'a FailoverOutcome>,
+    pub gateway: Option<&'a GatewayOutcome>,
+}
+
+/// Every goal, in the issues' order.
+pub fn evaluate(inputs: &Inputs<'_>) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let h2 = |spec: &str, least: f64| h2load_ratio(inputs.h2load, spec, least);
+    let cmp = |spec: &str, least: f64| compare_ratio(inputs.compare, spec, least);
+    let many = HIGH_CONCURRENCY_RATIO;
+    goals.push(Goal::new(
+        12,
+        format!("put, 1,000 streams (h2load `{H2_PUT_MANY}`) >= {many:.2}x etcd"),
+        h2(H2_PUT_MANY, many),
+    ));
+    goals.push(Goal::new(
+        12,
+        format!("put, 256 clients (compare `{CMP_PUT_MANY}`) >= {many:.2}x etcd"),
+        cmp(CMP_PUT_MANY, many),
+    ));
+    goals.push(Goal::new(
+        12,
+        format!("put, 256 clients (compare `{CMP_PUT_MANY}`): p99 <= etcd's"),
+        compare_p99(inputs.compare, CMP_PUT_MANY),
+    ));
+    goals.push(Goal::new(
+        12,
+        format!("put, one stream (h2load `{H2_PUT_ONE}`) >= {PARITY_RATIO:.2}x etcd"),
+        h2(H2_PUT_ONE, PARITY_RATIO),
+    ));
+    goals.push(Goal::new(
+        12,
+        format!("put, one client (compare `{CMP_PUT_ONE}`) >= {PARITY_RATIO:.2}x etcd"),
+        cmp(CMP_PUT_ONE, PARITY_RATIO),
+    ));
+    goals.push(Goal::new(
+        12,
+        format!("txn-put, 1,000 streams (h2load `{H2_TXN_MANY}`) >= {many:.2}x etcd"),
+        h2(H2_TXN_MANY, many),
+    ));
+    goals.push(Goal::new(
+        12,
+        "leader kill -9 -> first write: store's median <= etcd's".to_string(),
+        failover(inputs.failover),
+    ));
+    for spec in H2_READS {
+        goals.push(Goal::new(
+            12,
+            format!("reads (h2load `{spec}`) >= {PARITY_RATIO:.2}x etcd"),
+            h2(spec, PARITY_RATIO),
+        ));
+    }
+    for spec in CMP_READS {
+        goals.push(Goal::new(
+            12,
+            format!("reads (compare `{spec}`) >= {PARITY_RATIO:.2}x etcd"),
+            cmp(spec, PARITY_RATIO),
+        ));
+    }
+    goals.push(Goal::new(
+        12,
+        format!("CPU s per 10,000 puts, 3 members (h2load `{H2_PUT_MANY}`) <= etcd's"),
+        cpu_per_put(inputs.h2load),
+    ));
+    goals.extend(gateway_goals(inputs.gateway));
+    goals
+}
+
+fn h2load_ratio(outcome: Option<&H2loadOutcome>, spec: &str, least: f64) -> Option<(String, bool)> {
+    let s = &outcome?
+        .workloads
+        .iter()
+        .find(|w| w.spec.text == spec)?
+        .summary;
+    let text = format!(
+        "{} ({:.0} vs {:.0} req/s)",
+        fmt_ratio(s.throughput_ratio),
+        s.ours_requests_s,
+        s.etcd_requests_s
+    );
+    Some((text, s.throughput_ratio >= least))
+}
+
+fn cpu_per_put(outcome: Option<&H2loadOutcome>) -> Option<(String, bool)> {
+    let w = outcome?
+        .workloads
+        .iter()
+        .find(|w| w.spec.text == H2_PUT_MANY)?;
+    let (ours, etcd) = (w.summary.ours_cpu_s_per_10k, w.summary.etcd_cpu_s_per_10k);
+    Some((format!("{ours:.2} vs {etcd:.2}"), ours <= etcd))
+}
+
+fn compare_ratio(
+    outcome: Option<&CompareOutcome>,
+    spec: &str,
+    least: f64,
+) -> Option<(String, bool)> {
+    let s = &outcome?
+        .workloads
+        .iter()
+        .find(|w| w.spec.text == spec)?
+        .summary;
+    let text = format!(
+        "{} ({:.0} vs {:.0} ops/s)",
+        fmt_ratio(s.throughput_ratio),
+        s.ours_ops_s,
+        s.etcd_ops_s
+    );
+    Some((text, s.throughput_ratio >= least))
+}
+
+fn compare_p99(outcome: Option<&CompareOutcome>, spec: &str) -> Option<(String, bool)> {
+    let s = &outcome?
+        .workloads
+        .iter()
+        .find(|w| w.spec.text == spec)?
+        .summary;
+    let text = format!("{:.1} vs {:.1} ms", s.ours_p99_ms, s.etcd_p99_ms);
+    Some((text, s.ours_p99_ms <= s.etcd_p99_ms))
+}
+
+/// Medians of the rounds' windows; a store round whose writes never came
+/// back misses the goal whatever the median says.
+fn failover(outcome: Option<&FailoverOutcome>) -> Option<(String, bool)> {
+    let runs = &outcome?.runs;
+    let windows = |system: &str| -> (Vec<f64>, bool) {
+        let mine: Vec<_> = runs.iter().filter(|r| r.system == system).collect();
+        let all_back = !mine.is_empty() && mine.iter().all(|r| r.unavailability_ms.is_some());
+        (
+            mine.iter().filter_map(|r| r.unavailability_ms).collect(),
+            all_back,
+        )
+    };
+    let (mut ours, ours_back) = windows(OURS);
+    let (mut etcd, _) = windows(ETCD);
+    if ours.is_empty() || etcd.is_empty() {
+        return None;
+    }
+    let (o, e) = (median(&mut ours), median(&mut etcd));
+    let text = format!("{o:.0} vs {e:.0} ms");
+    Some((text, ours_back && o <= e))
+}
+
+/// Issue 15's four figures: new connections/s, memory per idle
+/// connection, added p50 and p99 at every rate, against HAProxy's.
+fn gateway_goals(outcome: Option<&GatewayOutcome>) -> Vec<Goal> {
+    let path = |name: &str| outcome.and_then(|o| o.paths.iter().find(|p| p.path == name));
+    let (ours, theirs) = (path("gateway"), path("haproxy"));
+    let both = ours.zip(theirs);
+    let mut goals = vec![
+        Goal::new(
+            15,
+            "new connections/s >= HAProxy's".to_string(),
+            both.map(|(g, h)| {
+                let (a, b) = (g.new_conns.throughput_ops_s, h.new_conns.throughput_ops_s);
+                (format!("{a:.0} vs {b:.0}"), a >= b)
+            }),
+        ),
+        Goal::new(
+            15,
+            "KiB per idle connection <= HAProxy's".to_string(),
+            both.and_then(|(g, h)| {
+                let (a, b) = (
+                    g.memory.as_ref()?.kib_per_conn,
+                    h.memory.as_ref()?.kib_per_conn,
+                );
+                Some((format!("{a:.2} vs {b:.2}"), a <= b))
+            }),
+        ),
+    ];
+    let rates: Vec<f64> = ours.map_or_else(Vec::new, |g| g.rates.iter().map(|r| r.rate).collect());
+    for rate in rates {
+        let at = |p: &crate::gateway::PathResult| p.rates.iter().find(|r| r.rate == rate).cloned();
+        let points = both.and_then(|(g, h)| at(g).zip(at(h)));
+        for (label, pick) in [
+            (
+                "p50",
+                (|r: &crate::gateway::RatePoint| r.added_p50_ms) as fn(&_) -> f64,
+            ),
+            ("p99", |r| r.added_p99_ms),
+        ] {
+            goals.push(Goal::new(
+                15,
+                format!("added {label} at {rate:.0} req/s <= HAProxy's"),
+                points.as_ref().map(|(g, h)| {
+                    let (a, b) = (pick(g), pick(h));
+                    (format!("{a:+.3} vs {b:+.3} ms"), a <= b)
+                }),
+            ));
+        }
+    }
+    goals
+}
+
+const HEADERS: &[&str] = &[
+    "issue",
+    "target",
+    "this run (store vs etcd, gateway vs HAProxy)",
+    "verdict",
+];
+
+/// The goals as a markdown table with a one-line tally.
+pub fn markdown(goals: &[Goal]) -> String {
+    let rows: Vec<Vec<String>> = goals
+        .iter()
+        .map(|g| {
+            vec![
+                format!("#{}", g.issue),
+                g.target.clone(),
+                g.measured.clone(),
+                g.verdict.label().to_string(),
+            ]
+        })
+        .collect();
+    let count = |v: Verdict| goals.iter().filter(|g| g.verdict == v).count();
+    format!(
+        "{} of {} targets met, {} missed, {} not measured in this run.\n\n{}",
+        count(Verdict::Met),
+        goals.len(),
+        count(Verdict::Missed),
+        count(Verdict::NotMeasured),
+        table(HEADERS, &rows)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_measured_is_never_met() {
+        let goals = evaluate(&Inputs::default());
+        assert!(goals.len() >= 12);
+        assert!(goals.iter().all(|g| g.verdict == Verdict::NotMeasured));
+        let md = markdown(&goals);
+        assert!(md.starts_with(&format!("0 of {} targets met", goals.len())));
+    }
+
+    fn h2load_with(spec: &str, ours: f64, etcd: f64) -> H2loadOutcome {
+        use crate::h2load::{parse_spec, Summary, WorkloadResult};
+        H2loadOutcome {
+            rounds: 1,
+            seconds: 5,
+            target: "leader".into(),
+            h2load: "h2load".into(),
+            workloads: vec![WorkloadResult {
+                spec: parse_spec(spec).unwrap(),
+                ours: Vec::new(),
+                etcd: Vec::new(),
+                summary: Summary {
+                    ours_requests_s: ours,
+                    etcd_requests_s: etcd,
+                    throughput_ratio: ours / etcd,
+                    ours_cpu_s_per_10k: 0.9,
+                    etcd_cpu_s_per_10k: 1.5,
+                    ..Default::default()
+                },
+            }],
+        }
+    }
+
+    fn verdict_of(goals: &[Goal], target_part: &str) -> Verdict {
+        goals
+            .iter()
+            .find(|g| g.target.contains(target_part))
+            .map(|g| g.verdict)
+            .unwrap()
+    }
+
+    #[test]
+    fn ratios_at_the_boundary() {
+        let met = h2load_with(H2_PUT_MANY, 40_000.0, 19_000.0);
+        let goals = evaluate(&Inputs {
+            h2load: Some(&met),
+            ..Default::default()
+        });
+        assert_eq!(verdict_of(&goals, "put, 1,000 streams"), Verdict::Met);
+        assert_eq!(verdict_of(&goals, "CPU s per 10,000 puts"), Verdict::Met);
+        assert_eq!(verdict_of(&goals, "txn-put"), Verdict::NotMeasured);
+        let row = goals
+            .iter()
+            .find(|g| g.target.starts_with("put, 1,000"))
+            .unwrap();
+        assert_eq!(row.measured, "2.11x (40000 vs 19000 req/s)");
+        let missed = h2load_with(H2_PUT_MANY, 37_000.0, 19_000.0);
+        let goals = evaluate(&Inputs {
+            h2load: Some(&missed),
+            ..Default::default()
+        });
+        assert_eq!(verdict_of(&goals, "put, 1,000 streams"), Verdict::Missed);
+        assert!(
+            markdown(&goals).starts_with(&format!("1 of {} targets met, 1 missed", goals.len()))
+        );
+    }
+}
