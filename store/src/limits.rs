@@ -12,7 +12,7 @@
 //! | `lease` | `MAX_LEASE_TTL_SECONDS` |
 //! | `watch::hub` | `WATCH_RING_REVISIONS`, `WATCH_RING_BYTES` |
 //! | `mvcc::compactor` | `COMPACTOR_QUEUE` |
-//! | `engine::rocks` | `WRITE_BUFFER_BYTES` |
+//! | `engine::rocks` | `WRITE_BUFFER_BYTES`, `MAX_TOTAL_WAL_BYTES`, `BYTES_PER_SYNC` |
 //! | `raft::network` | `MAX_PEER_MESSAGE_BYTES` |
 //! | `raft::state_machine::snapshot_file` | `FILE_BUFFER_BYTES` |
 //! | `raft::elections` | `CAMPAIGN_RETRY_HEARTBEATS` |
