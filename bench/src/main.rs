@@ -82,7 +82,7 @@ enum Cmd {
     H2load(h2load::H2loadArgs),
     /// A kube-apiserver-shaped workload on both systems.
     Apiserver(apiserver::ApiserverArgs),
-    /// compare + failover + gateway + apiserver into one report folder.
+    /// compare + h2load + failover + gateway + apiserver into one report folder, opening with the goals table.
     All(all::AllArgs),
 }
 
