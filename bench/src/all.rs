@@ -83,10 +83,10 @@ struct Part {
 }
 
 fn part(title: &str, dir: &Path, outcome: &Result<impl Outcome>) -> Part {
-    let outcome = match outcome {
-        Ok(o) => (|| -> Result<_> { Ok((o.text(), o.markdown(dir)?, serde_json::to_value(o)?)) })(),
-        Err(e) => Err(anyhow::anyhow!("{e:#}")),
-    };
+    let outcome = outcome
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e:#}"))
+        .and_then(|o| Ok((o.text(), o.markdown(dir)?, serde_json::to_value(o)?)));
     Part {
         title: title.to_string(),
         outcome,

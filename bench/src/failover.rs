@@ -401,7 +401,9 @@ impl FailoverOutcome {
             .collect()
     }
 
-    fn median_unavailability(&self, system: &str) -> f64 {
+    /// Median over `system`'s rounds of the kill-to-first-write window,
+    /// rounds whose writes never came back left out (0 for none).
+    pub fn median_unavailability(&self, system: &str) -> f64 {
         let mut v: Vec<f64> = self
             .runs
             .iter()

@@ -14,9 +14,9 @@
 
 use crate::compare::{CompareOutcome, Summary as CompareSummary};
 use crate::failover::FailoverOutcome;
-use crate::gateway::GatewayOutcome;
+use crate::gateway::{GatewayOutcome, PathResult, RatePoint};
 use crate::h2load::{H2loadOutcome, Summary as H2Summary};
-use crate::report::{fmt_ratio, median, table};
+use crate::report::{fmt_ratio, table};
 use crate::systems::{ETCD, OURS};
 
 /// The ratio the write goals ask for at high concurrency (issue 12).
@@ -212,23 +212,17 @@ fn compare_p99(outcome: Option<&CompareOutcome>, spec: &str) -> Option<(String, 
 /// Medians of the rounds' windows; a store round whose writes never came
 /// back misses the goal whatever the median says.
 fn failover(outcome: Option<&FailoverOutcome>) -> Option<(String, bool)> {
-    let runs = &outcome?.runs;
-    let windows = |system: &str| -> (Vec<f64>, bool) {
-        let mine: Vec<_> = runs.iter().filter(|r| r.system == system).collect();
-        let all_back = !mine.is_empty() && mine.iter().all(|r| r.unavailability_ms.is_some());
-        (
-            mine.iter().filter_map(|r| r.unavailability_ms).collect(),
-            all_back,
-        )
-    };
-    let (mut ours, ours_back) = windows(OURS);
-    let (mut etcd, _) = windows(ETCD);
-    if ours.is_empty() || etcd.is_empty() {
+    let outcome = outcome?;
+    let rounds = |system: &'static str| outcome.runs.iter().filter(move |r| r.system == system);
+    if rounds(OURS).next().is_none() || rounds(ETCD).all(|r| r.unavailability_ms.is_none()) {
         return None;
     }
-    let (o, e) = (median(&mut ours), median(&mut etcd));
-    let text = format!("{o:.0} vs {e:.0} ms");
-    Some((text, ours_back && o <= e))
+    let ours_back = rounds(OURS).all(|r| r.unavailability_ms.is_some());
+    let (o, e) = (
+        outcome.median_unavailability(OURS),
+        outcome.median_unavailability(ETCD),
+    );
+    Some((format!("{o:.0} vs {e:.0} ms"), ours_back && o <= e))
 }
 
 /// Issue 15's four figures: new connections/s, memory per idle
@@ -260,26 +254,31 @@ fn gateway_goals(outcome: Option<&GatewayOutcome>) -> Vec<Goal> {
     ];
     let rates: Vec<f64> = ours.map_or_else(Vec::new, |g| g.rates.iter().map(|r| r.rate).collect());
     for rate in rates {
-        let at = |p: &crate::gateway::PathResult| p.rates.iter().find(|r| r.rate == rate).cloned();
-        let points = both.and_then(|(g, h)| at(g).zip(at(h)));
-        for (label, pick) in [
-            (
-                "p50",
-                (|r: &crate::gateway::RatePoint| r.added_p50_ms) as fn(&_) -> f64,
-            ),
-            ("p99", |r| r.added_p99_ms),
-        ] {
+        let at = |p| rate_point(p, rate);
+        // (gateway, HAProxy) added p50 and p99 at this rate.
+        let added = both.and_then(|(g, h)| at(g).zip(at(h))).map(|(g, h)| {
+            [
+                (g.added_p50_ms, h.added_p50_ms),
+                (g.added_p99_ms, h.added_p99_ms),
+            ]
+        });
+        for (i, label) in ["p50", "p99"].into_iter().enumerate() {
             goals.push(Goal::new(
                 15,
                 format!("added {label} at {rate:.0} req/s <= HAProxy's"),
-                points.as_ref().map(|(g, h)| {
-                    let (a, b) = (pick(g), pick(h));
+                added.map(|pairs| {
+                    let (a, b) = pairs[i];
                     (format!("{a:+.3} vs {b:+.3} ms"), a <= b)
                 }),
             ));
         }
     }
     goals
+}
+
+/// `path`'s latency figures at `rate` req/s, if it ran that rate.
+fn rate_point(path: &PathResult, rate: f64) -> Option<&RatePoint> {
+    path.rates.iter().find(|r| r.rate == rate)
 }
 
 const HEADERS: &[&str] = &[
@@ -381,5 +380,104 @@ mod tests {
         assert!(
             markdown(&goals).starts_with(&format!("1 of {} targets met, 1 missed", goals.len()))
         );
+    }
+
+    fn op() -> crate::stats::OpResult {
+        crate::stats::Recorder::new().result("op", std::time::Duration::from_secs(1))
+    }
+
+    fn failover_with(ours: &[Option<f64>], etcd: &[Option<f64>]) -> FailoverOutcome {
+        let run =
+            |system: &str, (round, window): (usize, &Option<f64>)| crate::failover::FailoverRun {
+                system: system.to_string(),
+                round,
+                killed_member: "m1".into(),
+                steady_ops_s: 500.0,
+                unavailability_ms: *window,
+                time_to_full_throughput_ms: *window,
+                errors_total: 0,
+                errors_after_kill: 0,
+                writes: op(),
+                timeline: Vec::new(),
+            };
+        let runs = ours.iter().enumerate().map(|r| run(OURS, r));
+        FailoverOutcome {
+            seed: 1,
+            rate: 500.0,
+            clients: 16,
+            before_s: 5.0,
+            after_s: 10.0,
+            runs: runs
+                .chain(etcd.iter().enumerate().map(|r| run(ETCD, r)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn failover_medians_and_a_round_that_never_came_back() {
+        let verdict = |ours: &[Option<f64>], etcd: &[Option<f64>]| {
+            let outcome = failover_with(ours, etcd);
+            let goals = evaluate(&Inputs {
+                failover: Some(&outcome),
+                ..Default::default()
+            });
+            let row = goals
+                .into_iter()
+                .find(|g| g.target.starts_with("leader kill"))
+                .unwrap();
+            (row.measured, row.verdict)
+        };
+        let met = verdict(&[Some(800.0), Some(900.0), Some(700.0)], &[Some(1000.0)]);
+        assert_eq!(met, ("800 vs 1000 ms".to_string(), Verdict::Met));
+        assert_eq!(verdict(&[Some(1100.0)], &[Some(1000.0)]).1, Verdict::Missed);
+        assert_eq!(
+            verdict(&[Some(500.0), None], &[Some(1000.0)]).1,
+            Verdict::Missed
+        );
+        assert_eq!(verdict(&[], &[Some(1000.0)]).1, Verdict::NotMeasured);
+    }
+
+    fn path(name: &str, p50: f64, p99: f64) -> PathResult {
+        PathResult {
+            path: name.to_string(),
+            rates: vec![RatePoint {
+                rate: 4000.0,
+                result: op(),
+                added_p50_ms: p50,
+                added_p99_ms: p99,
+            }],
+            max_throughput: op(),
+            new_conns: op(),
+            cpu_us_per_request: None,
+            cpu_us_per_conn: None,
+            memory: None,
+        }
+    }
+
+    #[test]
+    fn gateway_latency_rows_per_rate_and_quantile() {
+        let outcome = GatewayOutcome {
+            seed: 1,
+            rounds: 1,
+            conns: 32,
+            conn_clients: 16,
+            duration_s: 5.0,
+            idle_conns: 0,
+            fd_limit: 1024,
+            skipped: Vec::new(),
+            paths: vec![path("gateway", 0.073, 0.700), path("haproxy", 0.232, 0.656)],
+        };
+        let goals = evaluate(&Inputs {
+            gateway: Some(&outcome),
+            ..Default::default()
+        });
+        let row = |label: &str| goals.iter().find(|g| g.target.starts_with(label)).unwrap();
+        let p50 = row("added p50 at 4000 req/s");
+        assert_eq!(
+            (p50.measured.as_str(), p50.verdict),
+            ("+0.073 vs +0.232 ms", Verdict::Met)
+        );
+        assert_eq!(row("added p99 at 4000 req/s").verdict, Verdict::Missed);
+        assert_eq!(row("KiB per idle connection").verdict, Verdict::NotMeasured);
     }
 }
