@@ -89,7 +89,12 @@ impl Pacer {
         if intended >= self.deadline || now >= self.deadline {
             return None;
         }
-        tokio::time::sleep_until(intended.into()).await;
+        // Only a future start waits: tokio's timer rounds every deadline up
+        // to its next 1 ms tick, so sleeping until `now` would add ~1 ms to
+        // each closed-loop operation (and to every late open-loop one).
+        if intended > now {
+            tokio::time::sleep_until(intended.into()).await;
+        }
         Some(Ticket { index, intended })
     }
 
@@ -147,6 +152,21 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 5);
+    }
+
+    /// A closed-loop ticket is ready at its first poll: it never waits on
+    /// the timer (whose 1 ms tick would pace a lone client).
+    #[tokio::test]
+    async fn closed_loop_tickets_are_ready_at_once() {
+        let p = Pacer::new(None, Stop::new(Some(3), None), false, "t");
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        for index in 0..3 {
+            let next = std::pin::pin!(p.next());
+            match std::future::Future::poll(next, &mut cx) {
+                std::task::Poll::Ready(Some(t)) => assert_eq!(t.index, index),
+                other => panic!("ticket {index} not ready at once: {other:?}"),
+            }
+        }
     }
 
     #[tokio::test]
