@@ -62,15 +62,15 @@ impl PeerNetworkFactory {
     /// the URL changed). Shared by Raft replication and by the member's
     /// forwarding and ReadIndex calls.
     pub fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, String> {
-        let url = node.peer_urls.first().cloned().unwrap_or_default();
+        let url = node.peer_urls.first().map_or("", String::as_str);
         let mut cache = self.channels.lock().expect("peer channel cache lock");
         if let Some((cached_url, channel)) = cache.get(&target) {
-            if *cached_url == url {
+            if cached_url == url {
                 return Ok(channel.clone());
             }
         }
         let channel = peer_channel(node, self.tls.as_ref())?;
-        cache.insert(target, (url, channel.clone()));
+        cache.insert(target, (url.to_string(), channel.clone()));
         Ok(channel)
     }
 }

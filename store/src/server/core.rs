@@ -190,8 +190,13 @@ impl Core {
     /// learned) is answered as "not leader", so callers retry once the
     /// leader is re-learned instead of failing the request.
     pub(crate) fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, ForwardError> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        let node = metrics
+        // This runs for every forwarded request: openraft's metrics (with
+        // the replication map) are borrowed, not cloned; only the member is,
+        // and the borrow ends before the channel cache's lock is taken.
+        let node = self
+            .raft
+            .metrics()
+            .borrow_watched()
             .membership_config
             .membership()
             .get_node(&id)
