@@ -261,7 +261,11 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, link: Link) {
     };
     let writer = async move {
         while let Some((due, chunk)) = queued.recv().await {
-            tokio::time::sleep_until(due).await;
+            // A chunk already due goes at once: tokio's timer would round
+            // `due` up to its next 1 ms tick even with no delay set.
+            if due > Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
             if to.write_all(&chunk).await.is_err() {
                 return;
             }
