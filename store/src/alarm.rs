@@ -29,11 +29,13 @@ const ALARM_KEY_SUFFIX_BYTES: usize = 12;
 /// them from the engine cost a RocksDB iterator per request, ~2% of a
 /// member's CPU per put at 1,000 concurrent writers.
 ///
-/// The state machine refreshes it after every engine write that can change
-/// the alarm table (an applied Alarm proposal, an installed snapshot), so
-/// an answered Alarm request is seen by the next write. The check at apply
-/// time reads the engine and stays the authority; this one only spares a
-/// proposal that would be refused anyway.
+/// The state machine, the only writer of the alarm table, refreshes it
+/// after every engine write that can change the table (an applied Alarm
+/// proposal, an installed snapshot), so an answered Alarm request is seen
+/// by the next write. It serves both checks: the one before proposing,
+/// which spares a proposal that would be refused anyway, and the one at
+/// apply time, which decides (the copy is current whenever a group of
+/// proposals starts to apply, see the state machine's `raised_alarms`).
 #[derive(Debug, Default)]
 pub struct RaisedCache {
     nospace: AtomicBool,

@@ -719,7 +719,7 @@ impl WriteTxn<'_> {
             Prev::Unread => None,
         };
         let rev = self.next_revision();
-        let (create_revision, version) = match self.state.index.get(key, rev.main) {
+        let (create_revision, version) = match self.state.index.put_returning_previous(key, rev) {
             Some(at) => (at.created.main, at.version + 1),
             None => (rev.main, 1),
         };
@@ -736,7 +736,6 @@ impl WriteTxn<'_> {
         };
         self.batch
             .put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
-        self.state.index.put(key, rev);
         self.pending.insert(rev, kv.clone());
         self.events.push(Event {
             r#type: EventType::Put as i32,

@@ -178,6 +178,20 @@ impl StateMachine {
         }
     }
 
+    /// The raised alarms a group's writes are checked against: the
+    /// member's copy when it keeps one, since this state machine is the
+    /// only writer of the alarm table and refreshes that copy after each
+    /// write to it (an applied Alarm group, an installed snapshot), before
+    /// the next group; else read from the engine. Reading the engine cost
+    /// a RocksDB iterator per log entry, a tenth of a follower's apply
+    /// time at 256 writers.
+    fn raised_alarms(&self) -> Result<alarm::Raised, std::io::Error> {
+        match &self.alarms {
+            Some(cache) => Ok(cache.get()),
+            None => alarm::raised(self.engine().as_ref()).map_err(sm_read_err),
+        }
+    }
+
     fn engine(&self) -> &Arc<dyn Engine> {
         self.mvcc.engine()
     }
@@ -276,7 +290,7 @@ impl StateMachine {
         answers: &mut Vec<CommandResponse>,
     ) -> Result<(), std::io::Error> {
         // Alarms change only by Alarm proposals, which are applied alone.
-        let raised = alarm::raised(self.engine().as_ref()).map_err(sm_read_err)?;
+        let raised = self.raised_alarms()?;
         let mut txn = self.mvcc.write();
         let mut extra = Self::progress_batch(last);
         let mut published = Vec::new();
