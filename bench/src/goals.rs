@@ -103,7 +103,7 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Vec<Goal> {
     let h2 = |spec: &str, least: f64| h2load_ratio(inputs.h2load, spec, least);
     let cmp = |spec: &str, least: f64| compare_ratio(inputs.compare, spec, least);
     let (many, one) = (HIGH_CONCURRENCY_RATIO, PARITY_RATIO);
-    let mut writes = vec![
+    let mut issue_12 = vec![
         (
             format!("put, 1,000 streams (h2load `{H2_PUT_MANY}`) >= {many:.2}x etcd"),
             h2(H2_PUT_MANY, many),
@@ -147,12 +147,12 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Vec<Goal> {
                 cmp(spec, one),
             )
         }));
-    writes.extend(reads);
-    writes.push((
+    issue_12.extend(reads);
+    issue_12.push((
         format!("CPU s per 10,000 puts, 3 members (h2load `{H2_PUT_MANY}`) <= etcd's"),
         cpu_per_put(inputs.h2load),
     ));
-    let mut goals: Vec<Goal> = writes
+    let mut goals: Vec<Goal> = issue_12
         .into_iter()
         .map(|(target, measured)| Goal::new(12, target, measured))
         .collect();

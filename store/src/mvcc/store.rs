@@ -719,7 +719,7 @@ impl WriteTxn<'_> {
             Prev::Unread => None,
         };
         let rev = self.next_revision();
-        let (create_revision, version) = match self.state.index.put_returning_previous(key, rev) {
+        let (create_revision, version) = match self.state.index.put(key, rev) {
             Some(at) => (at.created.main, at.version + 1),
             None => (rev.main, 1),
         };
