@@ -680,6 +680,9 @@ async fn serve_peer(
         };
     }
     let result = builder
+        .layer(tower::util::MapRequestLayer::new(
+            crate::server::peer::end_after_one_message,
+        ))
         .add_service(svc)
         .serve_with_incoming_shutdown(incoming, stopped(shutdown))
         .await;

@@ -868,6 +868,68 @@ async fn connect(url: String) -> Channel {
         .expect("connect")
 }
 
+/// How long a unary call may take to be answered while its client keeps the
+/// request stream open.
+const OPEN_REQUEST_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A unary call whose client sends its one message and then leaves the
+/// request stream open (tonic's clients send the end of stream in a frame of
+/// its own, later); the answer's code, or None if there was none in time.
+async fn call_with_the_request_open(
+    channel: &Channel,
+    path: &'static str,
+    body: Vec<u8>,
+) -> Option<Code> {
+    use tonic::codegen::tokio_stream::{self, StreamExt};
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("channel ready");
+    let open = tokio_stream::iter([body]).chain(tokio_stream::pending());
+    let call = grpc.client_streaming(
+        tonic::Request::new(open),
+        PathAndQuery::from_static(path),
+        RawCodec,
+    );
+    match tokio::time::timeout(OPEN_REQUEST_ANSWER_TIMEOUT, call).await {
+        Err(_) => None,
+        Ok(Ok(_)) => Some(Code::Ok),
+        Ok(Err(status)) => Some(status.code()),
+    }
+}
+
+/// grpc-go's server (etcd's) runs a unary call as soon as its message is
+/// read, without waiting for the client's end of stream; the candidate too
+/// (`store::server::frame_limit`), for writes and reads alike.
+#[tokio::test]
+async fn unary_calls_are_answered_before_the_request_stream_ends() {
+    let pair = Differential::start()
+        .await
+        .expect("start etcd and the candidate");
+    let put = PutRequest {
+        key: b"open-request".to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    };
+    let range = RangeRequest {
+        key: b"open-request".to_vec(),
+        serializable: true,
+        ..Default::default()
+    };
+    let calls = [
+        ("/etcdserverpb.KV/Put", put.encode_to_vec()),
+        ("/etcdserverpb.KV/Range", range.encode_to_vec()),
+    ];
+    for (side, cluster) in [
+        ("etcd", &pair.oracle.cluster),
+        ("the candidate", &pair.candidate.cluster),
+    ] {
+        let channel = connect(cluster.endpoints()[0].clone()).await;
+        for (path, body) in &calls {
+            let answer = call_with_the_request_open(&channel, path, body.clone()).await;
+            assert_eq!(answer, Some(Code::Ok), "{side}: {path}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn malformed_stream_messages_end_streams_as_etcd_ends_them() {
     for seed in integration_tests::differential::fuzz_seeds(&CI_SEEDS) {

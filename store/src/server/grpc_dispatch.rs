@@ -14,7 +14,7 @@
 //! [`GrpcServices`] is the whole stack every caller reaches: gRPC clients
 //! on a client listener (`conn::ClientApp`) and the JSON gateway, which
 //! calls the services in-process: grpc-go's receive limit
-//! (`server::frame_limit`), the gRPC metrics (`server::grpc_metrics`), then
+//! and a single-message request's early end (`server::frame_limit`), the gRPC metrics (`server::grpc_metrics`), then
 //! the dispatcher.
 //!
 //! Example: `/etcdserverpb.KV/Put` goes to the service named
@@ -34,7 +34,7 @@ use tonic::server::NamedService;
 use tower::{Layer, Service};
 
 use super::frame_limit::limit_grpc_request;
-use super::grpc_metrics::{GrpcMetrics, GrpcMetricsLayer};
+use super::grpc_metrics::{methods, GrpcMetrics, GrpcMetricsLayer};
 
 /// The answer to a call, in axum's body.
 type Answer = BoxFuture<'static, Result<Response<Body>, Infallible>>;
@@ -138,7 +138,8 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let req = limit_grpc_request(req.map(Body::new), self.frame_limit_bytes);
+        let one_message = methods::one_request_message(req.uri().path());
+        let req = limit_grpc_request(req.map(Body::new), self.frame_limit_bytes, one_message);
         self.services.call(req)
     }
 }

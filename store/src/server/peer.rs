@@ -27,6 +27,35 @@ use openraft::raft::{
     VoteRequest,
 };
 
+/// The `storepeer.RaftPeer` methods whose request is one message (all but
+/// the `StreamAppend` and `InstallSnapshot` streams).
+const ONE_MESSAGE_METHODS: [&str; 7] = [
+    "/storepeer.RaftPeer/AppendEntries",
+    "/storepeer.RaftPeer/Vote",
+    "/storepeer.RaftPeer/PreVote",
+    "/storepeer.RaftPeer/Forward",
+    "/storepeer.RaftPeer/ReadIndex",
+    "/storepeer.RaftPeer/LeaderTransfer",
+    "/storepeer.RaftPeer/TransferLeader",
+];
+
+/// Ends the body of a one-message peer call after its message, so the call
+/// runs without waiting for the sender's separate end-of-stream frame: a
+/// forwarded write or ReadIndex would otherwise wait a turn of the
+/// follower's connection task (see [`super::frame_limit`]). Other calls
+/// pass unchanged (tonic limits their messages).
+pub fn end_after_one_message(
+    req: http::Request<tonic::body::Body>,
+) -> http::Request<tonic::body::Body> {
+    if !ONE_MESSAGE_METHODS.contains(&req.uri().path()) {
+        return req;
+    }
+    req.map(|body| {
+        let limit = crate::raft::network::MAX_PEER_MESSAGE_BYTES;
+        tonic::body::Body::new(super::frame_limit::FrameLimited::new(body, limit, true))
+    })
+}
+
 /// Serves `storepeer.RaftPeer` for one member.
 pub struct PeerService {
     core: Arc<Core>,
@@ -268,5 +297,38 @@ async fn blocking<T: Send + 'static>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Status::invalid_argument(format!("snapshot: {e}"))),
         Err(e) => Err(Status::internal(format!("snapshot: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The proto's `rpc Name(stream? RaftMessage)` lines: each method and
+    /// whether its request is a stream.
+    fn proto_methods() -> Vec<(String, bool)> {
+        let proto = include_str!("../../../proto/proto/storepeer/peer.proto");
+        proto
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("rpc "))
+            .map(|rpc| {
+                let (name, rest) = rpc.split_once('(').expect("rpc Name(...)");
+                (name.trim().to_string(), rest.starts_with("stream "))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_peer_method_whose_request_is_one_message_ends_after_it() {
+        let methods = proto_methods();
+        assert_eq!(methods.len(), 9, "{methods:?}");
+        for (name, streamed) in methods {
+            let path = format!("/storepeer.RaftPeer/{name}");
+            assert_eq!(
+                ONE_MESSAGE_METHODS.contains(&path.as_str()),
+                !streamed,
+                "{path}"
+            );
+        }
     }
 }

@@ -93,6 +93,8 @@ pub struct MethodCounters {
     pub started: Counter,
     /// `grpc_server_handled_total` for the method, by code number.
     pub handled: Vec<Counter>,
+    /// The method takes one request message (unary, server-streaming).
+    pub one_request_message: bool,
 }
 
 impl MethodCounters {
@@ -125,7 +127,11 @@ fn counters(service: &str, method: &str, kind: &str) -> MethodCounters {
             grpc.handled.get_or_create_owned(&l)
         })
         .collect();
-    MethodCounters { started, handled }
+    MethodCounters {
+        started,
+        handled,
+        one_request_message: matches!(kind, "unary" | "server_stream"),
+    }
 }
 
 static TABLE: LazyLock<HashMap<String, &'static MethodCounters>> = LazyLock::new(|| {
@@ -141,6 +147,13 @@ static TABLE: LazyLock<HashMap<String, &'static MethodCounters>> = LazyLock::new
 /// The counters of the method at `path` (`/etcdserverpb.KV/Range`).
 pub fn lookup(path: &str) -> Option<&'static MethodCounters> {
     TABLE.get(path).copied()
+}
+
+/// True if the method at `path` takes one request message (etcd's unary
+/// and server-streaming methods), so its request body may end after it
+/// (see `server::frame_limit`).
+pub fn one_request_message(path: &str) -> bool {
+    lookup(path).is_some_and(|c| c.one_request_message)
 }
 
 /// Creates every method's counters now, so the families list them (at

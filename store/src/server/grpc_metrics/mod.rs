@@ -14,7 +14,7 @@
 //! through uncounted.
 
 mod body;
-mod methods;
+pub(super) mod methods;
 
 use std::convert::Infallible;
 use std::future::Future;
