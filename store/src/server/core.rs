@@ -30,6 +30,7 @@ use super::forward::{
 };
 use super::forward_batch::ForwardBatcher;
 use super::quota::SizeGauge;
+use super::read_index_batch::ReadIndexBatcher;
 use crate::alarm::RaisedCache;
 use crate::auth::AuthStore;
 use crate::engine::Table;
@@ -104,6 +105,9 @@ pub struct Core {
     pub(super) read_rounds: ReadRounds,
     batcher: Batcher,
     forwards: ForwardBatcher,
+    /// A follower's linearizable reads, sharing ReadIndex requests to the
+    /// leader.
+    pub(super) remote_reads: ReadIndexBatcher,
     /// Election control for leadership transfer (MoveLeader), see
     /// [`super::transfer`].
     pub elections: ElectionControl,
@@ -142,6 +146,7 @@ impl Core {
             leader_watch,
             batcher,
             forwards: ForwardBatcher::spawn(),
+            remote_reads: ReadIndexBatcher::spawn(),
             config,
             raft,
             mvcc,

@@ -44,6 +44,7 @@ pub mod peer;
 pub mod propose;
 pub mod quota;
 pub mod read_index;
+pub mod read_index_batch;
 pub mod status;
 pub mod transfer;
 pub mod watch;

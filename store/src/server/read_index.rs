@@ -10,19 +10,20 @@
 //! queued on the leader while a round runs joins the next round, so N
 //! concurrent readers cost one quorum round, not N.
 //!
+//! On a follower, the reads that queue while earlier ReadIndex requests
+//! are out share the next one ([`super::read_index_batch`]).
+//!
 //! As in etcd, a read whose ReadIndex is still outstanding when this member
 //! sees the leader change (a new leader, or none while an election runs)
 //! fails at once with `etcdserver: leader changed` (gRPC Unavailable, which
 //! clients retry for reads) instead of waiting for an answer from a leader
 //! that may be stopped or cut off until the request times out.
 
-use etcd_proto::storepeer::RaftMessage;
 use openraft::async_runtime::WatchReceiver as _;
 use tokio::time::Instant;
 
 use super::core::Core;
-use super::forward::{transport_failure, ForwardError};
-use crate::codec;
+use super::forward::ForwardError;
 use crate::errors::EtcdError;
 use crate::raft::read_index::ReadIndexError;
 use crate::raft::NodeId;
@@ -78,23 +79,15 @@ impl Core {
         })
     }
 
+    /// ReadIndex from `leader`, shared with the other reads waiting on this
+    /// member (see [`super::read_index_batch`]).
     async fn read_index_remote(
         &self,
         leader: NodeId,
         deadline: Instant,
     ) -> Result<u64, ForwardError> {
-        let mut client = self.peer(leader)?;
-        let mut req = tonic::Request::new(RaftMessage {
-            payload: Vec::new(),
-        });
-        req.set_timeout(deadline.saturating_duration_since(Instant::now()));
-        match client.read_index(req).await {
-            // An answer that does not decode: whether the leader still leads
-            // is unknown, so the read times out rather than risk staleness.
-            Ok(reply) => codec::decode::<Result<u64, ForwardError>>(&reply.into_inner().payload)
-                .map_err(|_| ForwardError::Etcd(EtcdError::Timeout))?,
-            Err(status) => Err(transport_failure(&status)),
-        }
+        let client = self.peer(leader)?;
+        self.remote_reads.read_index(leader, client, deadline).await
     }
 
     /// Waits until this member has applied `index` (or `deadline`).
