@@ -71,6 +71,22 @@ impl<T: Send + 'static> Lane<T> {
     pub async fn enqueue(&self, item: T) -> Result<(), T> {
         self.queue.send(item).await.map_err(|e| e.0)
     }
+
+    /// Sends `item` alone through `send` from the caller's task when
+    /// [`Lane::direct_permit`] allows it, else queues it for the next
+    /// batch; gives it back if the batching task has stopped.
+    pub async fn submit<Fut>(&self, item: T, send: impl FnOnce(Vec<T>) -> Fut) -> Result<(), T>
+    where
+        Fut: Future<Output = ()>,
+    {
+        match self.direct_permit() {
+            Some(_permit) => {
+                send(vec![item]).await;
+                Ok(())
+            }
+            None => self.enqueue(item).await,
+        }
+    }
 }
 
 /// What one batch may hold.

@@ -18,14 +18,13 @@
 //! timeout error, since the batch may have been applied.
 
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use super::forward::{
     decode_reply, encode_request, transport_failure, ForwardError, LeaderReply, LeaderRequest,
 };
-use crate::batching;
+use super::leader_lane::{answer_all, Batch, LeaderLane, ToLeader};
 use crate::errors::EtcdError;
 use crate::raft::{CommandResponse, NodeId, Proposal};
 
@@ -45,38 +44,26 @@ pub const MAX_FORWARDS_IN_FLIGHT: usize = 4;
 /// enqueue (backpressure, not memory).
 pub const FORWARD_QUEUE: usize = 16_384;
 
-type Answer = oneshot::Sender<Result<CommandResponse, ForwardError>>;
-
-/// One queued proposal.
-struct Item {
-    leader: NodeId,
-    client: RaftPeerClient<Channel>,
-    proposal: Proposal,
-    deadline: Instant,
-    answer: Answer,
-}
-
 /// A follower's forwarding queue (one per member; idle on the leader).
 pub struct ForwardBatcher {
-    lane: batching::Lane<Item>,
+    lane: LeaderLane<Proposal, CommandResponse>,
 }
 
 impl ForwardBatcher {
     /// Starts the forwarding task.
     pub fn spawn() -> Self {
-        let bounds = batching::Bounds {
-            items: MAX_PROPOSALS_PER_FORWARD,
-            bytes: MAX_FORWARD_BYTES,
-            size: |item: &Item| item.proposal.size_bytes(),
-            joins: |first, next| next.leader == first.leader,
-        };
-        let lane = batching::Lane::spawn(FORWARD_QUEUE, MAX_FORWARDS_IN_FLIGHT, bounds, send);
+        let lane = LeaderLane::spawn(
+            (FORWARD_QUEUE, MAX_FORWARDS_IN_FLIGHT),
+            (MAX_PROPOSALS_PER_FORWARD, MAX_FORWARD_BYTES),
+            |item: &ToLeader<Proposal, CommandResponse>| item.payload.size_bytes(),
+            send,
+        );
         Self { lane }
     }
 
     /// Forwards `proposal` to `leader` (through `client`) in the next batch,
     /// or alone from this task when nothing is queued and no batch is out
-    /// (see [`batching::Lane::direct_permit`]); the leader's answer.
+    /// (see [`crate::batching::Lane::direct_permit`]); the leader's answer.
     pub async fn forward(
         &self,
         leader: NodeId,
@@ -84,43 +71,24 @@ impl ForwardBatcher {
         proposal: Proposal,
         deadline: Instant,
     ) -> Result<CommandResponse, ForwardError> {
-        let (answer, rx) = oneshot::channel();
-        let item = Item {
-            leader,
-            client,
-            proposal,
-            deadline,
-            answer,
-        };
-        match self.lane.direct_permit() {
-            Some(_permit) => send(vec![item]).await,
-            None => self
-                .lane
-                .enqueue(item)
-                .await
-                .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?,
-        }
-        rx.await
-            .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?
+        self.lane
+            .ask((leader, client), proposal, deadline, send)
+            .await
     }
 }
 
-async fn send(batch: Vec<Item>) {
-    let deadline = batch
-        .iter()
-        .map(|item| item.deadline)
-        .min()
-        .unwrap_or_else(Instant::now);
-    let mut client = batch[0].client.clone();
-    let mut answers = Vec::with_capacity(batch.len());
-    let mut proposals = Vec::with_capacity(batch.len());
-    for item in batch {
-        answers.push(item.answer);
-        proposals.push(item.proposal);
-    }
-    let count = proposals.len();
-    let mut request = tonic::Request::new(encode_request(&LeaderRequest::ProposeBatch(proposals)));
-    request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+async fn send(items: Vec<ToLeader<Proposal, CommandResponse>>) {
+    let batch = Batch::of(items);
+    let timeout = batch.timeout();
+    let Batch {
+        mut client,
+        payloads,
+        answers,
+        ..
+    } = batch;
+    let count = payloads.len();
+    let mut request = tonic::Request::new(encode_request(&LeaderRequest::ProposeBatch(payloads)));
+    request.set_timeout(timeout);
     let results = match client.forward(request).await {
         Err(status) => Err(transport_failure(&status)),
         Ok(reply) => match decode_reply(&reply.into_inner().payload) {
@@ -141,10 +109,6 @@ async fn send(batch: Vec<Item>) {
                 let _ = answer.send(result);
             }
         }
-        Err(e) => {
-            for answer in answers {
-                let _ = answer.send(Err(e.clone()));
-            }
-        }
+        Err(e) => answer_all(answers, &Err(e)),
     }
 }

@@ -38,6 +38,7 @@ pub mod grpc_metrics;
 pub mod http;
 pub mod json_gateway;
 pub mod kv;
+pub mod leader_lane;
 pub mod lease;
 pub mod maintenance;
 pub mod peer;

@@ -26,12 +26,11 @@
 
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use etcd_proto::storepeer::RaftMessage;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use super::forward::{transport_failure, ForwardError};
-use crate::batching;
+use super::leader_lane::{answer_all, Batch, LeaderLane, ToLeader};
 use crate::codec;
 use crate::errors::EtcdError;
 use crate::raft::NodeId;
@@ -46,36 +45,20 @@ pub const MAX_READ_INDEX_REQUESTS_IN_FLIGHT: usize = 2;
 /// enqueue (backpressure, not memory).
 pub const READ_INDEX_QUEUE: usize = 16_384;
 
-type Answer = oneshot::Sender<Result<u64, ForwardError>>;
-
-/// One read waiting for the leader's read index.
-struct Item {
-    leader: NodeId,
-    client: RaftPeerClient<Channel>,
-    deadline: Instant,
-    answer: Answer,
-}
-
 /// A follower's queue of reads waiting for a read index (one per member;
 /// idle on the leader, which shares its own rounds, see
 /// [`crate::raft::read_index`]).
 pub struct ReadIndexBatcher {
-    lane: batching::Lane<Item>,
+    lane: LeaderLane<(), u64>,
 }
 
 impl ReadIndexBatcher {
     /// Starts the batching task.
     pub fn spawn() -> Self {
-        let bounds = batching::Bounds {
-            items: MAX_READS_PER_REQUEST,
-            bytes: usize::MAX,
-            size: |_: &Item| 0,
-            joins: |first, next| next.leader == first.leader,
-        };
-        let lane = batching::Lane::spawn(
-            READ_INDEX_QUEUE,
-            MAX_READ_INDEX_REQUESTS_IN_FLIGHT,
-            bounds,
+        let lane = LeaderLane::spawn(
+            (READ_INDEX_QUEUE, MAX_READ_INDEX_REQUESTS_IN_FLIGHT),
+            (MAX_READS_PER_REQUEST, usize::MAX),
+            |_: &ToLeader<(), u64>| 0,
             send,
         );
         Self { lane }
@@ -90,48 +73,25 @@ impl ReadIndexBatcher {
         client: RaftPeerClient<Channel>,
         deadline: Instant,
     ) -> Result<u64, ForwardError> {
-        let (answer, rx) = oneshot::channel();
-        let item = Item {
-            leader,
-            client,
-            deadline,
-            answer,
-        };
-        match self.lane.direct_permit() {
-            Some(_permit) => send(vec![item]).await,
-            None => self
-                .lane
-                .enqueue(item)
-                .await
-                .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?,
-        }
-        rx.await
-            .map_err(|_| ForwardError::Etcd(EtcdError::Stopped))?
+        self.lane.ask((leader, client), (), deadline, send).await
     }
 }
 
-/// Asks the leader once and gives every read of `batch` the answer.
-async fn send(batch: Vec<Item>) {
-    let deadline = batch
-        .iter()
-        .map(|item| item.deadline)
-        .min()
-        .unwrap_or_else(Instant::now);
-    let mut client = batch[0].client.clone();
+/// Asks the leader once and gives every read of the batch the answer.
+async fn send(items: Vec<ToLeader<(), u64>>) {
+    let mut batch = Batch::of(items);
     let mut request = tonic::Request::new(RaftMessage {
         payload: Vec::new(),
     });
-    request.set_timeout(deadline.saturating_duration_since(Instant::now()));
-    let result = match client.read_index(request).await {
+    request.set_timeout(batch.timeout());
+    let result = match batch.client.read_index(request).await {
         // An answer that does not decode: whether the leader still leads
         // is unknown, so the reads time out rather than risk staleness.
         Ok(reply) => codec::decode::<Result<u64, ForwardError>>(&reply.into_inner().payload)
             .unwrap_or(Err(ForwardError::Etcd(EtcdError::Timeout))),
         Err(status) => Err(transport_failure(&status)),
     };
-    for item in batch {
-        let _ = item.answer.send(result.clone());
-    }
+    answer_all(batch.answers, &result);
 }
 
 #[cfg(test)]

@@ -1,0 +1,135 @@
+//! A follower's batched requests to the leader: its forwarded writes
+//! ([`super::forward_batch`]) and its ReadIndex requests
+//! ([`super::read_index_batch`]) queue on a [`batching::Lane`] as
+//! [`ToLeader`] items. A batch holds items for one leader only, travels in
+//! one peer call before the earliest of its deadlines, and every item gets
+//! its own answer.
+
+use std::future::Future;
+
+use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::forward::ForwardError;
+use crate::batching;
+use crate::errors::EtcdError;
+use crate::raft::NodeId;
+
+/// Where one item's answer goes.
+pub type Answer<A> = oneshot::Sender<Result<A, ForwardError>>;
+
+/// One request queued for the leader.
+pub struct ToLeader<P, A> {
+    /// The leader it is meant for: a batch holds one leader's items.
+    pub leader: NodeId,
+    /// The peer client of that leader.
+    pub client: RaftPeerClient<Channel>,
+    /// What is asked.
+    pub payload: P,
+    /// When the caller stops waiting.
+    pub deadline: Instant,
+    /// Where the answer goes.
+    pub answer: Answer<A>,
+}
+
+/// A batch taken apart for sending: the earliest deadline, the leader's
+/// client, the payloads and their answers in the same order.
+pub struct Batch<P, A> {
+    /// The earliest of the items' deadlines.
+    pub deadline: Instant,
+    /// The leader's client (every item names the same leader).
+    pub client: RaftPeerClient<Channel>,
+    /// The items' payloads.
+    pub payloads: Vec<P>,
+    /// The items' answers, in the payloads' order.
+    pub answers: Vec<Answer<A>>,
+}
+
+impl<P, A> Batch<P, A> {
+    /// Takes `items` (at least one) apart.
+    pub fn of(items: Vec<ToLeader<P, A>>) -> Self {
+        assert!(!items.is_empty(), "a batch holds at least one item");
+        let deadline = items.iter().map(|item| item.deadline).min();
+        let client = items[0].client.clone();
+        let mut payloads = Vec::with_capacity(items.len());
+        let mut answers = Vec::with_capacity(items.len());
+        for item in items {
+            payloads.push(item.payload);
+            answers.push(item.answer);
+        }
+        Self {
+            deadline: deadline.unwrap_or_else(Instant::now),
+            client,
+            payloads,
+            answers,
+        }
+    }
+
+    /// The time left until the batch's deadline.
+    pub fn timeout(&self) -> std::time::Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// Answers every item with `result`.
+pub fn answer_all<A: Clone>(answers: Vec<Answer<A>>, result: &Result<A, ForwardError>) {
+    for answer in answers {
+        let _ = answer.send(result.clone());
+    }
+}
+
+/// A lane of [`ToLeader`] items.
+pub struct LeaderLane<P, A> {
+    lane: batching::Lane<ToLeader<P, A>>,
+}
+
+impl<P: Send + 'static, A: Send + 'static> LeaderLane<P, A> {
+    /// A lane of `queue_len` waiting items, at most `in_flight` batches out,
+    /// each within `items` and `bytes` (by `size`), sent by `send`.
+    pub fn spawn<Fut>(
+        (queue_len, in_flight): (usize, usize),
+        (items, bytes): (usize, usize),
+        size: fn(&ToLeader<P, A>) -> usize,
+        send: impl Fn(Vec<ToLeader<P, A>>) -> Fut + Send + 'static,
+    ) -> Self
+    where
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let bounds = batching::Bounds {
+            items,
+            bytes,
+            size,
+            joins: |first, next| next.leader == first.leader,
+        };
+        let lane = batching::Lane::spawn(queue_len, in_flight, bounds, send);
+        Self { lane }
+    }
+
+    /// Asks `leader` (through `client`) for `payload` in the next batch, or
+    /// alone through `send` from this task when nothing is queued and no
+    /// batch is out (see [`batching::Lane::direct_permit`]); the answer.
+    pub async fn ask<Fut>(
+        &self,
+        (leader, client): (NodeId, RaftPeerClient<Channel>),
+        payload: P,
+        deadline: Instant,
+        send: impl FnOnce(Vec<ToLeader<P, A>>) -> Fut,
+    ) -> Result<A, ForwardError>
+    where
+        Fut: Future<Output = ()>,
+    {
+        let (answer, rx) = oneshot::channel();
+        let item = ToLeader {
+            leader,
+            client,
+            payload,
+            deadline,
+            answer,
+        };
+        let stopped = || ForwardError::Etcd(EtcdError::Stopped);
+        self.lane.submit(item, send).await.map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
+    }
+}
