@@ -78,14 +78,12 @@ impl ForwardBatcher {
 }
 
 async fn send(items: Vec<ToLeader<Proposal, CommandResponse>>) {
-    let batch = Batch::of(items);
-    let timeout = batch.timeout();
     let Batch {
+        timeout,
         mut client,
         payloads,
         answers,
-        ..
-    } = batch;
+    } = Batch::of(items);
     let count = payloads.len();
     let mut request = tonic::Request::new(encode_request(&LeaderRequest::ProposeBatch(payloads)));
     request.set_timeout(timeout);

@@ -13,9 +13,9 @@
 //!
 //! [`GrpcServices`] is the whole stack every caller reaches: gRPC clients
 //! on a client listener (`conn::ClientApp`) and the JSON gateway, which
-//! calls the services in-process: grpc-go's receive limit
-//! and a single-message request's early end (`server::frame_limit`), the gRPC metrics (`server::grpc_metrics`), then
-//! the dispatcher.
+//! calls the services in-process: grpc-go's receive limit and a
+//! single-message request's early end (`server::frame_limit`), the gRPC
+//! metrics (`server::grpc_metrics`), then the dispatcher.
 //!
 //! Example: `/etcdserverpb.KV/Put` goes to the service named
 //! `etcdserverpb.KV`, which answers `Put`; `/etcdserverpb.KV/Nope` to the

@@ -6,6 +6,7 @@
 //! its own answer.
 
 use std::future::Future;
+use std::time::Duration;
 
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use tokio::sync::oneshot;
@@ -34,11 +35,12 @@ pub struct ToLeader<P, A> {
     pub answer: Answer<A>,
 }
 
-/// A batch taken apart for sending: the earliest deadline, the leader's
-/// client, the payloads and their answers in the same order.
+/// A batch taken apart for sending: the time left to the earliest
+/// deadline, the leader's client, the payloads and their answers in the
+/// same order.
 pub struct Batch<P, A> {
-    /// The earliest of the items' deadlines.
-    pub deadline: Instant,
+    /// The time left until the earliest of the items' deadlines.
+    pub timeout: Duration,
     /// The leader's client (every item names the same leader).
     pub client: RaftPeerClient<Channel>,
     /// The items' payloads.
@@ -48,10 +50,10 @@ pub struct Batch<P, A> {
 }
 
 impl<P, A> Batch<P, A> {
-    /// Takes `items` (at least one) apart.
+    /// Takes `items` (at least one) apart, as it is sent.
     pub fn of(items: Vec<ToLeader<P, A>>) -> Self {
-        assert!(!items.is_empty(), "a batch holds at least one item");
         let deadline = items.iter().map(|item| item.deadline).min();
+        let deadline = deadline.expect("a batch holds at least one item");
         let client = items[0].client.clone();
         let mut payloads = Vec::with_capacity(items.len());
         let mut answers = Vec::with_capacity(items.len());
@@ -60,16 +62,11 @@ impl<P, A> Batch<P, A> {
             answers.push(item.answer);
         }
         Self {
-            deadline: deadline.unwrap_or_else(Instant::now),
+            timeout: deadline.saturating_duration_since(Instant::now()),
             client,
             payloads,
             answers,
         }
-    }
-
-    /// The time left until the batch's deadline.
-    pub fn timeout(&self) -> std::time::Duration {
-        self.deadline.saturating_duration_since(Instant::now())
     }
 }
 

@@ -10,7 +10,7 @@
 //! through a follower (etcd's follower sends one ReadIndex message for all
 //! the reads that arrived while its previous one was out).
 //!
-//! The reads queue on a [`batching::Lane`]: everything queued while earlier
+//! The reads queue on a [`super::leader_lane`]: everything queued while earlier
 //! requests are out goes to the leader as one `storepeer.RaftPeer/ReadIndex`
 //! call, at most [`MAX_READ_INDEX_REQUESTS_IN_FLIGHT`] at a time, and its
 //! answer is every queued read's index; a lone read sends its own request at
@@ -83,7 +83,7 @@ async fn send(items: Vec<ToLeader<(), u64>>) {
     let mut request = tonic::Request::new(RaftMessage {
         payload: Vec::new(),
     });
-    request.set_timeout(batch.timeout());
+    request.set_timeout(batch.timeout);
     let result = match batch.client.read_index(request).await {
         // An answer that does not decode: whether the leader still leads
         // is unknown, so the reads time out rather than risk staleness.
