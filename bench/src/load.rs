@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use etcd_client::{Client, ConnectOptions, GetOptions, KvClient, Txn, TxnOp};
+use etcd_client::{Client, GetOptions, KvClient, Txn, TxnOp};
 use rand::Rng;
 use serde::Serialize;
 
@@ -162,17 +162,9 @@ async fn resolve_endpoints(cfg: &LoadConfig) -> Result<Vec<String>> {
     }
 }
 
-/// Opens `n` connections, each balanced over `endpoints`.
+/// Opens about `n` connections spread over `endpoints` (see [`crate::grpc_conn`]).
 pub async fn connect(endpoints: &[String], n: usize) -> Result<Vec<Client>> {
-    let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
-    let mut conns = Vec::with_capacity(n.max(1));
-    for _ in 0..n.max(1) {
-        let c = Client::connect(endpoints, Some(opts.clone()))
-            .await
-            .with_context(|| format!("connecting to {}", endpoints.join(",")))?;
-        conns.push(c);
-    }
-    Ok(conns)
+    crate::grpc_conn::connect_spread(endpoints, n, CONNECT_TIMEOUT).await
 }
 
 /// Writes the first `min(key_space, MAX_PREFILL_KEYS)` keys of the run's key space.

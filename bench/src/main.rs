@@ -23,6 +23,7 @@ mod compare;
 mod failover;
 mod gateway;
 mod goals;
+mod grpc_conn;
 mod h2load;
 mod https;
 mod keys;
