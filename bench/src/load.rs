@@ -13,8 +13,12 @@
 //!   LeaseKeepAlive requests on its own stream; latency is request to
 //!   response on that stream.
 //!
-//! `--clients` tasks share `--conns` gRPC connections (client `i` uses
-//! connection `i % conns`). Operations are issued by a shared [`Pacer`]
+//! `--clients` tasks share `--conns` gRPC connections (see
+//! [`crate::grpc_conn`]); client `i` sends its `n`-th key-value operation on
+//! connection `(i + n) % conns`, so each client's operations visit every
+//! member in turn, a lone client's too (one connection per client would pin
+//! it to whichever member, leader or follower, its connection reached).
+//! Operations are issued by a shared [`Pacer`]
 //! (closed or open loop, see [`crate::pace`]); each one is bounded by
 //! [`OP_TIMEOUT`]. With `--target-leader` all connections go to the member
 //! that is leader when the run starts.
@@ -127,7 +131,9 @@ pub async fn run(cfg: &LoadConfig, workload: &Workload) -> Result<RunResult> {
         Workload::LeaseKeepalive => (run_leases(cfg, &conns).await, BTreeMap::new()),
         _ => (run_kv(cfg, &conns, workload).await, BTreeMap::new()),
     };
-    Ok(finish(cfg, workload, recs, started.elapsed(), counters))
+    let mut result = finish(cfg, workload, recs, started.elapsed(), counters);
+    result.conns = conns.len();
+    Ok(result)
 }
 
 /// Builds the result; the main operation goes first.
@@ -198,8 +204,8 @@ pub(crate) async fn run_kv(cfg: &LoadConfig, conns: &[Client], workload: &Worklo
         &workload.name(),
     ));
     let mut tasks = Vec::with_capacity(cfg.clients);
+    let kvs: Vec<KvClient> = conns.iter().map(Client::kv_client).collect();
     for c in 0..cfg.clients.max(1) {
-        let kv = conns[c % conns.len()].kv_client();
         let keys = KeyGen::new(
             &cfg.prefix,
             cfg.key_size,
@@ -209,7 +215,8 @@ pub(crate) async fn run_kv(cfg: &LoadConfig, conns: &[Client], workload: &Worklo
             c as u64,
         );
         let task = KvTask {
-            kv,
+            kvs: kvs.clone(),
+            turn: c,
             keys,
             workload: workload.clone(),
             val_size: cfg.val_size,
@@ -242,7 +249,10 @@ pub fn merge_into(into: &mut Recorders, from: &Recorders) {
 }
 
 struct KvTask {
-    kv: KvClient,
+    /// One client per connection; operations take them in turn.
+    kvs: Vec<KvClient>,
+    /// Index (modulo `kvs.len()`) of the connection of the next operation.
+    turn: usize,
     keys: KeyGen,
     workload: Workload,
     val_size: usize,
@@ -271,23 +281,32 @@ impl KvTask {
         recs
     }
 
+    /// The connection of the next operation.
+    fn next_conn(&mut self) -> usize {
+        let conn = self.turn % self.kvs.len();
+        self.turn = conn + 1;
+        conn
+    }
+
     /// One operation; returns the name of a sub-kind to record as well.
     async fn op(&mut self, index: u64) -> Result<Option<&'static str>, etcd_client::Error> {
+        let conn = self.next_conn();
         match self.workload.clone() {
             Workload::Put => {
                 let key = self.keys.key(index);
-                self.kv.put(key, stamped_value(self.val_size), None).await?;
+                let value = stamped_value(self.val_size);
+                self.kvs[conn].put(key, value, None).await?;
                 Ok(None)
             }
             Workload::Range { serializable } => {
                 let key = self.keys.key(index);
                 let opts = serializable.then(|| GetOptions::new().with_serializable());
-                self.kv.get(key, opts).await?;
+                self.kvs[conn].get(key, opts).await?;
                 Ok(None)
             }
             Workload::TxnPut { ops } => {
                 let txn = self.put_txn(index, ops);
-                self.kv.txn(txn).await?;
+                self.kvs[conn].txn(txn).await?;
                 Ok(None)
             }
             Workload::TxnMixed { ops, rw_ratio } => {
@@ -297,7 +316,7 @@ impl KvTask {
                 } else {
                     self.put_txn(index, ops)
                 };
-                self.kv.txn(txn).await?;
+                self.kvs[conn].txn(txn).await?;
                 Ok(Some(if read { "txn-read" } else { "txn-write" }))
             }
             Workload::Watch { .. } | Workload::LeaseKeepalive => Ok(None),
