@@ -9,6 +9,10 @@
 //!   restart, which takes a snapshot transfer (in etcd as in our store).
 //! - 400 MiB of writes reach a stopped member, by snapshot or by log,
 //!   without either side holding them in memory.
+//! - A linearizable read on the leader while both followers are stopped
+//!   (SIGSTOP) for longer than the leader lease neither answers before a
+//!   quorum is back (it could be stale) nor fails with "request timed out":
+//!   etcd re-sends its ReadIndex until the 7 s request timeout.
 //!
 //! Every write is recorded with the revision of its response; "caught up"
 //! means the member serves exactly those keys, values and mod revisions.
@@ -21,7 +25,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use etcd_client::{Client, CompactionOptions, DeleteOptions, GetOptions};
 use integration_tests::client::connect;
-use integration_tests::process::{reset_peak_rss, status_bytes};
+use integration_tests::process::{reset_peak_rss, signal, status_bytes};
 use integration_tests::wait::retry_until;
 use integration_tests::writer::served;
 use integration_tests::{Binary, Cluster, ClusterConfig};
@@ -49,6 +53,11 @@ const MAX_IDLE_CPU_FRACTION: f64 = 0.3;
 /// (5 s + 2 x the election timeout), which bounds the drain of open
 /// streams, plus slack for stopping Raft on a loaded machine.
 const SIGTERM_EXIT_DEADLINE: Duration = Duration::from_secs(30);
+/// How long both followers stay stopped under a linearizable read: past
+/// the leader lease (500 ms at the default election timeout, after which
+/// openraft alone gives up on a ReadIndex) and well inside etcd's 7 s
+/// request timeout.
+const QUORUM_PAUSE: Duration = Duration::from_secs(2);
 /// Clock ticks per second of `/proc/<pid>/stat` times (USER_HZ, 100 on Linux).
 const USER_HZ: f64 = 100.0;
 
@@ -197,6 +206,60 @@ async fn write_until_acknowledged(
     .await?;
     expected.extend(acknowledged);
     Ok(())
+}
+
+/// SIGCONTs the stopped members when dropped, whatever the test's outcome.
+struct Stopped(Vec<u32>);
+
+impl Stopped {
+    fn stop(pids: Vec<u32>) -> Stopped {
+        for &pid in &pids {
+            signal(pid, "STOP").expect("SIGSTOP");
+        }
+        Stopped(pids)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            let _ = signal(pid, "CONT");
+        }
+    }
+}
+
+#[tokio::test]
+async fn linearizable_read_waits_for_a_quorum_past_the_lease() {
+    let cluster = start(ClusterConfig::new(MEMBERS)).await;
+    let leader = cluster.leader().await.expect("leader");
+    let mut client = cluster.client(leader).await.expect("client");
+    client.put("lr/key", "v1", None).await.expect("put");
+    let followers: Vec<u32> = (0..MEMBERS)
+        .filter(|&i| i != leader)
+        .map(|i| cluster.pid(i).expect("follower pid"))
+        .collect();
+    let stopped = Stopped::stop(followers);
+    let started = std::time::Instant::now();
+    let read = tokio::spawn(async move { client.get("lr/key", None).await });
+    tokio::time::sleep(QUORUM_PAUSE).await;
+    assert!(
+        !read.is_finished(),
+        "the read answered after {:?} while no follower could confirm the leader: {:?}",
+        started.elapsed(),
+        read.await
+    );
+    drop(stopped);
+    let outcome = read.await.expect("read task");
+    match outcome {
+        Ok(response) => assert_eq!(response.kvs()[0].value(), b"v1"),
+        // Both followers, resumed, may elect a new leader under the read
+        // (etcd answers such a read "leader changed"), never time it out.
+        Err(e) => assert!(
+            e.to_string().contains("etcdserver: leader changed"),
+            "read failed after the followers resumed ({:?}): {e}",
+            started.elapsed()
+        ),
+    }
 }
 
 #[tokio::test]

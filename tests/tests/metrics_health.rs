@@ -386,6 +386,8 @@ const FAMILIES: &[&str] = &[
     "etcd_server_proposals_pending",
     "etcd_server_proposals_failed_total",
     "etcd_server_slow_apply_total",
+    "etcd_server_slow_read_indexes_total",
+    "etcd_server_read_indexes_failed_total",
     "etcd_server_quota_backend_bytes",
     "etcd_server_version",
     "etcd_server_id",

@@ -95,6 +95,10 @@ pub struct ServerMetrics {
     pub proposals_failed: Counter,
     /// Applies that took longer than [`SLOW_APPLY_MILLIS`].
     pub slow_apply: Counter,
+    /// ReadIndex rounds that no quorum confirmed within the request timeout.
+    pub slow_read_indexes: Counter,
+    /// ReadIndex rounds that ended because this member does not lead.
+    pub read_indexes_failed: Counter,
     /// `--quota-backend-bytes` in effect.
     pub quota_backend_bytes: FloatGauge,
     /// 1 for the running server version.
@@ -309,6 +313,16 @@ impl Metrics {
             "etcd_server_slow_apply",
             "The total number of slow apply requests (likely overloaded from slow disk).",
             self.server.slow_apply.clone(),
+        );
+        r.register(
+            "etcd_server_slow_read_indexes",
+            "The total number of pending read indexes not in sync with leader's or timed out read index requests.",
+            self.server.slow_read_indexes.clone(),
+        );
+        r.register(
+            "etcd_server_read_indexes_failed",
+            "The total number of failed read indexes seen.",
+            self.server.read_indexes_failed.clone(),
         );
         r.register(
             "etcd_server_quota_backend_bytes",

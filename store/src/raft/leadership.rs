@@ -182,6 +182,16 @@ impl Leadership {
         self.leader().is_some()
     }
 
+    /// Resolves once this member sees no leader, looking every
+    /// [`LEADER_CHECKS_PER_TIMEOUT`]th of an election timeout (for a
+    /// health check that must not wait out a read's timeout).
+    pub async fn until_leaderless(&self) {
+        let pause = self.election_timeout / LEADER_CHECKS_PER_TIMEOUT;
+        while self.has_leader() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+
     /// True when this member leads with a quorum behind it.
     pub fn is_leader(&self) -> bool {
         let m = self.raft.metrics().borrow_watched().clone();

@@ -107,10 +107,14 @@ pub async fn read(s: &HttpState, serializable: bool) -> Result<(), String> {
         if !s.leadership.has_leader() {
             return Err(EtcdError::NoLeader.to_string());
         }
-        if let Err(e) = s.core.read_barrier().await {
-            // The leadership may have lapsed while the barrier ran (a leader
-            // whose quorum is gone fails its round quickly): say so, as the
-            // leader check above would have.
+        // A leader whose quorum is gone keeps re-sending its ReadIndex until
+        // the request timeout (as etcd); the check instead says "no leader"
+        // as soon as the leadership lapses, as the leader check above would.
+        let barrier = tokio::select! {
+            r = s.core.read_barrier() => r,
+            () = s.leadership.until_leaderless() => Err(EtcdError::NoLeader),
+        };
+        if let Err(e) = barrier {
             if !s.leadership.has_leader() {
                 return Err(EtcdError::NoLeader.to_string());
             }
