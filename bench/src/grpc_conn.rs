@@ -70,11 +70,10 @@ pub async fn connect_one(endpoint: &str, timeout: Duration) -> Result<Client> {
     // Ends when the last clone of `sender` is dropped or the peer closes.
     tokio::spawn(connection);
     let service = tower::service_fn(move |request: http::Request<Body>| {
-        let sender = sender.clone();
+        let mut sender = sender.clone();
         let authority = authority.clone();
         async move {
             let request = with_origin(request, authority)?;
-            let mut sender = sender;
             sender.ready().await?;
             let response = sender.send_request(request).await?;
             Ok::<_, tower::BoxError>(response.map(Body::new))

@@ -131,14 +131,21 @@ pub async fn run(cfg: &LoadConfig, workload: &Workload) -> Result<RunResult> {
         Workload::LeaseKeepalive => (run_leases(cfg, &conns).await, BTreeMap::new()),
         _ => (run_kv(cfg, &conns, workload).await, BTreeMap::new()),
     };
-    let mut result = finish(cfg, workload, recs, started.elapsed(), counters);
-    result.conns = conns.len();
-    Ok(result)
+    Ok(finish(
+        cfg,
+        conns.len(),
+        workload,
+        recs,
+        started.elapsed(),
+        counters,
+    ))
 }
 
-/// Builds the result; the main operation goes first.
+/// Builds the result of a run over `conns` connections (as opened: see
+/// [`connect`]); the main operation goes first.
 pub fn finish(
     cfg: &LoadConfig,
+    conns: usize,
     workload: &Workload,
     mut recs: Recorders,
     elapsed: Duration,
@@ -151,7 +158,7 @@ pub fn finish(
         workload: workload.name(),
         target: cfg.target.clone(),
         clients: cfg.clients,
-        conns: cfg.conns,
+        conns,
         rate: cfg.rate,
         seed: cfg.seed,
         elapsed_s: elapsed.as_secs_f64(),
