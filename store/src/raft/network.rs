@@ -73,6 +73,29 @@ impl PeerNetworkFactory {
         cache.insert(target, (url.to_string(), channel.clone()));
         Ok(channel)
     }
+
+    /// Asks voter `target` whether its vote is still `vote`'s leader
+    /// (`storepeer.RaftPeer/ConfirmLeader`, see [`super::read_index`]);
+    /// false for "no", and for no answer within `timeout`.
+    pub async fn confirm_leader(
+        &self,
+        target: NodeId,
+        node: &MemberInfo,
+        vote: &Vote,
+        timeout: Duration,
+    ) -> bool {
+        let Ok(channel) = self.channel(target, node) else {
+            return false;
+        };
+        let mut request = tonic::Request::new(RaftMessage {
+            payload: codec::encode(vote),
+        });
+        request.set_timeout(timeout);
+        match peer_client(channel).confirm_leader(request).await {
+            Ok(reply) => codec::decode::<bool>(&reply.into_inner().payload).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
 }
 
 /// Largest peer message in either direction: a snapshot chunk or a batch of

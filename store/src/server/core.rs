@@ -137,6 +137,8 @@ impl Core {
             raft.clone(),
             elections.gate().clone(),
             config.request_timeout,
+            peers.clone(),
+            config.member_id,
         );
         let batcher = Batcher::spawn(raft.clone());
         let leader_contact = LeaderContact::new(config.election_timeout);

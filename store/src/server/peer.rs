@@ -21,7 +21,7 @@ use super::transfer;
 use crate::codec;
 use crate::raft::network::SnapshotHeader;
 use crate::raft::state_machine::snapshot_file::SnapshotReceiver;
-use crate::raft::{NodeId, Snapshot, TypeConfig};
+use crate::raft::{NodeId, Snapshot, TypeConfig, Vote};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, TransferLeaderRequest,
     VoteRequest,
@@ -29,7 +29,7 @@ use openraft::raft::{
 
 /// The `storepeer.RaftPeer` methods whose request is one message (all but
 /// the `StreamAppend` and `InstallSnapshot` streams).
-const ONE_MESSAGE_METHODS: [&str; 7] = [
+const ONE_MESSAGE_METHODS: [&str; 8] = [
     "/storepeer.RaftPeer/AppendEntries",
     "/storepeer.RaftPeer/Vote",
     "/storepeer.RaftPeer/PreVote",
@@ -37,6 +37,7 @@ const ONE_MESSAGE_METHODS: [&str; 7] = [
     "/storepeer.RaftPeer/ReadIndex",
     "/storepeer.RaftPeer/LeaderTransfer",
     "/storepeer.RaftPeer/TransferLeader",
+    "/storepeer.RaftPeer/ConfirmLeader",
 ];
 
 /// Ends the body of a one-message peer call after its message, so the call
@@ -286,6 +287,17 @@ impl RaftPeer for PeerService {
         let rpc: TransferLeaderRequest<TypeConfig> = decode(req)?;
         reply(&answer(self.core.raft.handle_transfer_leader(rpc).await))
     }
+
+    async fn confirm_leader(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let vote: Vote = decode(req)?;
+        let follows = crate::raft::read_index::follows(&self.core.raft, &vote)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        reply(&follows)
+    }
 }
 
 /// Runs blocking file work for a snapshot receive off the async workers;
@@ -321,7 +333,7 @@ mod tests {
     #[test]
     fn every_peer_method_whose_request_is_one_message_ends_after_it() {
         let methods = proto_methods();
-        assert_eq!(methods.len(), 9, "{methods:?}");
+        assert_eq!(methods.len(), 10, "{methods:?}");
         for (name, streamed) in methods {
             let path = format!("/storepeer.RaftPeer/{name}");
             assert_eq!(

@@ -170,6 +170,12 @@ mod tests {
         ) -> Result<Response<RaftMessage>, Status> {
             unused()
         }
+        async fn confirm_leader(
+            &self,
+            _: Request<RaftMessage>,
+        ) -> Result<Response<RaftMessage>, Status> {
+            unused()
+        }
         async fn transfer_leader(
             &self,
             _: Request<RaftMessage>,

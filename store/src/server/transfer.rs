@@ -8,8 +8,9 @@
 //! (`Engine::handle_vote_req`: the voter's vote is committed and
 //! `now <= vote_utime + leader_lease`, with `leader_lease =
 //! election_timeout_max`). A follower refreshes `vote_utime` whenever it
-//! hears from the leader: heartbeats, replication, and the AppendEntries of
-//! every ReadIndex round. So while the leader is active, a follower that
+//! hears from the leader: heartbeats and replication (a ReadIndex round's
+//! poll is a message of ours and refreshes nothing). So while the leader
+//! is active, a follower that
 //! simply campaigns (`raft.trigger().elect(false)`) is refused by every voter.
 //!
 //! The leader itself is different: nothing refreshes its own `vote_utime`
