@@ -1,8 +1,8 @@
 //! ReadIndex rounds on the leader, shared by concurrent readers.
 //!
 //! A round takes the read index from openraft (its commit index, or its
-//! term's first entry until that commits: `get_read_log_id`) and confirms
-//! leadership by polling the voters: each answers whether its vote is still
+//! term's first entry until that commits: `get_read_log_id`) and then, in
+//! the same term, confirms leadership by polling the voters: each answers whether its vote is still
 //! this leader's (`storepeer.RaftPeer/ConfirmLeader`, [`follows`]), and the
 //! round is confirmed once a majority of every voter configuration (joint
 //! ones included, this member counting for itself) said yes. The poll is
@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 use super::elections::TransferGate;
 use super::network::PeerNetworkFactory;
-use super::{MemberInfo, NodeId, Raft, TypeConfig, Vote};
+use super::{LeaderId, MemberInfo, NodeId, Raft, TypeConfig, Vote};
 
 /// Why a ReadIndex round gave no index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,16 +176,21 @@ enum Attempt {
     Failed(ReadIndexError),
 }
 
-/// One attempt: the read index from openraft and the voters' poll, side by
-/// side, each given [`READ_INDEX_RETRY`].
+/// One attempt within [`READ_INDEX_RETRY`]: the read index from openraft,
+/// then the voters' poll.
+///
+/// In that order, and the poll's vote must be the one the read index was
+/// taken under (the index's entry is of the leader's term: openraft's read
+/// index is at least its term's first entry). A leader deposed and elected
+/// again between the two would otherwise confirm, in its new term, an
+/// index taken while it was stale, which may miss a write the leader in
+/// between committed before the read arrived.
 async fn attempt(raft: &Raft, poll: &VoterPoll) -> Attempt {
     let deadline = Instant::now() + READ_INDEX_RETRY;
     let option = LinearizerOption::new(Some(READ_LOG_ID_ANY_ACK_AGE), false)
         .with_wait_timeout(READ_INDEX_RETRY);
-    let (read, confirmed) =
-        tokio::join!(raft.get_read_log_id(option), poll.confirm(raft, deadline));
-    let index = match read {
-        Ok((read_log_id, _applied)) => read_log_id.index(),
+    let read_log_id = match raft.get_read_log_id(option).await {
+        Ok((read_log_id, _applied)) => read_log_id,
         Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
             return Attempt::Failed(ReadIndexError::NotLeader(f.leader_id))
         }
@@ -194,7 +199,11 @@ async fn attempt(raft: &Raft, poll: &VoterPoll) -> Attempt {
         }
         Err(RaftError::Fatal(_)) => return Attempt::Failed(ReadIndexError::Stopped),
     };
-    match confirmed {
+    let index = read_log_id.index();
+    match poll
+        .confirm(raft, read_log_id.committed_leader_id(), deadline)
+        .await
+    {
         Ok(true) => Attempt::Confirmed(index),
         Ok(false) => Attempt::Unconfirmed,
         Err(e) => Attempt::Failed(e),
@@ -225,10 +234,16 @@ struct PollPlan {
 }
 
 impl VoterPoll {
-    /// True once a majority of every configuration answered yes, false if
-    /// that had not happened by `deadline`; an error if this member no
-    /// longer leads.
-    async fn confirm(&self, raft: &Raft, deadline: Instant) -> Result<bool, ReadIndexError> {
+    /// True once a majority of every configuration answered yes to this
+    /// member's vote, false if that had not happened by `deadline` or the
+    /// vote is no longer `read_leader` (the leader id the read index was
+    /// taken under); an error if this member no longer leads.
+    async fn confirm(
+        &self,
+        raft: &Raft,
+        read_leader: &LeaderId,
+        deadline: Instant,
+    ) -> Result<bool, ReadIndexError> {
         let plan = raft
             .with_raft_state(|st| {
                 let membership = st.membership_state.effective().membership();
@@ -242,6 +257,9 @@ impl VoterPoll {
             .map_err(|_| ReadIndexError::Stopped)?;
         if !plan.vote.committed || plan.vote.leader_id.node_id != self.me {
             return Err(ReadIndexError::NotLeader(None));
+        }
+        if plan.vote.leader_id != *read_leader {
+            return Ok(false);
         }
         let mut yes = BTreeSet::from([self.me]);
         if has_quorum(&plan.configs, &yes) {
