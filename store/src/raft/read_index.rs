@@ -2,8 +2,9 @@
 //!
 //! A round takes the read index from openraft (its commit index, or its
 //! term's first entry until that commits: `get_read_log_id`) and then, in
-//! the same term, confirms leadership by polling the voters: each answers whether its vote is still
-//! this leader's (`storepeer.RaftPeer/ConfirmLeader`, [`follows`]), and the
+//! the same term, confirms leadership by polling the voters: each answers
+//! whether its vote is still this leader's
+//! (`storepeer.RaftPeer/ConfirmLeader`, [`follows`]), and the
 //! round is confirmed once a majority of every voter configuration (joint
 //! ones included, this member counting for itself) said yes. The poll is
 //! sent after every reader of the round arrived, so a yes proves that, at
@@ -25,10 +26,10 @@
 //! were SIGSTOPped. The poll's answers are one per request, on their own
 //! calls, so none is credited to a later one.
 //!
-//! A round that no quorum confirms within [`READ_INDEX_RETRY`] is sent
-//! again (a new heartbeat round), as etcd's read loop re-sends its
+//! A round that no quorum confirms within [`READ_INDEX_RETRY`] is tried
+//! again (a new read index and a new poll), as etcd's read loop re-sends its
 //! ReadIndex every `readIndexRetryTime`, until the round's timeout (etcd's
-//! request timeout): a member starved of CPU for a moment, a heartbeat lost
+//! request timeout): a member starved of CPU for a moment, an answer lost
 //! or late, delays reads instead of failing them. openraft alone would fail
 //! the read once its leader lease (`election_timeout_max`, 500 ms at etcd's
 //! default election timeout) passed without a quorum's acknowledgement;
@@ -64,8 +65,8 @@ pub enum ReadIndexError {
 
 type Waiter = oneshot::Sender<Result<u64, ReadIndexError>>;
 
-/// How long one attempt of a round waits for a quorum to acknowledge a
-/// heartbeat sent after it, before the round sends another (etcd's
+/// How long one attempt of a round waits for its read index and a quorum's
+/// answers to its poll, before the round tries again (etcd's
 /// `readIndexRetryTime`, 500 ms).
 pub const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
 
