@@ -17,6 +17,7 @@
 //!   stored log.
 
 pub mod batcher;
+pub mod commit_hold;
 pub mod elections;
 pub mod leadership;
 pub mod log_store;

@@ -19,6 +19,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use etcd_proto::storepeer::RaftMessage;
 use futures::future::BoxFuture;
@@ -35,6 +37,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use super::commit_hold::CommitHold;
 use super::types::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
 use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES};
@@ -47,6 +50,8 @@ use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES};
 pub struct PeerNetworkFactory {
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     tls: Option<ClientTlsConfig>,
+    /// Ends every replication stream's commit hold (see [`CommitHold`]).
+    commit_release: Arc<Notify>,
 }
 
 impl PeerNetworkFactory {
@@ -55,7 +60,15 @@ impl PeerNetworkFactory {
         Self {
             channels: Arc::default(),
             tls,
+            commit_release: Arc::default(),
         }
+    }
+
+    /// Sends the commit-only AppendEntries every replication stream holds
+    /// now (see [`CommitHold`]): a follower that was just given a read
+    /// index learns the commit index it waits for without the hold.
+    pub fn release_commit_holds(&self) {
+        self.commit_release.notify_waiters();
     }
 
     /// The cached channel to `target` at its first peer URL (a new one if
@@ -137,6 +150,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
     async fn new_client(&mut self, target: NodeId, node: &MemberInfo) -> Self::Network {
         PeerNetwork {
             client: self.channel(target, node).map(peer_client),
+            commit_release: self.commit_release.clone(),
             counters: Arc::new(PeerCounters::new(target)),
         }
     }
@@ -159,6 +173,7 @@ pub struct SnapshotHeader {
 pub struct PeerNetwork {
     client: Result<RaftPeerClient<Channel>, String>,
     counters: Arc<PeerCounters>,
+    commit_release: Arc<Notify>,
 }
 
 /// This connection's `etcd_network_peer_sent_bytes_total` (requests),
@@ -256,13 +271,14 @@ impl PeerNetwork {
     /// cancel the session (leader change, shutdown) while it waits.
     fn append_stream<S>(
         &mut self,
-        mut input: S,
+        input: S,
     ) -> RpcResult<BoxStream<'static, RpcResult<StreamAppendResult<TypeConfig>>>>
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
         let mut client = self.client()?;
         let counters = self.counters.clone();
+        let mut input = CommitHold::new(input, self.commit_release.clone());
         let opened = async move {
             let Some(first) = input.next().await else {
                 return futures::stream::empty().boxed();

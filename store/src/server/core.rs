@@ -185,6 +185,12 @@ impl Core {
         *header = Some(self.header(revision));
     }
 
+    /// Ends the replication streams' commit holds now (see
+    /// `raft::commit_hold`).
+    pub(crate) fn release_commit_holds(&self) {
+        self.peers.release_commit_holds();
+    }
+
     /// The current leader, if known (a follower that has not heard from
     /// its leader for an election timeout knows none, as etcd's).
     pub fn leader(&self) -> Option<NodeId> {

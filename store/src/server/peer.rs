@@ -270,7 +270,13 @@ impl RaftPeer for PeerService {
         &self,
         _req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        reply(&self.core.read_index_local().await)
+        let index = self.core.read_index_local().await;
+        if index.is_ok() {
+            // The follower waits to apply up to this index: send it the
+            // commit index now rather than after a commit hold.
+            self.core.release_commit_holds();
+        }
+        reply(&index)
     }
 
     async fn leader_transfer(

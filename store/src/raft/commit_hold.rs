@@ -1,0 +1,337 @@
+//! Holds a replication stream's commit-only AppendEntries briefly, so that
+//! the next request, which carries the same commit index and more, replaces
+//! it.
+//!
+//! openraft 0.10's replication stream sends an AppendEntries without
+//! entries whenever the leader's commit index advances and no new entry is
+//! waiting (`StreamState::get_log_id_range`), to tell the follower what it
+//! may apply. Under a lone writer that is every put: the entry goes out,
+//! the followers answer, the entry commits, and one more request per
+//! follower (and its answer) carries just the new commit index, although
+//! the next put's entry follows within a fraction of a millisecond and
+//! carries it anyway. On two shared cores those extra messages, their
+//! wake-ups and the followers' trips through openraft's core took CPU from
+//! the path of the next put.
+//!
+//! [`CommitHold`] wraps the stream openraft hands the network: a request
+//! with entries passes at once; a request without entries waits up to
+//! [`COMMIT_HOLD`]. If the next request continues from the same point
+//! (same vote and previous log id, a commit index no lower), the held one
+//! is dropped: the next carries everything it said. Otherwise the held one
+//! goes first. A held request is never dropped for one that does not
+//! supersede it, and never waits past its deadline (a newer commit-only
+//! request takes the older one's place and deadline).
+//!
+//! Dropping a request is safe for Raft (the commit index a follower learns
+//! only ever grows, and the request that replaced it carries it) and for
+//! openraft's bookkeeping: the answer to the replacing request acknowledges
+//! every in-flight request up to its log id (`InflightAppendQueue::
+//! drain_acked`), the dropped one included. What it costs is the hold
+//! itself: with no next request in sight, a follower learns a commit index
+//! up to [`COMMIT_HOLD`] later (plus the timer's 1 ms granularity), so it
+//! applies, serves serializable reads and notifies its watchers that much
+//! later. Heartbeats and entry-carrying requests are never delayed, and a
+//! leader that answers a follower's ReadIndex releases every hold at once
+//! (`PeerNetworkFactory::release_commit_holds`), so a linearizable read on
+//! a follower does not wait for it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use futures::Stream;
+use openraft::raft::AppendEntriesRequest;
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
+use tokio::time::Sleep;
+
+use super::types::TypeConfig;
+
+/// How long a commit-only AppendEntries waits for a request that carries
+/// its commit index along with new entries. A lone writer's next entry
+/// follows its answer by ~0.2-0.5 ms on loopback; tokio's timer rounds up
+/// to its next 1 ms tick.
+pub const COMMIT_HOLD: Duration = Duration::from_millis(1);
+
+type Request = AppendEntriesRequest<TypeConfig>;
+
+/// The stream adapter (see the module docs).
+pub struct CommitHold<S> {
+    input: S,
+    /// A commit-only request waiting for a replacement.
+    held: Option<Held>,
+    /// A request taken from `input` that must go after `held`.
+    next: Option<Request>,
+    ended: bool,
+    hold: Duration,
+    /// Ends a hold early (`PeerNetworkFactory::release_commit_holds`).
+    release: Arc<Notify>,
+}
+
+/// A held request, its deadline, and the early release it listens for.
+struct Held {
+    request: Request,
+    deadline: Pin<Box<Sleep>>,
+    release: Pin<Box<OwnedNotified>>,
+}
+
+impl<S> CommitHold<S> {
+    /// Wraps `input`, holding commit-only requests up to [`COMMIT_HOLD`]
+    /// or until `release` notifies its waiters.
+    pub fn new(input: S, release: Arc<Notify>) -> Self {
+        Self::with_hold(input, release, COMMIT_HOLD)
+    }
+
+    /// Wraps `input` with a hold of `hold`.
+    pub fn with_hold(input: S, release: Arc<Notify>, hold: Duration) -> Self {
+        CommitHold {
+            input,
+            held: None,
+            next: None,
+            ended: false,
+            hold,
+            release,
+        }
+    }
+
+    /// Starts holding `request`.
+    fn start_hold(&mut self, request: Request) {
+        let mut release = Box::pin(self.release.clone().notified_owned());
+        // Registered now, so a release between here and the first poll counts.
+        release.as_mut().enable();
+        self.held = Some(Held {
+            request,
+            deadline: Box::pin(tokio::time::sleep(self.hold)),
+            release,
+        });
+    }
+}
+
+/// Whether `newer` says everything `held` (a commit-only request) says.
+fn supersedes(newer: &Request, held: &Request) -> bool {
+    newer.vote == held.vote
+        && newer.prev_log_id == held.prev_log_id
+        && newer.leader_commit >= held.leader_commit
+}
+
+impl<S> CommitHold<S>
+where
+    S: Stream<Item = Request> + Unpin,
+{
+    /// Takes `req` (just read from the input): returns what must be sent
+    /// now, if anything, and keeps the rest.
+    fn take(&mut self, req: Request) -> Option<Request> {
+        if let Some(mut held) = self.held.take() {
+            if !supersedes(&req, &held.request) {
+                self.next = Some(req);
+                return Some(held.request);
+            }
+            if req.entries.is_empty() {
+                // A newer commit-only request: it waits in the old one's place.
+                held.request = req;
+                self.held = Some(held);
+                return None;
+            }
+            return Some(req);
+        }
+        if req.entries.is_empty() {
+            self.start_hold(req);
+            return None;
+        }
+        Some(req)
+    }
+}
+
+impl<S> Stream for CommitHold<S>
+where
+    S: Stream<Item = Request> + Unpin,
+{
+    type Item = Request;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Request>> {
+        let this = &mut *self;
+        loop {
+            if let Some(req) = this.next.take() {
+                if let Some(out) = this.take(req) {
+                    return Poll::Ready(Some(out));
+                }
+                continue;
+            }
+            if this.ended {
+                return Poll::Ready(this.held.take().map(|held| held.request));
+            }
+            match Pin::new(&mut this.input).poll_next(cx) {
+                Poll::Ready(Some(req)) => {
+                    if let Some(out) = this.take(req) {
+                        return Poll::Ready(Some(out));
+                    }
+                }
+                Poll::Ready(None) => this.ended = true,
+                Poll::Pending => {
+                    let Some(held) = this.held.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    if held.deadline.as_mut().poll(cx).is_pending()
+                        && held.release.as_mut().poll(cx).is_pending()
+                    {
+                        return Poll::Pending;
+                    }
+                    return Poll::Ready(this.held.take().map(|held| held.request));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::raft::types::{Batch, Entry, LeaderId, LogId, Vote};
+
+    fn log_id(index: u64) -> LogId {
+        LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        )
+    }
+
+    fn request(prev: u64, entries: u64, commit: u64) -> Request {
+        let entries = (prev + 1..=prev + entries)
+            .map(|i| Entry {
+                log_id: log_id(i),
+                payload: EntryPayload::Normal(Batch {
+                    proposals: Arc::new([]),
+                }),
+            })
+            .collect();
+        let mut vote = Vote::new(1, 1);
+        vote.committed = true;
+        AppendEntriesRequest {
+            vote,
+            prev_log_id: Some(log_id(prev)),
+            leader_commit: Some(log_id(commit)),
+            entries,
+        }
+    }
+
+    /// (prev, entries, commit) of each request, for comparison.
+    fn shape(r: &Request) -> (u64, usize, u64) {
+        let index = |l: &Option<LogId>| l.as_ref().map_or(0, |l| l.index);
+        (
+            index(&r.prev_log_id),
+            r.entries.len(),
+            index(&r.leader_commit),
+        )
+    }
+
+    async fn run(input: Vec<(Duration, Request)>, hold: Duration) -> Vec<(u64, usize, u64)> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        tokio::spawn(async move {
+            for (after, req) in input {
+                tokio::time::sleep(after).await;
+                tx.unbounded_send(req).unwrap();
+            }
+        });
+        CommitHold::with_hold(rx, Arc::default(), hold)
+            .map(|r| shape(&r))
+            .collect()
+            .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_only_request_followed_at_once_by_entries_is_dropped() {
+        let ms = Duration::from_millis;
+        let out = run(
+            vec![
+                (ms(0), request(0, 1, 0)),
+                (ms(1), request(1, 0, 1)),
+                (ms(2), request(1, 1, 1)),
+            ],
+            ms(5),
+        )
+        .await;
+        assert_eq!(out, vec![(0, 1, 0), (1, 1, 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_only_request_goes_out_when_its_hold_ends() {
+        let ms = Duration::from_millis;
+        let out = run(
+            vec![
+                (ms(0), request(0, 1, 0)),
+                (ms(1), request(1, 0, 1)),
+                (ms(50), request(1, 1, 1)),
+            ],
+            ms(5),
+        )
+        .await;
+        assert_eq!(out, vec![(0, 1, 0), (1, 0, 1), (1, 1, 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_commit_replaces_the_held_one_without_extending_its_hold() {
+        let ms = Duration::from_millis;
+        let out = run(
+            vec![
+                (ms(0), request(2, 0, 1)),
+                (ms(3), request(2, 0, 2)),
+                (ms(3), request(2, 1, 2)),
+            ],
+            ms(5),
+        )
+        .await;
+        // The second commit-only request took the first one's deadline
+        // (5 ms after the first), which passed before the entry came (6 ms).
+        assert_eq!(out, vec![(2, 0, 2), (2, 1, 2)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_from_another_point_does_not_replace_the_held_one() {
+        let ms = Duration::from_millis;
+        let out = run(
+            vec![(ms(0), request(5, 0, 5)), (ms(1), request(3, 2, 5))],
+            ms(5),
+        )
+        .await;
+        assert_eq!(out, vec![(5, 0, 5), (3, 2, 5)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_held_request_goes_out_when_the_input_ends() {
+        let ms = Duration::from_millis;
+        let out = run(vec![(ms(0), request(1, 0, 1))], ms(5)).await;
+        assert_eq!(out, vec![(1, 0, 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_sends_the_held_request_at_once() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let release = Arc::new(Notify::new());
+        let mut stream = CommitHold::with_hold(rx, release.clone(), Duration::from_secs(60));
+        tx.unbounded_send(request(1, 0, 1)).unwrap();
+        let started = tokio::time::Instant::now();
+        let next = tokio::spawn(async move { stream.next().await.map(|r| shape(&r)) });
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        release.notify_waiters();
+        assert_eq!(next.await.unwrap(), Some((1, 0, 1)));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "released, not timed out"
+        );
+    }
+
+    #[test]
+    fn a_lower_commit_does_not_supersede() {
+        assert!(!supersedes(&request(1, 1, 0), &request(1, 0, 1)));
+        assert!(supersedes(&request(1, 1, 1), &request(1, 0, 1)));
+    }
+}
