@@ -46,7 +46,7 @@ use futures::Stream;
 use openraft::raft::AppendEntriesRequest;
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use super::types::TypeConfig;
 
@@ -69,6 +69,38 @@ pub struct CommitHold<S> {
     hold: Duration,
     /// Ends a hold early (`PeerNetworkFactory::release_commit_holds`).
     release: Arc<Notify>,
+    /// When the first commit-only request since the last request with
+    /// entries arrived.
+    quiet_since: Option<Instant>,
+    /// How soon requests with entries have been following commit-only ones.
+    gaps: Gaps,
+}
+
+/// A moving mean of the time from a commit-only request to the next
+/// request with entries: holding pays only while it is shorter than the
+/// hold. At 100 puts/s from one client (10 ms apart) every hold would run
+/// out and delay the followers' commit index by the whole hold; then
+/// nothing is held until requests come close together again.
+#[derive(Debug, Default)]
+struct Gaps {
+    mean: Duration,
+}
+
+impl Gaps {
+    /// Longest gap counted, in holds: one long pause stops holding, and
+    /// a few short gaps start it again.
+    const CAP_HOLDS: u32 = 8;
+
+    /// Counts one gap (weight 1/4).
+    fn record(&mut self, gap: Duration, hold: Duration) {
+        let gap = gap.min(hold * Self::CAP_HOLDS);
+        self.mean = (self.mean * 3 + gap) / 4;
+    }
+
+    /// Whether the next commit-only request should wait.
+    fn worth_holding(&self, hold: Duration) -> bool {
+        self.mean < hold
+    }
 }
 
 /// A held request, its deadline, and the early release it listens for.
@@ -94,6 +126,18 @@ impl<S> CommitHold<S> {
             ended: false,
             hold,
             release,
+            quiet_since: None,
+            gaps: Gaps::default(),
+        }
+    }
+
+    /// Notes when `req` arrived, for [`Gaps`].
+    fn observe(&mut self, req: &Request) {
+        let now = Instant::now();
+        if req.entries.is_empty() {
+            self.quiet_since.get_or_insert(now);
+        } else if let Some(since) = self.quiet_since.take() {
+            self.gaps.record(now - since, self.hold);
         }
     }
 
@@ -137,7 +181,7 @@ where
             }
             return Some(req);
         }
-        if req.entries.is_empty() {
+        if req.entries.is_empty() && self.gaps.worth_holding(self.hold) {
             self.start_hold(req);
             return None;
         }
@@ -165,6 +209,7 @@ where
             }
             match Pin::new(&mut this.input).poll_next(cx) {
                 Poll::Ready(Some(req)) => {
+                    this.observe(&req);
                     if let Some(out) = this.take(req) {
                         return Poll::Ready(Some(out));
                     }
@@ -327,6 +372,60 @@ mod tests {
             started.elapsed() < Duration::from_secs(1),
             "released, not timed out"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_long_gap_commit_only_requests_go_out_at_once_until_gaps_shorten() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        let out = run(
+            vec![
+                // Held and dropped: the entry follows within the hold.
+                (ms(0), request(1, 0, 1)),
+                (us(300), request(1, 1, 1)),
+                // Held until its deadline; the entry comes 50 ms later.
+                (ms(1), request(2, 0, 2)),
+                (ms(50), request(2, 1, 2)),
+                // Not held: the last gap was long.
+                (ms(1), request(3, 0, 3)),
+                (us(300), request(3, 1, 3)),
+                (ms(1), request(4, 0, 4)),
+                (us(300), request(4, 1, 4)),
+            ],
+            ms(5),
+        )
+        .await;
+        assert_eq!(
+            out,
+            vec![
+                (1, 1, 1),
+                (2, 0, 2),
+                (2, 1, 2),
+                (3, 0, 3),
+                (3, 1, 3),
+                (4, 0, 4),
+                (4, 1, 4)
+            ]
+        );
+    }
+
+    #[test]
+    fn gaps_stop_holding_after_a_long_one_and_resume_after_short_ones() {
+        let hold = Duration::from_millis(1);
+        let mut gaps = Gaps::default();
+        assert!(gaps.worth_holding(hold));
+        gaps.record(Duration::from_millis(10), hold);
+        assert!(
+            !gaps.worth_holding(hold),
+            "one pause of 10 ms stops holding"
+        );
+        let mut short = 0;
+        while !gaps.worth_holding(hold) {
+            gaps.record(Duration::from_micros(300), hold);
+            short += 1;
+            assert!(short < 10, "short gaps resume holding");
+        }
+        assert_eq!(short, 4);
     }
 
     #[test]
