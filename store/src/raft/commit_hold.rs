@@ -15,7 +15,9 @@
 //!
 //! [`CommitHold`] wraps the stream openraft hands the network: a request
 //! with entries passes at once; a request without entries waits up to
-//! [`COMMIT_HOLD`]. If the next request continues from the same point
+//! [`COMMIT_HOLD`], but only while requests with entries have been
+//! following commit-only ones within the hold (`Gaps`: sparse writes are
+//! never held, since their holds would all run out). If the next request continues from the same point
 //! (same vote and previous log id, a commit index no lower), the held one
 //! is dropped: the next carries everything it said. Otherwise the held one
 //! goes first. A held request is never dropped for one that does not
@@ -27,8 +29,9 @@
 //! openraft's bookkeeping: the answer to the replacing request acknowledges
 //! every in-flight request up to its log id (`InflightAppendQueue::
 //! drain_acked`), the dropped one included. What it costs is the hold
-//! itself: with no next request in sight, a follower learns a commit index
-//! up to [`COMMIT_HOLD`] later (plus the timer's 1 ms granularity), so it
+//! itself: a follower learns a commit index when the next entry arrives,
+//! or when a hold runs out (up to [`COMMIT_HOLD`] plus the timer's 1 ms
+//! granularity, once per pause after a run of close writes), so it
 //! applies, serves serializable reads and notifies its watchers that much
 //! later. Heartbeats and entry-carrying requests are never delayed, and a
 //! leader that answers a follower's ReadIndex releases every hold at once
@@ -37,10 +40,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-use std::sync::Arc;
 
 use futures::Stream;
 use openraft::raft::AppendEntriesRequest;

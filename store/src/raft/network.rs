@@ -19,8 +19,6 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use etcd_proto::storepeer::RaftMessage;
 use futures::future::BoxFuture;
@@ -35,6 +33,7 @@ use openraft::raft::{
 use openraft::{OptionalSend, RaftNetworkV2};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::commit_hold::CommitHold;
