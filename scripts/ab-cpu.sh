@@ -75,7 +75,11 @@ load() {
   a=$!
   "$BENCH" put --no-progress --endpoints "$(endpoints "$SUBNET_B")" --duration "$1s" "${LOAD[@]}" >"$2.B" 2>&1 &
   b=$!
-  wait "$a" "$b" || die "a load run failed: $(tail -3 "$2.A" "$2.B")"
+  # One wait per run: `wait A B` reports only B's status.
+  local failed=false
+  wait "$a" || failed=true
+  wait "$b" || failed=true
+  ! $failed || die "a load run failed: $(tail -n 3 "$2.A" "$2.B")"
 }
 
 ops() { grep -o 'ok=[0-9]*' "$1" | head -1 | cut -d= -f2; }

@@ -36,7 +36,10 @@
 //! later. Heartbeats and entry-carrying requests are never delayed, and a
 //! leader that answers a follower's ReadIndex releases every hold at once
 //! (`PeerNetworkFactory::release_commit_holds`), so a linearizable read on
-//! a follower does not wait for it.
+//! a follower does not wait for a hold already running. A release reaches
+//! only requests held when it comes: a commit-only request the stream
+//! takes from openraft just after it is held as usual, so such a read can
+//! still wait up to one hold.
 
 use std::future::Future;
 use std::pin::Pin;

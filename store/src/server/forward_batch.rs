@@ -40,7 +40,7 @@ pub const MAX_FORWARD_BYTES: usize = crate::raft::batcher::MAX_ENTRY_BYTES;
 /// wake-ups) is paid per batch, so fewer and larger batches cost less per
 /// write. Measured with two clusters loaded at the same time (so that the
 /// machine's speed swings hit both, `scripts/ab-cpu.sh`), 128 and 256
-/// clients spread over the members: 2 took 4-6% less CPU per put than 4
+/// clients spread over the members: 2 took 4-7% less CPU per put than 4
 /// at the same throughput; 1 was mixed (throughput -2% to +3%).
 pub const MAX_FORWARDS_IN_FLIGHT: usize = 2;
 
