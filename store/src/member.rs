@@ -347,7 +347,7 @@ impl Member {
         let auth = Arc::new(AuthStore::new(tokens, config.bcrypt_cost));
         auth.load(engine.as_ref())?;
         let snapshot_dir = data_dir.join(crate::data_dir::SNAPSHOT_DIR);
-        crate::raft::state_machine::snapshot_file::remove_temporary_files(&snapshot_dir)?;
+        crate::raft::state_machine::snapshot_file::remove_leftovers(&snapshot_dir)?;
         let sm = StateMachine::new(
             mvcc.clone(),
             snapshot_dir,

@@ -366,6 +366,15 @@ impl Engine for FailingEngine {
     fn compact_files(&self) -> store::engine::EngineResult<()> {
         self.inner.compact_files()
     }
+    fn checkpoint(&self, dir: &std::path::Path) -> store::engine::EngineResult<()> {
+        self.inner.checkpoint(dir)
+    }
+    fn open_checkpoint(
+        &self,
+        dir: &std::path::Path,
+    ) -> store::engine::EngineResult<Arc<dyn store::engine::EngineRead>> {
+        self.inner.open_checkpoint(dir)
+    }
 }
 
 /// An engine failure while applying an entry fails the apply with a
@@ -458,4 +467,63 @@ async fn an_interrupted_snapshot_install_completes_at_the_next_start() {
         "the old key is gone, the snapshot's are there"
     );
     assert_eq!(mvcc.current_revision(), source_mvcc.current_revision());
+}
+
+/// A member whose engine lost writes its snapshot holds (the state
+/// machine's writes are not synced; a power loss can take them after the
+/// log entries were purged) restores the snapshot from its own checkpoint
+/// at the next start: openraft finds the snapshot newer than the state
+/// machine and installs it (`restore_from_snapshot`, done by hand here).
+#[tokio::test]
+async fn a_member_restores_its_own_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine: Arc<dyn Engine> =
+        Arc::new(store::engine::rocks::RocksEngine::open(&dir.path().join("db")).expect("open"));
+    let (mvcc, mut sm) = state_machine(engine, dir.path());
+    sm.applied_state().await.expect("applied state");
+    sm.apply_entries([entry(1, vec![put("a"), put("b")]), entry(2, vec![put("c")])])
+        .expect("apply");
+    let built = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build a snapshot");
+    assert_eq!(built.meta.last_log_id, Some(log_id(2)));
+    let all = store::mvcc::KeyRange::From(Vec::new());
+    let expected = mvcc.range(&all, Default::default()).expect("range").kvs;
+    drop((built, sm, mvcc));
+
+    // The next start, on an engine that lost everything.
+    let lost: Arc<dyn Engine> =
+        Arc::new(store::engine::rocks::RocksEngine::open(&dir.path().join("db2")).expect("open"));
+    let (mvcc, mut restarted) = state_machine(lost, dir.path());
+    let (applied, _) = restarted.applied_state().await.expect("applied state");
+    assert_eq!(applied, None);
+    let current = restarted
+        .get_current_snapshot()
+        .await
+        .expect("read the current snapshot")
+        .expect("the checkpoint is the current snapshot");
+    assert_eq!(current.meta.last_log_id, Some(log_id(2)));
+    restarted
+        .install_snapshot(&current.meta.clone(), current.snapshot)
+        .await
+        .expect("restore");
+    let (applied, _) = restarted.applied_state().await.expect("applied state");
+    assert_eq!(applied, Some(log_id(2)));
+    assert_eq!(
+        mvcc.range(&all, Default::default()).expect("range").kvs,
+        expected
+    );
+    let again = restarted
+        .get_current_snapshot()
+        .await
+        .expect("read the current snapshot")
+        .expect("still a current snapshot");
+    assert_eq!(
+        again.meta.last_log_id,
+        Some(log_id(2)),
+        "restoring keeps it current"
+    );
 }

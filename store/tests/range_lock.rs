@@ -124,6 +124,12 @@ impl Engine for GatedEngine {
     fn compact_files(&self) -> EngineResult<()> {
         self.inner.compact_files()
     }
+    fn checkpoint(&self, dir: &std::path::Path) -> EngineResult<()> {
+        self.inner.checkpoint(dir)
+    }
+    fn open_checkpoint(&self, dir: &std::path::Path) -> EngineResult<Arc<dyn EngineRead>> {
+        self.inner.open_checkpoint(dir)
+    }
 }
 
 fn put(mvcc: &MvccStore, key: &str, value: &str) {

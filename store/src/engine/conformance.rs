@@ -21,6 +21,7 @@ pub fn run_all(make: &MakeEngine<'_>) {
     later_ops_in_a_batch_win(make().as_ref());
     tables_are_independent(make().as_ref());
     snapshots_do_not_see_later_writes(make().as_ref());
+    checkpoints_are_frozen_copies(make().as_ref());
 }
 
 fn put(e: &dyn Engine, t: Table, k: &[u8], v: &[u8]) {
@@ -170,4 +171,27 @@ fn snapshots_do_not_see_later_writes(e: &dyn Engine) {
     .unwrap();
     assert_eq!(rev, vec![b"a".to_vec()]);
     assert_eq!(e.get(Table::Kv, b"a").unwrap(), Some(b"new".to_vec()));
+}
+
+fn checkpoints_are_frozen_copies(e: &dyn Engine) {
+    put(e, Table::Kv, b"a", b"old");
+    put(e, Table::Meta, b"m", b"1");
+    put(e, Table::RaftLog, b"l", b"entry");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy_dir = dir.path().join("copy");
+    e.checkpoint(&copy_dir).expect("checkpoint");
+    assert!(
+        e.checkpoint(&copy_dir).is_err(),
+        "a checkpoint never overwrites"
+    );
+    put(e, Table::Kv, b"a", b"new");
+    put(e, Table::Kv, b"b", b"later");
+    let copy = e.open_checkpoint(&copy_dir).expect("open checkpoint");
+    assert_eq!(copy.get(Table::Kv, b"a").unwrap(), Some(b"old".to_vec()));
+    assert_eq!(copy.get(Table::Kv, b"b").unwrap(), None);
+    assert_eq!(copy.get(Table::Meta, b"m").unwrap(), Some(b"1".to_vec()));
+    let log = scan_collect(copy.as_ref(), Table::RaftLog, b"", None, 0).unwrap();
+    assert_eq!(log, vec![(b"l".to_vec(), b"entry".to_vec())]);
+    assert_eq!(e.get(Table::Kv, b"a").unwrap(), Some(b"new".to_vec()));
+    assert!(e.open_checkpoint(&dir.path().join("missing")).is_err());
 }

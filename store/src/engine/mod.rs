@@ -16,6 +16,7 @@ pub mod memory;
 pub mod rocks;
 
 use std::ops::ControlFlow;
+use std::path::Path;
 use std::sync::Arc;
 
 /// The logical tables. Each is an independent ordered key space.
@@ -229,6 +230,16 @@ pub trait Engine: EngineRead + 'static {
 
     /// Reclaims space left by deleted data (etcd's defragment).
     fn compact_files(&self) -> EngineResult<()>;
+
+    /// Writes a consistent point-in-time copy of every table into `dir`
+    /// (which must not exist yet), durable when this returns. The RocksDB
+    /// engine flushes its memtables and hard-links its table files, so the
+    /// cost does not grow with the data; the copy pins those files until it
+    /// is removed.
+    fn checkpoint(&self, dir: &Path) -> EngineResult<()>;
+
+    /// Opens a copy [`Engine::checkpoint`] wrote into `dir`, read-only.
+    fn open_checkpoint(&self, dir: &Path) -> EngineResult<Arc<dyn EngineRead>>;
 }
 
 /// Collects `[start, end)` of `table` into a vector, at most `limit` pairs

@@ -37,6 +37,7 @@ use tokio::sync::Notify;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::commit_hold::CommitHold;
+use super::state_machine::snapshot_file::SnapshotFile;
 use super::types::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
 use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES};
@@ -315,14 +316,20 @@ impl PeerNetwork {
         snapshot: Snapshot,
     ) -> RpcResult<SnapshotResponse<TypeConfig>> {
         let mut client = self.client()?;
+        let data = snapshot.snapshot;
+        let file = tokio::task::spawn_blocking(move || data.encoded())
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let header = codec::encode(&SnapshotHeader {
             vote,
             meta: snapshot.meta,
-            bytes: snapshot.snapshot.len(),
+            bytes: file.len(),
         });
-        let sent = header.len() as u64 + snapshot.snapshot.len();
+        let sent = header.len() as u64 + file.len();
         let read_failure = Arc::new(Mutex::new(None));
-        let chunks = file_chunks(Arc::new(snapshot.snapshot), read_failure.clone());
+        let chunks = file_chunks(file, read_failure.clone());
         let messages = futures::stream::once(std::future::ready(header))
             .chain(chunks)
             .map(|payload| RaftMessage { payload });
@@ -342,7 +349,7 @@ impl PeerNetwork {
 /// stream is polled for it. A read error ends the stream early (the
 /// receiver then refuses the short snapshot) and is left in `failure`.
 fn file_chunks(
-    snapshot: Arc<SnapshotData>,
+    snapshot: Arc<SnapshotFile>,
     failure: Arc<Mutex<Option<std::io::Error>>>,
 ) -> impl Stream<Item = Vec<u8>> {
     futures::stream::unfold(0u64, move |offset| {

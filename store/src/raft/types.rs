@@ -64,8 +64,9 @@ pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type Membership = openraft::Membership<NodeId, MemberInfo>;
 /// What a snapshot covers.
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
-/// A snapshot's bytes: the state machine's serialized form, in a file.
-pub type SnapshotData = super::state_machine::snapshot_file::SnapshotFile;
+/// A snapshot's data: an engine checkpoint, or the state machine's
+/// records in a file.
+pub type SnapshotData = super::state_machine::snapshot_file::SnapshotData;
 /// A snapshot with its metadata.
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 /// openraft's metrics.

@@ -20,7 +20,7 @@ use super::forward::{ForwardError, LeaderReply, LeaderRequest};
 use super::transfer;
 use crate::codec;
 use crate::raft::network::SnapshotHeader;
-use crate::raft::state_machine::snapshot_file::SnapshotReceiver;
+use crate::raft::state_machine::snapshot_file::{SnapshotData, SnapshotReceiver};
 use crate::raft::{NodeId, Snapshot, TypeConfig, Vote};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, TransferLeaderRequest,
@@ -238,7 +238,7 @@ impl RaftPeer for PeerService {
         let data = blocking(move || receiver.finish()).await?;
         let snapshot = Snapshot {
             meta: header.meta,
-            snapshot: data,
+            snapshot: SnapshotData::File(Arc::new(data)),
         };
         let result = self
             .core

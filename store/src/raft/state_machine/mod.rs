@@ -15,13 +15,13 @@
 //! keeps their order. Watch events are published after the write, one
 //! revision at a time.
 //!
-//! Snapshots ([`snapshot_file`]): every key of the state machine tables,
-//! read from one engine snapshot. The latest one is kept in
-//! `<data-dir>/member/snap/` so it survives restarts and can be sent to
-//! lagging followers. Snapshots stay in files, never whole in memory.
-//! Installing one makes it the current snapshot, replaces the tables in
-//! bounded batches (applied log id last) and reloads the in-memory views
-//! (MVCC index, leases, auth).
+//! Snapshots ([`snapshot_file`]): an engine checkpoint taken between two
+//! entries, kept in `<data-dir>/member/snap/` so it survives restarts;
+//! its records (every key of the state machine tables) are written out
+//! only to be sent to a lagging follower, and stay in files, never whole
+//! in memory. Installing one makes it the current snapshot, replaces the
+//! tables in bounded batches (applied log id last) and reloads the
+//! in-memory views (MVCC index, leases, auth).
 //!
 //! Beside it: [`members`] (published member attributes), the alarms
 //! ([`crate::alarm`]) and the compactor ([`crate::mvcc::compactor`]), which
@@ -151,9 +151,10 @@ impl StateMachine {
         lessor: Arc<Lessor>,
         auth: Arc<AuthStore>,
     ) -> Self {
+        let engine = mvcc.engine().clone();
         Self {
             mvcc,
-            snapshot_files: SnapshotFiles::new(snapshot_dir),
+            snapshot_files: SnapshotFiles::new(snapshot_dir, engine),
             compactor,
             hub,
             lessor,
@@ -474,7 +475,15 @@ impl StateMachine {
             .collect()
     }
 
+    /// Applies one entry, holding the entry gate so that a snapshot's
+    /// checkpoint never lands in the middle of it.
     fn apply_entry(&mut self, entry: &Entry) -> std::io::Result<Vec<CommandResponse>> {
+        let files = self.snapshot_files.clone();
+        let _gate = files.entry_gate();
+        self.apply_entry_ungated(entry)
+    }
+
+    fn apply_entry_ungated(&mut self, entry: &Entry) -> std::io::Result<Vec<CommandResponse>> {
         let log_id = &entry.log_id;
         match &entry.payload {
             EntryPayload::Normal(batch) => self.apply_batch(log_id, batch),
@@ -635,25 +644,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         SnapshotBuilder {
-            view: self.engine().snapshot(),
             files: self.snapshot_files.clone(),
         }
     }
 
     /// Makes the received snapshot the current one, then replaces the
     /// tables with it (see [`StateMachine::replace_state`] for a crash in
-    /// between).
+    /// between), holding the entry gate so no checkpoint sees the tables
+    /// half replaced.
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        mut snapshot: SnapshotData,
+        snapshot: SnapshotData,
     ) -> std::io::Result<()> {
-        snapshot
-            .persist_as_current(&self.snapshot_files, meta)
+        let files = self.snapshot_files.clone();
+        let _gate = files.entry_gate();
+        let records = files
+            .adopt(meta, snapshot)
             .map_err(|e| io_error("saving the installed snapshot", e))?;
-        self.replace_state(meta, &snapshot)?;
+        self.replace_state(meta, &records)?;
         self.partial = None;
-        tracing::info!(meta = %meta, bytes = snapshot.len(), "installed snapshot");
+        tracing::info!(meta = %meta, bytes = records.len(), "installed snapshot");
         Ok(())
     }
 
