@@ -36,14 +36,15 @@
 //! later. Heartbeats and entry-carrying requests are never delayed, and a
 //! leader that answers a follower's ReadIndex releases every hold at once
 //! (`PeerNetworkFactory::release_commit_holds`), so a linearizable read on
-//! a follower does not wait for a hold already running. A release reaches
-//! only requests held when it comes: a commit-only request the stream
-//! takes from openraft just after it is held as usual, so such a read can
-//! still wait up to one hold.
+//! a follower does not wait for a hold already running. The commit index
+//! that read waits for may also still be on its way through openraft's
+//! core to the stream when the release comes: so for one hold's length
+//! after a release ([`CommitRelease`]), commit-only requests go out
+//! unheld.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -63,6 +64,30 @@ pub const COMMIT_HOLD: Duration = Duration::from_millis(1);
 
 type Request = AppendEntriesRequest<TypeConfig>;
 
+/// Ends the holds of every stream early: wakes the requests held now,
+/// and lets the commit-only requests the streams take within one hold
+/// after it pass unheld (see the module docs).
+#[derive(Debug, Default)]
+pub struct CommitRelease {
+    notify: Arc<Notify>,
+    /// When the last release came.
+    last: Mutex<Option<Instant>>,
+}
+
+impl CommitRelease {
+    /// Releases every hold (see the type's docs).
+    pub fn release(&self) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        self.notify.notify_waiters();
+    }
+
+    /// Whether a release came less than `window` ago.
+    fn within(&self, window: Duration) -> bool {
+        let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.is_some_and(|at| at.elapsed() < window)
+    }
+}
+
 /// The stream adapter (see the module docs).
 pub struct CommitHold<S> {
     input: S,
@@ -73,7 +98,7 @@ pub struct CommitHold<S> {
     ended: bool,
     hold: Duration,
     /// Ends a hold early (`PeerNetworkFactory::release_commit_holds`).
-    release: Arc<Notify>,
+    release: Arc<CommitRelease>,
     /// When the first commit-only request since the last request with
     /// entries arrived.
     quiet_since: Option<Instant>,
@@ -117,13 +142,13 @@ struct Held {
 
 impl<S> CommitHold<S> {
     /// Wraps `input`, holding commit-only requests up to [`COMMIT_HOLD`]
-    /// or until `release` notifies its waiters.
-    pub fn new(input: S, release: Arc<Notify>) -> Self {
+    /// or until `release` releases it.
+    pub fn new(input: S, release: Arc<CommitRelease>) -> Self {
         Self::with_hold(input, release, COMMIT_HOLD)
     }
 
     /// Wraps `input` with a hold of `hold`.
-    pub fn with_hold(input: S, release: Arc<Notify>, hold: Duration) -> Self {
+    pub fn with_hold(input: S, release: Arc<CommitRelease>, hold: Duration) -> Self {
         CommitHold {
             input,
             held: None,
@@ -148,7 +173,7 @@ impl<S> CommitHold<S> {
 
     /// Starts holding `request`.
     fn start_hold(&mut self, request: Request) {
-        let mut release = Box::pin(self.release.clone().notified_owned());
+        let mut release = Box::pin(self.release.notify.clone().notified_owned());
         // Registered now, so a release between here and the first poll counts.
         release.as_mut().enable();
         self.held = Some(Held {
@@ -186,7 +211,10 @@ where
             }
             return Some(req);
         }
-        if req.entries.is_empty() && self.gaps.worth_holding(self.hold) {
+        if req.entries.is_empty()
+            && self.gaps.worth_holding(self.hold)
+            && !self.release.within(self.hold)
+        {
             self.start_hold(req);
             return None;
         }
@@ -365,18 +393,41 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_release_sends_the_held_request_at_once() {
         let (tx, rx) = futures::channel::mpsc::unbounded();
-        let release = Arc::new(Notify::new());
+        let release = Arc::new(CommitRelease::default());
         let mut stream = CommitHold::with_hold(rx, release.clone(), Duration::from_secs(60));
         tx.unbounded_send(request(1, 0, 1)).unwrap();
         let started = tokio::time::Instant::now();
         let next = tokio::spawn(async move { stream.next().await.map(|r| shape(&r)) });
         tokio::time::sleep(Duration::from_millis(3)).await;
-        release.notify_waiters();
+        release.release();
         assert_eq!(next.await.unwrap(), Some((1, 0, 1)));
         assert!(
             started.elapsed() < Duration::from_secs(1),
             "released, not timed out"
         );
+    }
+
+    /// A commit-only request the stream takes just after a release (the
+    /// commit index a follower's read waits for, still on its way when the
+    /// leader released the holds) goes out unheld; one a hold later is
+    /// held again.
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_only_request_just_after_a_release_is_not_held() {
+        let ms = Duration::from_millis;
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let release = Arc::new(CommitRelease::default());
+        let mut stream = CommitHold::with_hold(rx, release.clone(), ms(60));
+        release.release();
+        tokio::time::sleep(ms(10)).await;
+        tx.unbounded_send(request(1, 0, 1)).unwrap();
+        let started = tokio::time::Instant::now();
+        assert_eq!(stream.next().await.map(|r| shape(&r)), Some((1, 0, 1)));
+        assert_eq!(started.elapsed(), Duration::ZERO, "not held");
+        tokio::time::sleep(ms(60)).await;
+        tx.unbounded_send(request(1, 0, 2)).unwrap();
+        let started = tokio::time::Instant::now();
+        assert_eq!(stream.next().await.map(|r| shape(&r)), Some((1, 0, 2)));
+        assert!(started.elapsed() >= ms(60), "held its hold's length");
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,10 +33,9 @@ use openraft::raft::{
 use openraft::{OptionalSend, RaftNetworkV2};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use super::commit_hold::CommitHold;
+use super::commit_hold::{CommitHold, CommitRelease};
 use super::state_machine::snapshot_file::SnapshotFile;
 use super::types::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
@@ -51,7 +50,7 @@ pub struct PeerNetworkFactory {
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     tls: Option<ClientTlsConfig>,
     /// Ends every replication stream's commit hold (see [`CommitHold`]).
-    commit_release: Arc<Notify>,
+    commit_release: Arc<CommitRelease>,
 }
 
 impl PeerNetworkFactory {
@@ -68,7 +67,7 @@ impl PeerNetworkFactory {
     /// now (see [`CommitHold`]): a follower that was just given a read
     /// index learns the commit index it waits for without the hold.
     pub fn release_commit_holds(&self) {
-        self.commit_release.notify_waiters();
+        self.commit_release.release();
     }
 
     /// The cached channel to `target` at its first peer URL (a new one if
@@ -173,7 +172,7 @@ pub struct SnapshotHeader {
 pub struct PeerNetwork {
     client: Result<RaftPeerClient<Channel>, String>,
     counters: Arc<PeerCounters>,
-    commit_release: Arc<Notify>,
+    commit_release: Arc<CommitRelease>,
 }
 
 /// This connection's `etcd_network_peer_sent_bytes_total` (requests),
