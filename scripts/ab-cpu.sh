@@ -13,8 +13,10 @@
 #   ROUNDS   fresh cluster pairs (default 3)
 # Environment: BENCH (the bench binary), RUN_SECONDS (default 10),
 #   SUBNET_A / SUBNET_B (default 127.0.64 / 127.0.65), WORK_DIR (default a new
-#   temporary directory, removed at the end).
-# Prints, per round, puts/s and members' CPU us per put of each build, and B/A.
+#   temporary directory, removed at the end), STORE_FLAGS (more flags for every
+#   member of both clusters, e.g. "--snapshot-count 5000").
+# Prints, per round, puts/s, members' CPU us per put and p99 / p99.9 ms of each
+# build, and B/A.
 # Stops only the processes it started, by pid.
 set -euo pipefail
 
@@ -25,6 +27,7 @@ for bin in "$STORE_A" "$STORE_B"; do [[ -x $bin ]] || die "$bin is not an execut
 BENCH=${BENCH:-${CARGO_TARGET_DIR:-$HOME/.cache/etcd-rs/target}/release/bench}
 [[ -x $BENCH ]] || die "$BENCH is missing (cargo build --release -p bench)"
 RUN_SECONDS=${RUN_SECONDS:-10}
+read -r -a EXTRA_FLAGS <<<"${STORE_FLAGS:-}"
 SUBNET_A=${SUBNET_A:-127.0.64} SUBNET_B=${SUBNET_B:-127.0.65}
 OWN_DIR=false
 if [[ -z ${WORK_DIR:-} ]]; then WORK_DIR=$(mktemp -d) && OWN_DIR=true; fi
@@ -51,7 +54,7 @@ start_cluster() {
       --listen-client-urls "http://$net.$i:2379" --advertise-client-urls "http://$net.$i:2379" \
       --listen-peer-urls "http://$net.$i:2380" --initial-advertise-peer-urls "http://$net.$i:2380" \
       --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "$label" \
-      >"$WORK_DIR/$label-m$i.log" 2>&1 &
+      ${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"} >"$WORK_DIR/$label-m$i.log" 2>&1 &
     pids+=($!)
     echo $! >>"$WORK_DIR/$label.pids"
   done
@@ -83,6 +86,8 @@ load() {
 }
 
 ops() { grep -o 'ok=[0-9]*' "$1" | head -1 | cut -d= -f2; }
+# tail_ms OUT: the run's p99 and p99.9 latency, ms.
+tail_ms() { grep -o 'p99=[0-9.]*\|p99\.9=[0-9.]*' "$1" | head -2 | cut -d= -f2 | paste -sd/; }
 
 for ((round = 1; round <= ROUNDS; round++)); do
   rm -rf "$WORK_DIR"/*.data
@@ -95,12 +100,14 @@ for ((round = 1; round <= ROUNDS; round++)); do
   a1=$(cpu_ticks A) b1=$(cpu_ticks B)
   stop_all
   python3 - "$round" "$(ops "$WORK_DIR/run.A")" "$(ops "$WORK_DIR/run.B")" \
-    "$((a1 - a0))" "$((b1 - b0))" "$CLK_TCK" "$RUN_SECONDS" <<'PY'
+    "$((a1 - a0))" "$((b1 - b0))" "$CLK_TCK" "$RUN_SECONDS" \
+    "$(tail_ms "$WORK_DIR/run.A")" "$(tail_ms "$WORK_DIR/run.B")" <<'PY'
 import sys
-r, oa, ob, ta, tb, hz, secs = sys.argv[1:]
+r, oa, ob, ta, tb, hz, secs, la, lb = sys.argv[1:]
 oa, ob, ta, tb, hz, secs = int(oa), int(ob), int(ta), int(tb), int(hz), float(secs)
 ua, ub = ta / hz / oa * 1e6, tb / hz / ob * 1e6
-print(f"round {r}: A {oa / secs:,.0f} puts/s {ua:.1f} us/put | B {ob / secs:,.0f} puts/s "
-      f"{ub:.1f} us/put | B/A CPU per put {ub / ua:.3f}, puts/s {ob / oa:.3f}")
+print(f"round {r}: A {oa / secs:,.0f} puts/s {ua:.1f} us/put p99/p99.9 {la} ms | "
+      f"B {ob / secs:,.0f} puts/s {ub:.1f} us/put p99/p99.9 {lb} ms | "
+      f"B/A CPU per put {ub / ua:.3f}, puts/s {ob / oa:.3f}")
 PY
 done
