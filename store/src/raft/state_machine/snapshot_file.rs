@@ -247,19 +247,23 @@ impl SnapshotFile {
     }
 
     /// This file as a synced, permanent file named `name` in `dir`: a
-    /// temporary file there is renamed, any other file is copied.
-    fn persist(self, dir: &Path, name: &str) -> std::io::Result<SnapshotFile> {
+    /// temporary file there is renamed, any other file is copied (one
+    /// still shared, one of another directory, another member's).
+    fn persist(this: Arc<Self>, dir: &Path, name: &str) -> std::io::Result<SnapshotFile> {
         let path = dir.join(name);
-        if self.temporary && self.path.parent() == Some(dir) {
-            self.file.sync_all()?;
-            std::fs::rename(&self.path, &path)?;
-            let mut this = self;
-            this.temporary = false;
-            this.path = path;
-            return Ok(this);
-        }
+        let this = match Arc::try_unwrap(this) {
+            Ok(mut own) if own.temporary && own.path.parent() == Some(dir) => {
+                own.file.sync_all()?;
+                std::fs::rename(&own.path, &path)?;
+                own.temporary = false;
+                own.path = path;
+                return Ok(own);
+            }
+            Ok(own) => Arc::new(own),
+            Err(shared) => shared,
+        };
         let mut out = File::create(&path)?;
-        std::io::copy(&mut self.reader(), &mut out)?;
+        std::io::copy(&mut this.reader(), &mut out)?;
         out.sync_all()?;
         Self::open(&path)
     }
@@ -547,13 +551,11 @@ impl SnapshotFiles {
         }
         std::fs::create_dir_all(&self.dir)?;
         let file = match data {
-            SnapshotData::File(file) => {
-                Arc::try_unwrap(file).map_err(|_| invalid("a snapshot file is shared"))?
-            }
-            SnapshotData::Checkpoint(checkpoint) => checkpoint.encode()?,
+            SnapshotData::File(file) => file,
+            SnapshotData::Checkpoint(checkpoint) => Arc::new(checkpoint.encode()?),
         };
         let name = unique_name(DATA_PREFIX, FILE_EXTENSION);
-        let file = Arc::new(file.persist(&self.dir, &name)?);
+        let file = Arc::new(SnapshotFile::persist(file, &self.dir, &name)?);
         sync_dir(&self.dir)?;
         self.make_current(meta, &name, SnapshotData::File(file.clone()))?;
         Ok(file)
@@ -1029,6 +1031,34 @@ mod tests {
         let (meta, _) = files.build().unwrap();
         applier.join().unwrap();
         assert_eq!(meta.last_log_id.unwrap().index, 4);
+    }
+
+    /// Another member's current snapshot file (still shared with its own
+    /// current slot) is copied when adopted, and stays with its owner.
+    #[test]
+    fn a_shared_file_is_copied_when_adopted() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (engine_a, files_a) = memory_files(a.path());
+        put_applied(engine_a.as_ref(), 4, "k");
+        let (meta, built) = files_a.build().unwrap();
+        let records = built.encoded().unwrap();
+        let mut receiver = SnapshotReceiver::create(a.path(), records.len()).unwrap();
+        receiver
+            .write(&records.chunk_at(0, records.len()).unwrap())
+            .unwrap();
+        let received = SnapshotData::File(Arc::new(receiver.finish().unwrap()));
+        drop((built, records));
+        files_a.adopt(&meta, received).unwrap();
+        let (_, shared) = files_a.current().unwrap().unwrap();
+
+        let (_, files_b) = memory_files(b.path());
+        let adopted = files_b.adopt(&meta, shared.clone()).unwrap();
+        assert_eq!(adopted.len(), shared.encoded().unwrap().len());
+        assert!(shared.path().exists(), "the owner keeps its file");
+        assert_eq!(
+            files_b.current().unwrap().unwrap().0.last_log_id,
+            meta.last_log_id
+        );
     }
 
     #[test]
