@@ -8,6 +8,10 @@
 //! again. The fault schedule comes from a seeded RNG; the seed is printed (set
 //! `DURABILITY_SEED` to replay a schedule).
 //!
+//! The members build a snapshot every [`SNAPSHOT_COUNT`] entries and purge
+//! the log behind it, so kills also land while a snapshot is taken, members
+//! restart from a snapshot, and a member that was down catches up by one.
+//!
 //! Every acknowledged put is recorded with the revision of its response
 //! header. At the end every acknowledged key must be present, through a
 //! linearizable read and through a serializable read on every member, with
@@ -33,6 +37,9 @@ use tokio::time::{sleep, Instant};
 
 /// Members of the cluster.
 const MEMBERS: usize = 3;
+/// `--snapshot-count` of every member: a snapshot every few dozen writes
+/// (the writers make about one entry each).
+const SNAPSHOT_COUNT: u64 = 50;
 /// Fault rounds.
 const ROUNDS: usize = 5;
 /// Concurrent writing clients.
@@ -229,9 +236,8 @@ async fn acknowledged_writes_survive_sigkill() {
     println!("fault schedule: {schedule:?}");
 
     let binary = Binary::candidate().expect("candidate server binary");
-    let cluster = Cluster::start(binary, ClusterConfig::new(MEMBERS))
-        .await
-        .expect("cluster");
+    let config = ClusterConfig::new(MEMBERS).with_snapshot_count(SNAPSHOT_COUNT);
+    let cluster = Cluster::start(binary, config).await.expect("cluster");
     let ledger = Arc::new(Ledger::default());
     let writers: Vec<_> = (0..WRITERS)
         .map(|id| tokio::spawn(writer(id, cluster.endpoint(id % MEMBERS), ledger.clone())))
