@@ -158,19 +158,8 @@ impl Checkpoint {
     fn encode(&self) -> std::io::Result<SnapshotFile> {
         let view = self.open()?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        let path = dir.join(unique_name(SENDING_PREFIX, TEMP_EXTENSION));
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        // Adopted at once, so an error below removes the file.
-        let mut snapshot = SnapshotFile {
-            file: Arc::new(file.try_clone()?),
-            path,
-            len: 0,
-            temporary: true,
-        };
+        // Temporary from the start, so an error below removes the file.
+        let (mut snapshot, file) = SnapshotFile::create_temporary(dir, SENDING_PREFIX)?;
         let mut out = BufWriter::with_capacity(FILE_BUFFER_BYTES, file);
         encode_records(view.as_ref(), &mut out)?;
         out.flush()?;
@@ -212,6 +201,24 @@ impl SnapshotFile {
             len,
             temporary: false,
         })
+    }
+
+    /// A new, empty temporary file in `dir` named with `prefix` (removed
+    /// when dropped), and a handle to write it.
+    fn create_temporary(dir: &Path, prefix: &str) -> std::io::Result<(Self, File)> {
+        let path = dir.join(unique_name(prefix, TEMP_EXTENSION));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        let snapshot = Self {
+            file: Arc::new(file.try_clone()?),
+            path,
+            len: 0,
+            temporary: true,
+        };
+        Ok((snapshot, file))
     }
 
     /// The snapshot's size in bytes.
@@ -747,18 +754,7 @@ impl SnapshotReceiver {
             return Err(invalid("snapshot larger than the member's limit"));
         }
         std::fs::create_dir_all(dir)?;
-        let path = dir.join(unique_name(RECEIVING_PREFIX, TEMP_EXTENSION));
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        let snapshot = SnapshotFile {
-            file: Arc::new(file.try_clone()?),
-            path,
-            len: 0,
-            temporary: true,
-        };
+        let (snapshot, file) = SnapshotFile::create_temporary(dir, RECEIVING_PREFIX)?;
         Ok(Self {
             file: BufWriter::with_capacity(FILE_BUFFER_BYTES, file),
             snapshot,
@@ -968,9 +964,8 @@ mod tests {
         assert_eq!(data.path(), second.path());
     }
 
-    /// An install makes the received file current unless the current one
-    /// is newer; a build older than the current snapshot does not replace
-    /// it.
+    /// A snapshot older than the current one (an install a build
+    /// overtook, or the reverse) never replaces it.
     #[test]
     fn an_older_snapshot_never_replaces_a_newer_one() {
         let dir = tempfile::tempdir().unwrap();
