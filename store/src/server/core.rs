@@ -29,6 +29,7 @@ use super::forward::{
     LeaseTtl, ReplyKind,
 };
 use super::forward_batch::ForwardBatcher;
+use super::keepalive_batch::KeepAliveBatcher;
 use super::quota::SizeGauge;
 use super::read_index_batch::ReadIndexBatcher;
 use crate::alarm::RaisedCache;
@@ -105,6 +106,8 @@ pub struct Core {
     pub(super) read_rounds: ReadRounds,
     batcher: Batcher,
     forwards: ForwardBatcher,
+    /// A follower's queue of lease renewals for the leader.
+    keepalives: KeepAliveBatcher,
     /// A follower's linearizable reads, sharing ReadIndex requests to the
     /// leader.
     pub(super) remote_reads: ReadIndexBatcher,
@@ -148,6 +151,7 @@ impl Core {
             leader_watch,
             batcher,
             forwards: ForwardBatcher::spawn(),
+            keepalives: KeepAliveBatcher::spawn(),
             remote_reads: ReadIndexBatcher::spawn(),
             config,
             raft,
@@ -334,6 +338,13 @@ impl Core {
                 self.confirm_leadership().await?;
                 Ok(LeaderReply::LeaseRenewed(self.lessor.renew(id)))
             }
+            LeaderRequest::LeaseRenewBatch(ids) => {
+                // One confirmation for the batch: each renewal arrived
+                // before it began.
+                self.confirm_leadership().await?;
+                let ttls = ids.into_iter().map(|id| self.lessor.renew(id));
+                Ok(LeaderReply::LeaseRenewedBatch(ttls.collect()))
+            }
             LeaderRequest::LeaseTimeToLive(id) => {
                 self.require_primary()?;
                 let ttl = self
@@ -457,6 +468,10 @@ impl Core {
                 .forwards
                 .forward(leader, client, proposal.clone(), deadline);
             return forwarded.await.map(LeaderReply::Applied);
+        }
+        if let LeaderRequest::LeaseRenew(id) = req {
+            let renewed = self.keepalives.renew(leader, client, *id, deadline);
+            return renewed.await.map(LeaderReply::LeaseRenewed);
         }
         let mut request = tonic::Request::new(encode_request(req));
         request.set_timeout(deadline.saturating_duration_since(Instant::now()));

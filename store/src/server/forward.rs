@@ -61,6 +61,9 @@ pub enum LeaderRequest {
     /// The member's HashKV at a revision (0: its current one); any member
     /// answers (the corruption checks of [`super::corruption`]).
     HashKv(i64),
+    /// Restart several leases' clocks (a follower's batch of KeepAlives,
+    /// see [`super::keepalive_batch`]); each is answered on its own.
+    LeaseRenewBatch(Vec<i64>),
 }
 
 impl LeaderRequest {
@@ -69,6 +72,7 @@ impl LeaderRequest {
     pub fn idempotent(&self) -> bool {
         match self {
             LeaderRequest::LeaseRenew(_)
+            | LeaderRequest::LeaseRenewBatch(_)
             | LeaderRequest::LeaseTimeToLive(_)
             | LeaderRequest::ClusterId
             | LeaderRequest::HashKv(_) => true,
@@ -121,6 +125,9 @@ pub enum LeaderReply {
     ClusterId(u64),
     /// A HashKV answer, or None if that revision cannot be hashed there.
     HashKv(Option<PeerHash>),
+    /// The answers to a [`LeaderRequest::LeaseRenewBatch`], in its order:
+    /// each lease's TTL, or None if it does not exist.
+    LeaseRenewedBatch(Vec<Option<i64>>),
 }
 
 /// A [`LeaderReply`] of the kind one [`LeaderRequest`] expects.

@@ -21,10 +21,8 @@ use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use super::forward::{
-    decode_reply, encode_request, transport_failure, ForwardError, LeaderReply, LeaderRequest,
-};
-use super::leader_lane::{answer_all, Batch, LeaderLane, ToLeader};
+use super::forward::{ForwardError, LeaderReply, LeaderRequest};
+use super::leader_lane::{forward_batch, LeaderLane, ToLeader};
 use crate::errors::EtcdError;
 use crate::raft::{CommandResponse, NodeId, Proposal};
 
@@ -82,35 +80,19 @@ impl ForwardBatcher {
 }
 
 async fn send(items: Vec<ToLeader<Proposal, CommandResponse>>) {
-    let Batch {
-        timeout,
-        mut client,
-        payloads,
-        answers,
-    } = Batch::of(items);
-    let count = payloads.len();
-    let mut request = tonic::Request::new(encode_request(&LeaderRequest::ProposeBatch(payloads)));
-    request.set_timeout(timeout);
-    let results = match client.forward(request).await {
-        Err(status) => Err(transport_failure(&status)),
-        Ok(reply) => match decode_reply(&reply.into_inner().payload) {
-            Ok(LeaderReply::AppliedBatch(results)) if results.len() == count => Ok(results),
-            Ok(other) => {
+    forward_batch(
+        items,
+        LeaderRequest::ProposeBatch,
+        |reply, count| match reply {
+            LeaderReply::AppliedBatch(results) if results.len() == count => Ok(results),
+            other => {
                 tracing::error!(
                     ?other,
                     "the leader answered a forwarded batch with another reply"
                 );
                 Err(ForwardError::Etcd(EtcdError::Timeout))
             }
-            Err(e) => Err(e),
         },
-    };
-    match results {
-        Ok(results) => {
-            for (answer, result) in answers.into_iter().zip(results) {
-                let _ = answer.send(result);
-            }
-        }
-        Err(e) => answer_all(answers, &Err(e)),
-    }
+    )
+    .await;
 }

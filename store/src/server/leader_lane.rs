@@ -1,6 +1,7 @@
 //! A follower's batched requests to the leader: its forwarded writes
-//! ([`super::forward_batch`]) and its ReadIndex requests
-//! ([`super::read_index_batch`]) queue on a [`batching::Lane`] as
+//! ([`super::forward_batch`]), its ReadIndex requests
+//! ([`super::read_index_batch`]) and its lease renewals
+//! ([`super::keepalive_batch`]) queue on a [`batching::Lane`] as
 //! [`ToLeader`] items. A batch holds items for one leader only, travels in
 //! one peer call before the earliest of its deadlines, and every item gets
 //! its own answer.
@@ -13,7 +14,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use super::forward::ForwardError;
+use super::forward::{
+    decode_reply, encode_request, transport_failure, ForwardError, LeaderReply, LeaderRequest,
+};
 use crate::batching;
 use crate::errors::EtcdError;
 use crate::raft::NodeId;
@@ -74,6 +77,43 @@ impl<P, A> Batch<P, A> {
 pub fn answer_all<A: Clone>(answers: Vec<Answer<A>>, result: &Result<A, ForwardError>) {
     for answer in answers {
         let _ = answer.send(result.clone());
+    }
+}
+
+/// The answers in a leader's reply to a batch of `count` items, one per
+/// item in order, or why there are none.
+pub type Answers<A> = Result<Vec<Result<A, ForwardError>>, ForwardError>;
+
+/// Sends a batch as one `storepeer.RaftPeer/Forward` call: `request` makes
+/// the leader request of the payloads, `answers` takes the reply apart
+/// (given the number of items). A transport failure, an answer that does
+/// not decode or does not fit answers every item with the failure.
+pub async fn forward_batch<P, A: Clone>(
+    items: Vec<ToLeader<P, A>>,
+    request: impl FnOnce(Vec<P>) -> LeaderRequest,
+    answers: impl FnOnce(LeaderReply, usize) -> Answers<A>,
+) {
+    let Batch {
+        timeout,
+        mut client,
+        payloads,
+        answers: waiting,
+    } = Batch::of(items);
+    let count = payloads.len();
+    let mut call = tonic::Request::new(encode_request(&request(payloads)));
+    call.set_timeout(timeout);
+    let results = match client.forward(call).await {
+        Err(status) => Err(transport_failure(&status)),
+        Ok(reply) => decode_reply(&reply.into_inner().payload).and_then(|r| answers(r, count)),
+    };
+    match results {
+        Ok(results) if results.len() == count => {
+            for (answer, result) in waiting.into_iter().zip(results) {
+                let _ = answer.send(result);
+            }
+        }
+        Ok(_) => answer_all(waiting, &Err(ForwardError::Etcd(EtcdError::Timeout))),
+        Err(e) => answer_all(waiting, &Err(e)),
     }
 }
 

@@ -37,6 +37,7 @@ pub mod grpc_dispatch;
 pub mod grpc_metrics;
 pub mod http;
 pub mod json_gateway;
+pub mod keepalive_batch;
 pub mod kv;
 pub mod leader_lane;
 pub mod lease;
