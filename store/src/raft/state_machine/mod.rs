@@ -43,7 +43,7 @@ use openraft::{EntryPayload, OptionalSend};
 use tokio::sync::mpsc;
 
 use self::members::member_attributes_key;
-use self::snapshot_file::{SnapshotBuilder, SnapshotFile, SnapshotFiles};
+use self::snapshot_file::{EntryGate, SnapshotBuilder, SnapshotFile, SnapshotFiles};
 use super::log_store::io_error;
 use super::types::{
     Batch, Command, CommandResponse, Entry, LogId, Proposal, Snapshot, SnapshotData, SnapshotMeta,
@@ -104,6 +104,8 @@ struct Partial {
 pub struct StateMachine {
     mvcc: Arc<MvccStore>,
     snapshot_files: SnapshotFiles,
+    /// Held while an entry is applied ([`snapshot_file::EntryGate`]).
+    entry_gate: Arc<EntryGate>,
     compactor: mpsc::Sender<CompactionJob>,
     hub: Arc<WatchHub>,
     lessor: Arc<Lessor>,
@@ -151,10 +153,11 @@ impl StateMachine {
         lessor: Arc<Lessor>,
         auth: Arc<AuthStore>,
     ) -> Self {
-        let engine = mvcc.engine().clone();
+        let snapshot_files = SnapshotFiles::new(snapshot_dir, mvcc.engine().clone());
         Self {
             mvcc,
-            snapshot_files: SnapshotFiles::new(snapshot_dir, engine),
+            entry_gate: snapshot_files.entry_gate(),
+            snapshot_files,
             compactor,
             hub,
             lessor,
@@ -478,8 +481,8 @@ impl StateMachine {
     /// Applies one entry, holding the entry gate so that a snapshot's
     /// checkpoint never lands in the middle of it.
     fn apply_entry(&mut self, entry: &Entry) -> std::io::Result<Vec<CommandResponse>> {
-        let files = self.snapshot_files.clone();
-        let _gate = files.entry_gate();
+        let gate = Arc::clone(&self.entry_gate);
+        let _held = gate.hold();
         self.apply_entry_ungated(entry)
     }
 
@@ -657,9 +660,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> std::io::Result<()> {
-        let files = self.snapshot_files.clone();
-        let _gate = files.entry_gate();
-        let records = files
+        let gate = Arc::clone(&self.entry_gate);
+        let _held = gate.hold();
+        let records = self
+            .snapshot_files
             .adopt(meta, snapshot)
             .map_err(|e| io_error("saving the installed snapshot", e))?;
         self.replace_state(meta, &records)?;

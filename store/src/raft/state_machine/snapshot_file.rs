@@ -147,6 +147,15 @@ impl std::fmt::Debug for Checkpoint {
 }
 
 impl Checkpoint {
+    /// The checkpoint of `engine` in `path`.
+    fn new(path: PathBuf, engine: Arc<dyn Engine>) -> Arc<Self> {
+        Arc::new(Self {
+            path,
+            engine,
+            retired: AtomicBool::new(false),
+        })
+    }
+
     fn open(&self) -> std::io::Result<Arc<dyn EngineRead>> {
         self.engine
             .open_checkpoint(&self.path)
@@ -314,20 +323,26 @@ struct Current {
     data: SnapshotData,
 }
 
+/// The decoded file `name` of `dir`, if it exists.
+fn read_meta_file<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+) -> std::io::Result<Option<T>> {
+    match std::fs::read(dir.join(name)) {
+        Ok(bytes) => codec::decode(&bytes)
+            .map(Some)
+            .map_err(|e| io_error("reading the snapshot meta", e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads the current snapshot's meta and data from `dir`: `snapshot.meta`,
 /// else the previous layout's files.
 fn load_current(dir: &Path, engine: &Arc<dyn Engine>) -> std::io::Result<Option<Current>> {
-    let read = |name: &str| match std::fs::read(dir.join(name)) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    };
-    let decode_err = |e| io_error("reading the snapshot meta", e);
-    let (meta, name) = if let Some(bytes) = read(META_FILE)? {
-        let saved: SavedMeta = codec::decode(&bytes).map_err(decode_err)?;
+    let (meta, name) = if let Some(saved) = read_meta_file::<SavedMeta>(dir, META_FILE)? {
         (saved.meta, saved.data)
-    } else if let Some(bytes) = read(LEGACY_META_FILE)? {
-        let meta: SnapshotMeta = codec::decode(&bytes).map_err(decode_err)?;
+    } else if let Some(meta) = read_meta_file::<SnapshotMeta>(dir, LEGACY_META_FILE)? {
         (meta, LEGACY_DATA_FILE.to_string())
     } else {
         return Ok(None);
@@ -337,15 +352,23 @@ fn load_current(dir: &Path, engine: &Arc<dyn Engine>) -> std::io::Result<Option<
         if !path.is_dir() {
             return Err(invalid("the snapshot's checkpoint is missing"));
         }
-        SnapshotData::Checkpoint(Arc::new(Checkpoint {
-            path,
-            engine: engine.clone(),
-            retired: AtomicBool::new(false),
-        }))
+        SnapshotData::Checkpoint(Checkpoint::new(path, engine.clone()))
     } else {
         SnapshotData::File(Arc::new(SnapshotFile::open(&path)?))
     };
     Ok(Some(Current { meta, data }))
+}
+
+/// Held by apply for each entry and by a checkpoint taken between
+/// entries, so such a checkpoint never holds part of an entry.
+#[derive(Debug, Default)]
+pub struct EntryGate(Mutex<()>);
+
+impl EntryGate {
+    /// Holds the gate until the guard is dropped.
+    pub fn hold(&self) -> MutexGuard<'_, ()> {
+        lock(&self.0)
+    }
 }
 
 /// The current snapshot in memory, read from disk on first use.
@@ -353,6 +376,16 @@ fn load_current(dir: &Path, engine: &Arc<dyn Engine>) -> std::io::Result<Option<
 enum Slot {
     Unread,
     Read(Option<Current>),
+}
+
+impl Slot {
+    /// The current snapshot, once read.
+    fn get(&self) -> Option<&Current> {
+        match self {
+            Slot::Read(current) => current.as_ref(),
+            Slot::Unread => None,
+        }
+    }
 }
 
 /// The snapshot directory and the current snapshot. Replacing the current
@@ -363,9 +396,8 @@ pub struct SnapshotFiles {
     dir: PathBuf,
     engine: Arc<dyn Engine>,
     current: Arc<Mutex<Slot>>,
-    /// Held by apply for each entry and by a checkpoint, so a checkpoint
-    /// never holds part of an entry.
-    entry_gate: Arc<Mutex<()>>,
+    /// Shared with apply (see [`EntryGate`]).
+    entry_gate: Arc<EntryGate>,
 }
 
 impl std::fmt::Debug for SnapshotFiles {
@@ -387,7 +419,7 @@ impl SnapshotFiles {
             dir,
             engine,
             current: Arc::new(Mutex::new(Slot::Unread)),
-            entry_gate: Arc::new(Mutex::new(())),
+            entry_gate: Arc::default(),
         }
     }
 
@@ -397,8 +429,8 @@ impl SnapshotFiles {
     }
 
     /// The gate apply holds while it applies one entry.
-    pub(super) fn entry_gate(&self) -> MutexGuard<'_, ()> {
-        lock(&self.entry_gate)
+    pub(super) fn entry_gate(&self) -> Arc<EntryGate> {
+        self.entry_gate.clone()
     }
 
     fn locked_current(&self) -> std::io::Result<MutexGuard<'_, Slot>> {
@@ -411,32 +443,27 @@ impl SnapshotFiles {
 
     /// The current snapshot's meta and data, if there is one.
     pub fn current(&self) -> std::io::Result<Option<(SnapshotMeta, SnapshotData)>> {
-        match &*self.locked_current()? {
-            Slot::Read(Some(c)) => Ok(Some((c.meta.clone(), c.data.clone()))),
-            _ => Ok(None),
-        }
+        let slot = self.locked_current()?;
+        Ok(slot.get().map(|c| (c.meta.clone(), c.data.clone())))
     }
 
     /// Whether `data` is the current snapshot's.
     fn is_current(&self, data: &SnapshotData) -> std::io::Result<bool> {
-        Ok(match &*self.locked_current()? {
-            Slot::Read(Some(c)) => c.data.path() == data.path(),
-            _ => false,
-        })
+        let slot = self.locked_current()?;
+        Ok(slot.get().is_some_and(|c| c.data.path() == data.path()))
     }
 
     /// Makes the synced `data`, named `name` in the directory, the current
     /// snapshot with `meta`, unless the current one is newer (a build that
     /// an install overtook): `snapshot.meta` is written to a synced
     /// temporary file and renamed into place, then the previous data is
-    /// retired. Returns whether `data` became current; if not, it is
-    /// retired itself.
+    /// retired. Data that does not become current is retired itself.
     fn make_current(
         &self,
         meta: &SnapshotMeta,
         name: &str,
         data: SnapshotData,
-    ) -> std::io::Result<bool> {
+    ) -> std::io::Result<()> {
         let saved = codec::encode(&SavedMeta {
             meta: meta.clone(),
             data: name.to_string(),
@@ -447,15 +474,15 @@ impl SnapshotFiles {
         std::fs::write(&tmp, saved)?;
         File::open(&tmp)?.sync_all()?;
         let mut slot = self.locked_current()?;
-        let previous = match &*slot {
-            Slot::Read(Some(c)) if c.meta.last_log_id > meta.last_log_id => {
-                std::fs::remove_file(&tmp)?;
-                retire(&data);
-                return Ok(false);
-            }
-            Slot::Read(current) => current.clone(),
-            Slot::Unread => None,
-        };
+        let previous = slot.get().cloned();
+        if previous
+            .as_ref()
+            .is_some_and(|c| c.meta.last_log_id > meta.last_log_id)
+        {
+            std::fs::remove_file(&tmp)?;
+            retire(&data);
+            return Ok(());
+        }
         std::fs::rename(&tmp, self.dir.join(META_FILE))?;
         sync_dir(&self.dir)?;
         *slot = Slot::Read(Some(Current {
@@ -471,7 +498,7 @@ impl SnapshotFiles {
         for legacy in [LEGACY_META_FILE, LEGACY_DATA_FILE] {
             remove_if_present(&self.dir.join(legacy))?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Takes a checkpoint and reads its meta back; `None` (and the
@@ -484,16 +511,12 @@ impl SnapshotFiles {
         let name = unique_name(DATA_PREFIX, CHECKPOINT_EXTENSION);
         let path = self.dir.join(&name);
         {
-            let _between_entries = gated.then(|| self.entry_gate());
+            let _between_entries = gated.then(|| self.entry_gate.hold());
             self.engine
                 .checkpoint(&path)
                 .map_err(|e| io_error("taking a snapshot checkpoint", e))?;
         }
-        let checkpoint = Arc::new(Checkpoint {
-            path,
-            engine: self.engine.clone(),
-            retired: AtomicBool::new(false),
-        });
+        let checkpoint = Checkpoint::new(path, self.engine.clone());
         let view = checkpoint.open()?;
         if view
             .get(Table::Meta, KEY_APPLIED_PART)
@@ -598,15 +621,7 @@ pub fn remove_leftovers(dir: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    let current = match std::fs::read(dir.join(META_FILE)) {
-        Ok(bytes) => Some(
-            codec::decode::<SavedMeta>(&bytes)
-                .map_err(|e| io_error("reading the snapshot meta", e))?
-                .data,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
+    let current = read_meta_file::<SavedMeta>(dir, META_FILE)?.map(|saved| saved.data);
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -1012,7 +1027,8 @@ mod tests {
         let applier = {
             let (engine, files) = (engine.clone(), files.clone());
             std::thread::spawn(move || {
-                let _gate = files.entry_gate();
+                let gate = files.entry_gate();
+                let _held = gate.hold();
                 gate_held.send(()).unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 // The entry's last group: its data, `applied`, and the
