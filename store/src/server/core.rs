@@ -29,6 +29,7 @@ use super::forward::{
     LeaseTtl, ReplyKind,
 };
 use super::forward_batch::ForwardBatcher;
+use super::forward_stream::ForwardStreams;
 use super::keepalive_batch::KeepAliveBatcher;
 use super::quota::SizeGauge;
 use super::read_index_batch::ReadIndexBatcher;
@@ -146,12 +147,13 @@ impl Core {
         let batcher = Batcher::spawn(raft.clone());
         let leader_contact = LeaderContact::new(config.election_timeout);
         let leader_watch = LeaderWatch::spawn(&raft);
+        let forward_streams = Arc::new(ForwardStreams::new());
         Arc::new(Self {
             leader_contact,
             leader_watch,
             batcher,
-            forwards: ForwardBatcher::spawn(),
-            keepalives: KeepAliveBatcher::spawn(),
+            forwards: ForwardBatcher::spawn(forward_streams.clone()),
+            keepalives: KeepAliveBatcher::spawn(forward_streams),
             remote_reads: ReadIndexBatcher::spawn(),
             config,
             raft,

@@ -17,11 +17,14 @@
 //! re-learned); any other transport failure answers each with etcd's
 //! timeout error, since the batch may have been applied.
 
+use std::sync::Arc;
+
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
+use super::forward_stream::ForwardStreams;
 use super::leader_lane::{forward_batch, LeaderLane, ToLeader};
 use crate::errors::EtcdError;
 use crate::raft::{CommandResponse, NodeId, Proposal};
@@ -49,18 +52,20 @@ pub const FORWARD_QUEUE: usize = 16_384;
 /// A follower's forwarding queue (one per member; idle on the leader).
 pub struct ForwardBatcher {
     lane: LeaderLane<Proposal, CommandResponse>,
+    streams: Arc<ForwardStreams>,
 }
 
 impl ForwardBatcher {
-    /// Starts the forwarding task.
-    pub fn spawn() -> Self {
+    /// Starts the forwarding task; batches go on `streams` when they can.
+    pub fn spawn(streams: Arc<ForwardStreams>) -> Self {
+        let sending = streams.clone();
         let lane = LeaderLane::spawn(
             (FORWARD_QUEUE, MAX_FORWARDS_IN_FLIGHT),
             (MAX_PROPOSALS_PER_FORWARD, MAX_FORWARD_BYTES),
             |item: &ToLeader<Proposal, CommandResponse>| item.payload.size_bytes(),
-            send,
+            move |items| send(items, sending.clone()),
         );
-        Self { lane }
+        Self { lane, streams }
     }
 
     /// Forwards `proposal` to `leader` (through `client`) in the next batch,
@@ -74,14 +79,17 @@ impl ForwardBatcher {
         deadline: Instant,
     ) -> Result<CommandResponse, ForwardError> {
         self.lane
-            .ask((leader, client), proposal, deadline, send)
+            .ask((leader, client), proposal, deadline, |items| {
+                send(items, self.streams.clone())
+            })
             .await
     }
 }
 
-async fn send(items: Vec<ToLeader<Proposal, CommandResponse>>) {
+async fn send(items: Vec<ToLeader<Proposal, CommandResponse>>, streams: Arc<ForwardStreams>) {
     forward_batch(
         items,
+        &streams,
         LeaderRequest::ProposeBatch,
         |reply, count| match reply {
             LeaderReply::AppliedBatch(results) if results.len() == count => Ok(results),

@@ -16,11 +16,14 @@
 //! answers every renewal with the failure and the callers retry as they
 //! would a single one.
 
+use std::sync::Arc;
+
 use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
+use super::forward_stream::ForwardStreams;
 use super::leader_lane::{forward_batch, Answers, LeaderLane, ToLeader};
 use crate::errors::EtcdError;
 use crate::raft::NodeId;
@@ -43,18 +46,20 @@ type Renewed = Option<i64>;
 /// leader).
 pub struct KeepAliveBatcher {
     lane: LeaderLane<i64, Renewed>,
+    streams: Arc<ForwardStreams>,
 }
 
 impl KeepAliveBatcher {
-    /// Starts the batching task.
-    pub fn spawn() -> Self {
+    /// Starts the batching task; batches go on `streams` when they can.
+    pub fn spawn(streams: Arc<ForwardStreams>) -> Self {
+        let sending = streams.clone();
         let lane = LeaderLane::spawn(
             (RENEW_QUEUE, MAX_RENEW_FORWARDS_IN_FLIGHT),
             (MAX_RENEWS_PER_FORWARD, usize::MAX),
             |_: &ToLeader<i64, Renewed>| 0,
-            send,
+            move |items| send(items, sending.clone()),
         );
-        Self { lane }
+        Self { lane, streams }
     }
 
     /// Renews lease `id` on `leader` (through `client`): alone from this
@@ -67,7 +72,11 @@ impl KeepAliveBatcher {
         id: i64,
         deadline: Instant,
     ) -> Result<Renewed, ForwardError> {
-        self.lane.ask((leader, client), id, deadline, send).await
+        let streams = self.streams.clone();
+        let send_now = |items| send(items, streams);
+        self.lane
+            .ask((leader, client), id, deadline, send_now)
+            .await
     }
 }
 
@@ -95,8 +104,8 @@ fn renewals(reply: LeaderReply, count: usize) -> Answers<Renewed> {
     Ok(ttls.into_iter().map(Ok).collect())
 }
 
-async fn send(items: Vec<ToLeader<i64, Renewed>>) {
-    forward_batch(items, request_for, renewals).await;
+async fn send(items: Vec<ToLeader<i64, Renewed>>, streams: Arc<ForwardStreams>) {
+    forward_batch(items, &streams, request_for, renewals).await;
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use tonic::transport::Channel;
 use super::forward::{
     decode_reply, encode_request, transport_failure, ForwardError, LeaderReply, LeaderRequest,
 };
+use super::forward_stream::ForwardStreams;
 use crate::batching;
 use crate::errors::EtcdError;
 use crate::raft::NodeId;
@@ -38,13 +39,14 @@ pub struct ToLeader<P, A> {
     pub answer: Answer<A>,
 }
 
-/// A batch taken apart for sending: the time left to the earliest
-/// deadline, the leader's client, the payloads and their answers in the
-/// same order.
+/// A batch taken apart for sending: the earliest deadline, the leader and
+/// its client, the payloads and their answers in the same order.
 pub struct Batch<P, A> {
-    /// The time left until the earliest of the items' deadlines.
-    pub timeout: Duration,
-    /// The leader's client (every item names the same leader).
+    /// The earliest of the items' deadlines.
+    pub deadline: Instant,
+    /// The leader (every item names the same one).
+    pub leader: NodeId,
+    /// The leader's client.
     pub client: RaftPeerClient<Channel>,
     /// The items' payloads.
     pub payloads: Vec<P>,
@@ -57,7 +59,7 @@ impl<P, A> Batch<P, A> {
     pub fn of(items: Vec<ToLeader<P, A>>) -> Self {
         let deadline = items.iter().map(|item| item.deadline).min();
         let deadline = deadline.expect("a batch holds at least one item");
-        let client = items[0].client.clone();
+        let (leader, client) = (items[0].leader, items[0].client.clone());
         let mut payloads = Vec::with_capacity(items.len());
         let mut answers = Vec::with_capacity(items.len());
         for item in items {
@@ -65,11 +67,17 @@ impl<P, A> Batch<P, A> {
             answers.push(item.answer);
         }
         Self {
-            timeout: deadline.saturating_duration_since(Instant::now()),
+            deadline,
+            leader,
             client,
             payloads,
             answers,
         }
+    }
+
+    /// The time left until the deadline.
+    pub fn timeout(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
     }
 }
 
@@ -84,28 +92,36 @@ pub fn answer_all<A: Clone>(answers: Vec<Answer<A>>, result: &Result<A, ForwardE
 /// item in order, or why there are none.
 pub type Answers<A> = Result<Vec<Result<A, ForwardError>>, ForwardError>;
 
-/// Sends a batch as one `storepeer.RaftPeer/Forward` call: `request` makes
-/// the leader request of the payloads, `answers` takes the reply apart
-/// (given the number of items). A transport failure, an answer that does
-/// not decode or does not fit answers every item with the failure.
+/// Sends a batch as one message on the leader's forward stream (see
+/// [`super::forward_stream`]), or as one `storepeer.RaftPeer/Forward` call
+/// when no stream takes it: `request` makes the leader request of the
+/// payloads, `answers` takes the reply apart (given the number of items).
+/// A transport failure, an answer that does not decode or does not fit
+/// answers every item with the failure.
 pub async fn forward_batch<P, A: Clone>(
     items: Vec<ToLeader<P, A>>,
+    streams: &ForwardStreams,
     request: impl FnOnce(Vec<P>) -> LeaderRequest,
     answers: impl FnOnce(LeaderReply, usize) -> Answers<A>,
 ) {
-    let Batch {
-        timeout,
-        mut client,
-        payloads,
-        answers: waiting,
-    } = Batch::of(items);
-    let count = payloads.len();
-    let mut call = tonic::Request::new(encode_request(&request(payloads)));
-    call.set_timeout(timeout);
-    let results = match client.forward(call).await {
-        Err(status) => Err(transport_failure(&status)),
-        Ok(reply) => decode_reply(&reply.into_inner().payload).and_then(|r| answers(r, count)),
+    let batch = Batch::of(items);
+    let count = batch.payloads.len();
+    let (deadline, leader, mut client) = (batch.deadline, batch.leader, batch.client);
+    let request = request(batch.payloads);
+    let waiting = batch.answers;
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let reply = match streams.ask(leader, &client, &request, timeout).await {
+        Some(reply) => reply,
+        None => {
+            let mut call = tonic::Request::new(encode_request(&request));
+            call.set_timeout(deadline.saturating_duration_since(Instant::now()));
+            match client.forward(call).await {
+                Err(status) => Err(transport_failure(&status)),
+                Ok(reply) => decode_reply(&reply.into_inner().payload),
+            }
+        }
     };
+    let results = reply.and_then(|r| answers(r, count));
     match results {
         Ok(results) if results.len() == count => {
             for (answer, result) in waiting.into_iter().zip(results) {

@@ -30,8 +30,11 @@ pub mod cluster;
 pub mod conn;
 pub mod core;
 pub mod corruption;
+#[cfg(test)]
+mod fake_leader;
 pub mod forward;
 pub mod forward_batch;
+pub mod forward_stream;
 pub mod frame_limit;
 pub mod grpc_dispatch;
 pub mod grpc_metrics;

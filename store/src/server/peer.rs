@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::core::Core;
 use super::corruption::own_hash;
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
+use super::forward_stream;
 use super::transfer;
 use crate::codec;
 use crate::raft::network::SnapshotHeader;
@@ -120,6 +121,21 @@ fn answer<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, String> {
 
 /// The answers of one append stream, as gRPC sends them.
 type AnswerStream = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send + 'static>>;
+
+/// A request a follower forwarded: the cluster id and HashKV from any
+/// member, everything else from the leader only.
+async fn serve_forwarded(core: &Core, request: LeaderRequest) -> Result<LeaderReply, ForwardError> {
+    if matches!(request, LeaderRequest::ClusterId) {
+        Ok(LeaderReply::ClusterId(core.config.cluster_id))
+    } else if let LeaderRequest::HashKv(rev) = request {
+        Ok(LeaderReply::HashKv(own_hash(core, rev)))
+    } else if core.leader() == Some(core.config.member_id) {
+        let deadline = Instant::now() + core.config.request_timeout;
+        core.serve_as_leader(request, deadline).await
+    } else {
+        Err(ForwardError::NotLeader(core.leader()))
+    }
+}
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
     Ok(Response::new(RaftMessage {
@@ -252,18 +268,36 @@ impl RaftPeer for PeerService {
     }
 
     async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let request: LeaderRequest = decode(req)?;
-        let result = if matches!(request, LeaderRequest::ClusterId) {
-            Ok(LeaderReply::ClusterId(self.core.config.cluster_id))
-        } else if let LeaderRequest::HashKv(rev) = request {
-            Ok(LeaderReply::HashKv(own_hash(&self.core, rev)))
-        } else if self.core.leader() == Some(self.core.config.member_id) {
-            let deadline = Instant::now() + self.core.config.request_timeout;
-            self.core.serve_as_leader(request, deadline).await
-        } else {
-            Err(ForwardError::NotLeader(self.core.leader()))
-        };
-        reply(&result)
+        reply(&serve_forwarded(&self.core, decode(req)?).await)
+    }
+
+    type ForwardStreamStream = AnswerStream;
+
+    /// Serves a follower's forwarded batches as they arrive, several at
+    /// once, and answers each with its id as it finishes (see
+    /// [`super::forward_stream`]). A message that does not decode ends the
+    /// stream with an error; the stream ends when this member stops.
+    async fn forward_stream(
+        &self,
+        req: Request<Streaming<RaftMessage>>,
+    ) -> Result<Response<AnswerStream>, Status> {
+        let mut shutdown = self.shutdown.clone();
+        let requests = req.into_inner().take_until(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        });
+        let core = self.core.clone();
+        let answers = requests
+            .map(move |message| {
+                let core = core.clone();
+                async move {
+                    let (id, request) = forward_stream::decode_request(&message?.payload)
+                        .map_err(|e| Status::invalid_argument(format!("bad peer payload: {e}")))?;
+                    let reply = serve_forwarded(&core, request).await;
+                    Ok(forward_stream::encode_reply(id, &reply))
+                }
+            })
+            .buffer_unordered(forward_stream::MAX_SERVED_PER_STREAM);
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn read_index(

@@ -83,7 +83,7 @@ async fn send(items: Vec<ToLeader<(), u64>>) {
     let mut request = tonic::Request::new(RaftMessage {
         payload: Vec::new(),
     });
-    request.set_timeout(batch.timeout);
+    request.set_timeout(batch.timeout());
     let result = match batch.client.read_index(request).await {
         // An answer that does not decode: whether the leader still leads
         // is unknown, so the reads time out rather than risk staleness.
@@ -96,117 +96,24 @@ async fn send(items: Vec<ToLeader<(), u64>>) {
 
 #[cfg(test)]
 mod tests {
-    use std::pin::Pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::Duration;
 
-    use etcd_proto::storepeer::raft_peer_server::{RaftPeer, RaftPeerServer};
-    use futures::Stream;
-    use tonic::{Request, Response, Status, Streaming};
-
+    use super::super::fake_leader::FakeLeader;
     use super::*;
 
     /// How long the fake leader holds each ReadIndex call: long enough for
     /// every concurrent read of a test to queue behind the first.
     const ROUND: Duration = Duration::from_millis(200);
 
-    /// A leader that answers ReadIndex with `answer` after [`ROUND`] and
-    /// counts the calls.
-    struct FakeLeader {
-        calls: Arc<AtomicUsize>,
-        answer: Result<u64, ForwardError>,
-    }
-
-    type Answers = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send>>;
-
-    fn unused<T>() -> Result<T, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    #[tonic::async_trait]
-    impl RaftPeer for FakeLeader {
-        type StreamAppendStream = Answers;
-        async fn append_entries(
-            &self,
-            _: Request<RaftMessage>,
-        ) -> Result<Response<RaftMessage>, Status> {
-            unused()
+    /// A fake leader answering ReadIndex with `answer` after [`ROUND`].
+    fn leader(answer: Result<u64, ForwardError>) -> FakeLeader {
+        FakeLeader {
+            read_index: answer,
+            read_index_delay: ROUND,
+            ..FakeLeader::default()
         }
-        async fn stream_append(
-            &self,
-            _: Request<Streaming<RaftMessage>>,
-        ) -> Result<Response<Answers>, Status> {
-            unused()
-        }
-        async fn vote(&self, _: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-            unused()
-        }
-        async fn pre_vote(&self, _: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-            unused()
-        }
-        async fn install_snapshot(
-            &self,
-            _: Request<Streaming<RaftMessage>>,
-        ) -> Result<Response<RaftMessage>, Status> {
-            unused()
-        }
-        async fn forward(&self, _: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-            unused()
-        }
-        async fn read_index(
-            &self,
-            _: Request<RaftMessage>,
-        ) -> Result<Response<RaftMessage>, Status> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(ROUND).await;
-            Ok(Response::new(RaftMessage {
-                payload: codec::encode(&self.answer),
-            }))
-        }
-        async fn leader_transfer(
-            &self,
-            _: Request<RaftMessage>,
-        ) -> Result<Response<RaftMessage>, Status> {
-            unused()
-        }
-        async fn confirm_leader(
-            &self,
-            _: Request<RaftMessage>,
-        ) -> Result<Response<RaftMessage>, Status> {
-            unused()
-        }
-        async fn transfer_leader(
-            &self,
-            _: Request<RaftMessage>,
-        ) -> Result<Response<RaftMessage>, Status> {
-            unused()
-        }
-    }
-
-    /// A fake leader on a loopback port, its call counter, and a client.
-    async fn leader(
-        answer: Result<u64, ForwardError>,
-    ) -> (Arc<AtomicUsize>, RaftPeerClient<Channel>) {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let service = RaftPeerServer::new(FakeLeader {
-            calls: calls.clone(),
-            answer,
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let address = listener.local_addr().expect("address");
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming),
-        );
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .expect("endpoint")
-            .connect_lazy();
-        (calls, RaftPeerClient::new(channel))
     }
 
     /// Starts `reads` reads at once; their answers.
@@ -233,12 +140,12 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_reads_share_the_leaders_answers() {
-        let (calls, client) = leader(Ok(42)).await;
-        let answers = read_all(50, &client).await;
+        let fake = leader(Ok(42));
+        let answers = read_all(50, &fake.serve().await).await;
         assert!(answers.iter().all(|a| matches!(a, Ok(42))), "{answers:?}");
         // The first read goes alone; the others queue behind it and share
         // the requests sent once a place is free (two in flight).
-        let calls = calls.load(Ordering::SeqCst);
+        let calls = fake.read_index_calls.load(Ordering::SeqCst);
         assert!(
             (2..=3).contains(&calls),
             "50 reads, {calls} ReadIndex calls"
@@ -247,8 +154,8 @@ mod tests {
 
     #[tokio::test]
     async fn every_read_of_a_request_gets_its_refusal() {
-        let (_, client) = leader(Err(ForwardError::NotLeader(Some(3)))).await;
-        let answers = read_all(10, &client).await;
+        let fake = leader(Err(ForwardError::NotLeader(Some(3))));
+        let answers = read_all(10, &fake.serve().await).await;
         assert!(
             answers
                 .iter()
