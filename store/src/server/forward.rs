@@ -1,4 +1,5 @@
-//! What a member asks of the leader over `storepeer.RaftPeer/Forward`, what
+//! What a member asks of the leader over `storepeer.RaftPeer/Forward` (or a
+//! message of `ForwardStream`, [`super::forward_stream`]), what
 //! the leader answers, and how a failed forward is classified.
 //!
 //! A follower never applies a write itself: it forwards the proposal (or a

@@ -1,8 +1,10 @@
 //! Batched forwarding on followers: concurrent proposals travel to the
-//! leader in one `Forward` RPC.
+//! leader in one message of the follower's forward stream
+//! ([`super::forward_stream`]; a unary `Forward` call when the leader has
+//! none).
 //!
-//! A follower serving many writers would otherwise send one peer RPC per
-//! write, and the leader would decode, schedule and answer each one. The
+//! A follower serving many writers would otherwise send one peer request
+//! per write, and the leader would decode, schedule and answer each one. The
 //! forward batcher queues proposals and sends everything queued so far (for
 //! the same leader, up to [`MAX_PROPOSALS_PER_FORWARD`] proposals and
 //! [`MAX_FORWARD_BYTES`]) as one [`LeaderRequest::ProposeBatch`]; the leader
@@ -36,13 +38,14 @@ pub const MAX_PROPOSALS_PER_FORWARD: usize = 1_024;
 /// least one proposal): the size of a log entry's batch.
 pub const MAX_FORWARD_BYTES: usize = crate::raft::batcher::MAX_ENTRY_BYTES;
 
-/// Batches sent to the leader and not yet answered. Each forward is a
-/// peer RPC whose cost (HTTP/2 frames, a task on the leader, the answers'
-/// wake-ups) is paid per batch, so fewer and larger batches cost less per
-/// write. Measured with two clusters loaded at the same time (so that the
-/// machine's speed swings hit both, `scripts/ab-cpu.sh`), 128 and 256
-/// clients spread over the members: 2 took 4-7% less CPU per put than 4
-/// at the same throughput; 1 was mixed (throughput -2% to +3%).
+/// Batches sent to the leader and not yet answered. Each forward costs
+/// per batch (the message, the leader's scheduling, the answers'
+/// wake-ups), so fewer and larger batches cost less per write. Measured
+/// with two clusters loaded at the same time (so that the machine's speed
+/// swings hit both, `scripts/ab-cpu.sh`), 128 and 256 clients spread over
+/// the members, when each batch was a unary peer call: 2 took 4-7% less
+/// CPU per put than 4 at the same throughput; 1 was mixed (throughput -2%
+/// to +3%).
 pub const MAX_FORWARDS_IN_FLIGHT: usize = 2;
 
 /// Proposals waiting to be forwarded; beyond this, proposers wait to

@@ -1,5 +1,6 @@
 //! Batched lease renewals on followers: concurrent KeepAlives travel to the
-//! leader in one `Forward` RPC.
+//! leader in one forwarded request (a message of the forward stream,
+//! [`super::forward_stream`]).
 //!
 //! A KeepAlive renews its lease on the leader, so a follower forwards it.
 //! One peer RPC per renewal made a follower's KeepAlives cost 2-3x the

@@ -3,8 +3,9 @@
 //! ([`super::read_index_batch`]) and its lease renewals
 //! ([`super::keepalive_batch`]) queue on a [`batching::Lane`] as
 //! [`ToLeader`] items. A batch holds items for one leader only, travels in
-//! one peer call before the earliest of its deadlines, and every item gets
-//! its own answer.
+//! one peer request before the earliest of its deadlines (forwards and
+//! renewals as a message of the leader's forward stream,
+//! [`super::forward_stream`]), and every item gets its own answer.
 
 use std::future::Future;
 use std::time::Duration;
