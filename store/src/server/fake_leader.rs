@@ -28,6 +28,8 @@ pub enum StreamMode {
     Answer,
     /// The first message ends the stream with an error, unanswered.
     HangUp,
+    /// The stream never opens: the call does not answer.
+    Stall,
 }
 
 /// What the fake answers, and its call counters.
@@ -147,6 +149,10 @@ impl RaftPeer for FakeLeader {
             StreamMode::Answer => Ok(Response::new(Box::pin(
                 requests.map(answer_streamed).buffer_unordered(64),
             ))),
+            StreamMode::Stall => {
+                std::future::pending::<()>().await;
+                unused()
+            }
             StreamMode::HangUp => Ok(Response::new(Box::pin(
                 requests
                     .take(1)

@@ -83,17 +83,22 @@ fn lost() -> ForwardError {
 }
 
 /// What is known of one leader's stream.
-enum Slot {
+enum State {
     /// Open (while its `alive` flag holds).
     Open(Arc<Link>),
     /// The leader answered `Unimplemented` at this time.
     Unsupported(Instant),
 }
 
+/// One leader's state; its lock is held while a stream to it opens, so
+/// its concurrent batches wait for that stream rather than each opening
+/// one, and batches for another leader do not wait at all.
+type Slot = Arc<tokio::sync::Mutex<Option<State>>>;
+
 /// The follower's streams, one per leader it forwarded to.
 #[derive(Default)]
 pub struct ForwardStreams {
-    slots: tokio::sync::Mutex<HashMap<NodeId, Slot>>,
+    slots: Mutex<HashMap<NodeId, Slot>>,
 }
 
 impl ForwardStreams {
@@ -103,53 +108,54 @@ impl ForwardStreams {
     }
 
     /// `request`'s answer from `leader` (reached through `client`) over its
-    /// stream, within `timeout`; `None` if the request was not sent (see
-    /// the module docs), and the caller should make a unary call.
+    /// stream, by `deadline`; `None` if the request was not sent (see the
+    /// module docs), and the caller should make a unary call. Finding or
+    /// opening the stream takes at most half the time left, so a unary
+    /// call still has time after a failure.
     pub async fn ask(
         &self,
         leader: NodeId,
         client: &RaftPeerClient<Channel>,
         request: &LeaderRequest,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Option<Reply> {
-        let link = self.link(leader, client, timeout).await?;
-        link.ask(request, timeout).await
+        let wait = deadline.saturating_duration_since(Instant::now()) / 2;
+        let link = tokio::time::timeout(wait, self.link(leader, client))
+            .await
+            .ok()??;
+        link.ask(request, deadline).await
     }
 
-    /// The open stream to `leader`, opened now if there is none (within
-    /// half of `timeout`, so a unary call still has time after a failure).
-    async fn link(
-        &self,
-        leader: NodeId,
-        client: &RaftPeerClient<Channel>,
-        timeout: Duration,
-    ) -> Option<Arc<Link>> {
-        let mut slots = self.slots.lock().await;
-        match slots.get(&leader) {
-            Some(Slot::Open(link)) if link.alive.load(Ordering::SeqCst) => {
+    fn slot(&self, leader: NodeId) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.entry(leader).or_default().clone()
+    }
+
+    /// The open stream to `leader`, opened now if there is none.
+    async fn link(&self, leader: NodeId, client: &RaftPeerClient<Channel>) -> Option<Arc<Link>> {
+        let slot = self.slot(leader);
+        let mut state = slot.lock().await;
+        match &*state {
+            Some(State::Open(link)) if link.alive.load(Ordering::SeqCst) => {
                 return Some(link.clone())
             }
-            Some(Slot::Unsupported(since)) if since.elapsed() < UNSUPPORTED_RETRY => return None,
+            Some(State::Unsupported(since)) if since.elapsed() < UNSUPPORTED_RETRY => return None,
             _ => {}
         }
-        let opened = tokio::time::timeout(timeout / 2, Link::open(client.clone())).await;
-        match opened {
-            Ok(Ok(link)) => {
-                slots.insert(leader, Slot::Open(link.clone()));
+        // Left empty if the caller gives up while the stream opens.
+        *state = None;
+        match Link::open(client.clone()).await {
+            Ok(link) => {
+                *state = Some(State::Open(link.clone()));
                 Some(link)
             }
-            Ok(Err(status)) if status.code() == Code::Unimplemented => {
+            Err(status) if status.code() == Code::Unimplemented => {
                 tracing::info!(leader, "the leader has no forward stream: unary forwards");
-                slots.insert(leader, Slot::Unsupported(Instant::now()));
+                *state = Some(State::Unsupported(Instant::now()));
                 None
             }
-            Ok(Err(status)) => {
+            Err(status) => {
                 tracing::debug!(leader, %status, "opening the forward stream failed");
-                slots.remove(&leader);
-                None
-            }
-            Err(_elapsed) => {
-                slots.remove(&leader);
                 None
             }
         }
@@ -192,7 +198,7 @@ impl Link {
         self.pending().remove(&id)
     }
 
-    async fn ask(&self, request: &LeaderRequest, timeout: Duration) -> Option<Reply> {
+    async fn ask(&self, request: &LeaderRequest, deadline: Instant) -> Option<Reply> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
         self.pending().insert(id, answer);
@@ -203,7 +209,7 @@ impl Link {
             self.take(id);
             return None;
         }
-        match tokio::time::timeout(timeout, answered).await {
+        match tokio::time::timeout_at(deadline, answered).await {
             Ok(Ok(reply)) => Some(reply),
             Ok(Err(_)) => Some(Err(lost())),
             Err(_elapsed) => {
@@ -274,7 +280,12 @@ mod tests {
             let (streams, client) = (streams.clone(), client.clone());
             tokio::spawn(async move {
                 let reply = streams
-                    .ask(7, &client, &LeaderRequest::HashKv(n), TIMEOUT)
+                    .ask(
+                        7,
+                        &client,
+                        &LeaderRequest::HashKv(n),
+                        Instant::now() + TIMEOUT,
+                    )
                     .await;
                 (n, reply)
             })
@@ -297,7 +308,12 @@ mod tests {
         let streams = ForwardStreams::new();
         for _ in 0..3 {
             let reply = streams
-                .ask(7, &client, &LeaderRequest::HashKv(1), TIMEOUT)
+                .ask(
+                    7,
+                    &client,
+                    &LeaderRequest::HashKv(1),
+                    Instant::now() + TIMEOUT,
+                )
                 .await;
             assert!(reply.is_none(), "not sent: {reply:?}");
         }
@@ -318,7 +334,12 @@ mod tests {
         let streams = ForwardStreams::new();
         for opened in 1..=2 {
             let reply = streams
-                .ask(7, &client, &LeaderRequest::HashKv(1), TIMEOUT)
+                .ask(
+                    7,
+                    &client,
+                    &LeaderRequest::HashKv(1),
+                    Instant::now() + TIMEOUT,
+                )
                 .await;
             assert!(
                 matches!(
@@ -331,6 +352,44 @@ mod tests {
             );
             assert_eq!(fake.stream_calls.load(Ordering::SeqCst), opened);
         }
+    }
+
+    /// A leader whose stream does not open holds a batch for half its
+    /// time at most (the rest is the unary call's), and batches for another
+    /// leader do not wait for it.
+    #[tokio::test]
+    async fn a_stream_that_does_not_open_holds_half_the_time_and_no_other_leader() {
+        let stalled = fake(StreamMode::Stall).serve().await;
+        let healthy = fake(StreamMode::Answer).serve().await;
+        let streams = Arc::new(ForwardStreams::new());
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let stalled_ask = {
+            let streams = streams.clone();
+            tokio::spawn(async move {
+                let reply = streams
+                    .ask(1, &stalled, &LeaderRequest::HashKv(1), deadline)
+                    .await;
+                (reply, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let other = streams
+            .ask(
+                2,
+                &healthy,
+                &LeaderRequest::HashKv(3),
+                Instant::now() + TIMEOUT,
+            )
+            .await;
+        assert!(
+            matches!(other, Some(Ok(LeaderReply::ClusterId(3)))),
+            "{other:?}"
+        );
+        let answered_other = Instant::now();
+        let (reply, at) = stalled_ask.await.expect("ask task");
+        assert!(reply.is_none(), "not sent: {reply:?}");
+        assert!(at < deadline, "the unary call keeps time");
+        assert!(answered_other < at, "the other leader did not wait");
     }
 
     /// Through the lane's send: a leader without the stream still gets the

@@ -110,8 +110,7 @@ pub async fn forward_batch<P, A: Clone>(
     let (deadline, leader, mut client) = (batch.deadline, batch.leader, batch.client);
     let request = request(batch.payloads);
     let waiting = batch.answers;
-    let timeout = deadline.saturating_duration_since(Instant::now());
-    let reply = match streams.ask(leader, &client, &request, timeout).await {
+    let reply = match streams.ask(leader, &client, &request, deadline).await {
         Some(reply) => reply,
         None => {
             let mut call = tonic::Request::new(encode_request(&request));
