@@ -2,10 +2,9 @@
 //! all of them.
 //!
 //! Because every table shares one WAL, a synced write makes every earlier
-//! write durable too, and [`Engine::sync`] (`FlushWAL(sync=true)`) makes
-//! everything written so far durable: the Raft log store calls it before
-//! it removes log segments. Nothing else syncs, and unsynced writes sit in
-//! a user-space WAL buffer until it fills ([`MANUAL_WAL_FLUSH`]).
+//! write durable too. The Raft log store relies on that for group commit:
+//! it writes batches unsynced and then calls [`Engine::sync`] once
+//! (`FlushWAL(sync=true)`) for all of them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -44,17 +43,6 @@ const MAX_TOTAL_WAL_BYTES: u64 = 128 * 1024 * 1024;
 /// after a burst of writes (docs/benchmarks.md). Written out 1 MiB at a
 /// time, the same bytes queue in small pieces. RocksDB's recommended value.
 const BYTES_PER_SYNC: u64 = 1024 * 1024;
-
-/// The state machine's writes reach the WAL file in user-space buffered
-/// pieces of up to RocksDB's `writable_file_max_buffer_size` (1 MiB)
-/// instead of one `write(2)` per engine batch (`manual_wal_flush`): apply
-/// commits one batch per log entry, and each batch's own system call cost
-/// ~2.4% of a member's CPU at 256 writers (docs/benchmarks.md). A synced
-/// write and [`Engine::sync`] write the buffer out first, so their meaning
-/// is unchanged; what a crash can lose grows from the page cache's unsynced
-/// tail (power loss only) to the buffer's ≤ 1 MiB (kill -9 too), and the
-/// Raft log replays either (see the module docs of `raft::log_store`).
-const MANUAL_WAL_FLUSH: bool = true;
 
 /// Block cache shared by every table (data, index and filter blocks).
 const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
@@ -105,7 +93,6 @@ impl RocksEngine {
         opts.set_max_total_wal_size(max_total_wal_bytes);
         opts.set_wal_bytes_per_sync(BYTES_PER_SYNC);
         opts.set_bytes_per_sync(BYTES_PER_SYNC);
-        opts.set_manual_wal_flush(MANUAL_WAL_FLUSH);
         let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let cfs = Table::ALL.iter().map(|t| {
             let mut cf_opts = Options::default();

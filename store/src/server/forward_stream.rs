@@ -271,6 +271,19 @@ mod tests {
         }
     }
 
+    /// `leader`'s answer to `HashKv(n)` within [`TIMEOUT`].
+    async fn ask(
+        streams: &ForwardStreams,
+        leader: NodeId,
+        client: &RaftPeerClient<Channel>,
+        n: i64,
+    ) -> Option<Reply> {
+        let deadline = Instant::now() + TIMEOUT;
+        streams
+            .ask(leader, client, &LeaderRequest::HashKv(n), deadline)
+            .await
+    }
+
     #[tokio::test]
     async fn each_answer_reaches_its_request_on_one_stream() {
         let fake = fake(StreamMode::Answer);
@@ -279,19 +292,12 @@ mod tests {
         let asks = (0..40).map(|n| {
             let (streams, client) = (streams.clone(), client.clone());
             tokio::spawn(async move {
-                let reply = streams
-                    .ask(
-                        7,
-                        &client,
-                        &LeaderRequest::HashKv(n),
-                        Instant::now() + TIMEOUT,
-                    )
-                    .await;
+                let reply = ask(&streams, 7, &client, n).await;
                 (n, reply)
             })
         });
-        for ask in asks.collect::<Vec<_>>() {
-            let (n, reply) = ask.await.expect("ask task");
+        for task in asks.collect::<Vec<_>>() {
+            let (n, reply) = task.await.expect("ask task");
             let want = u64::try_from(n).expect("n >= 0");
             assert!(
                 matches!(reply, Some(Ok(LeaderReply::ClusterId(got))) if got == want),
@@ -307,14 +313,7 @@ mod tests {
         let client = fake.serve().await;
         let streams = ForwardStreams::new();
         for _ in 0..3 {
-            let reply = streams
-                .ask(
-                    7,
-                    &client,
-                    &LeaderRequest::HashKv(1),
-                    Instant::now() + TIMEOUT,
-                )
-                .await;
+            let reply = ask(&streams, 7, &client, 1).await;
             assert!(reply.is_none(), "not sent: {reply:?}");
         }
         assert_eq!(
@@ -333,14 +332,7 @@ mod tests {
         let client = fake.serve().await;
         let streams = ForwardStreams::new();
         for opened in 1..=2 {
-            let reply = streams
-                .ask(
-                    7,
-                    &client,
-                    &LeaderRequest::HashKv(1),
-                    Instant::now() + TIMEOUT,
-                )
-                .await;
+            let reply = ask(&streams, 7, &client, 1).await;
             assert!(
                 matches!(
                     reply,
@@ -373,14 +365,7 @@ mod tests {
             })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let other = streams
-            .ask(
-                2,
-                &healthy,
-                &LeaderRequest::HashKv(3),
-                Instant::now() + TIMEOUT,
-            )
-            .await;
+        let other = ask(&streams, 2, &healthy, 3).await;
         assert!(
             matches!(other, Some(Ok(LeaderReply::ClusterId(3)))),
             "{other:?}"

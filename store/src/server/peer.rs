@@ -29,7 +29,7 @@ use openraft::raft::{
 };
 
 /// The `storepeer.RaftPeer` methods whose request is one message (all but
-/// the `StreamAppend` and `InstallSnapshot` streams).
+/// the `StreamAppend`, `InstallSnapshot` and `ForwardStream` streams).
 const ONE_MESSAGE_METHODS: [&str; 8] = [
     "/storepeer.RaftPeer/AppendEntries",
     "/storepeer.RaftPeer/Vote",
@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn every_peer_method_whose_request_is_one_message_ends_after_it() {
         let methods = proto_methods();
-        assert_eq!(methods.len(), 10, "{methods:?}");
+        assert_eq!(methods.len(), 11, "{methods:?}");
         for (name, streamed) in methods {
             let path = format!("/storepeer.RaftPeer/{name}");
             assert_eq!(
