@@ -90,8 +90,8 @@ fn unused<T>() -> Result<T, Status> {
 
 /// The fake's answer to one streamed request.
 async fn answer_streamed(message: Result<RaftMessage, Status>) -> Result<RaftMessage, Status> {
-    let (id, request) = forward_stream::decode_request(&message?.payload)
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let (id, request): forward_stream::StreamedRequest =
+        codec::decode(&message?.payload).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let LeaderRequest::HashKv(n) = request else {
         return Err(Status::invalid_argument("the fake answers HashKv only"));
     };

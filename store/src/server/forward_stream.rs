@@ -59,16 +59,18 @@ pub const UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
 /// The leader's answer to one forwarded request.
 pub type Reply = Result<LeaderReply, ForwardError>;
 
+/// What a request message carries: its id and the request.
+pub type StreamedRequest = (u64, LeaderRequest);
+
+/// What an answer message carries: the id of the request it answers and
+/// the answer.
+pub type StreamedReply = (u64, Reply);
+
 /// The message carrying request `id`.
 pub fn encode_request(id: u64, request: &LeaderRequest) -> RaftMessage {
     RaftMessage {
         payload: codec::encode(&(id, request)),
     }
-}
-
-/// A request message's id and request.
-pub fn decode_request(payload: &[u8]) -> Result<(u64, LeaderRequest), bincode::Error> {
-    codec::decode(payload)
 }
 
 /// The message answering request `id`.
@@ -234,7 +236,7 @@ impl Link {
 async fn read_answers(link: Arc<Link>, mut answers: Streaming<RaftMessage>) {
     loop {
         match answers.message().await {
-            Ok(Some(message)) => match codec::decode::<(u64, Reply)>(&message.payload) {
+            Ok(Some(message)) => match codec::decode::<StreamedReply>(&message.payload) {
                 Ok((id, reply)) => {
                     if let Some(answer) = link.take(id) {
                         let _ = answer.send(reply);

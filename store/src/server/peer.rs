@@ -290,8 +290,8 @@ impl RaftPeer for PeerService {
             .map(move |message| {
                 let core = core.clone();
                 async move {
-                    let (id, request) = forward_stream::decode_request(&message?.payload)
-                        .map_err(|e| Status::invalid_argument(format!("bad peer payload: {e}")))?;
+                    let (id, request): forward_stream::StreamedRequest =
+                        decode_payload(&message?.payload)?;
                     let reply = serve_forwarded(&core, request).await;
                     Ok(forward_stream::encode_reply(id, &reply))
                 }
