@@ -10,6 +10,14 @@
 //! connection is a plain hyper HTTP/2 connection handed to etcd-client as
 //! a raw channel: a request goes straight to the connection task.
 //!
+//! The connection's writes go through [`BatchedWrites`]: requests that
+//! clients queue while the connection task waits its turn leave in one
+//! system call, as a grpc-go client (kube-apiserver's, etcd's own
+//! benchmark tool's) flushes its queued frames at once. Without it each
+//! request was a loopback TCP send of its own, and the generator spent
+//! 44-47 us of CPU per put at 256 clients instead of 27-33 (measured in
+//! docs/benchmarks.md), CPU the members under test then lacked.
+//!
 //! Connections are spread over the endpoints round robin, and their number
 //! is rounded up to a multiple of the endpoints' so that every member gets
 //! the same share of the clients (clients use connection `i % conns`).
@@ -17,6 +25,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use batched_writes::BatchedWrites;
 use etcd_client::{Channel, Client};
 use http::uri::{Authority, Scheme};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -64,7 +73,7 @@ pub async fn connect_one(endpoint: &str, timeout: Duration) -> Result<Client> {
         .context("connect timed out")??;
     stream.set_nodelay(true)?;
     let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .handshake::<_, Body>(TokioIo::new(stream))
+        .handshake::<_, Body>(TokioIo::new(BatchedWrites::new(stream)))
         .await
         .context("HTTP/2 handshake")?;
     // Ends when the last clone of `sender` is dropped or the peer closes.

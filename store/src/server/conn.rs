@@ -28,6 +28,7 @@
 use axum::extract::ConnectInfo;
 use axum::serve::Listener;
 use axum::Router;
+use batched_writes::BatchedWrites;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -37,7 +38,6 @@ use tokio::task::JoinSet;
 
 use super::authority::AuthorityRepair;
 use super::grpc_dispatch::GrpcServices;
-use super::write_batch::BatchedWrites;
 use crate::config::GrpcServerOptions;
 
 /// The connection builder with the keepalive settings and stream limit applied.

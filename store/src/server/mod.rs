@@ -14,8 +14,9 @@
 //!   [`cluster`], [`maintenance`], [`auth`]; and [`http`] (`/health`,
 //!   `/version`); [`conn`]: serving client connections with the gRPC
 //!   keepalive settings, through [`authority`] (repairs the invalid
-//!   `:authority` some etcd clients send) and [`write_batch`] (one write
-//!   for many answers).
+//!   `:authority` some etcd clients send) and `batched_writes` (one write
+//!   for many answers, a crate of its own: the benchmark's load
+//!   connections use it too).
 //! - [`json_gateway`]: etcd's HTTP/JSON gateway (`POST /v3/kv/range`, ...),
 //!   a client of the gRPC services above.
 //! - [`peer`]: the member-to-member service (Raft messages, forwarded
@@ -53,4 +54,3 @@ pub mod read_index_batch;
 pub mod status;
 pub mod transfer;
 pub mod watch;
-pub mod write_batch;

@@ -1,14 +1,20 @@
-//! Fewer write system calls per answer on a client connection.
+//! Fewer write system calls per HTTP/2 connection.
 //!
-//! hyper's HTTP/2 server runs every stream in its own task; each step of
-//! an answer (the headers, then, once the connection task has granted
-//! send capacity, the data and trailers) wakes the connection task, which
-//! encodes what is queued and writes it at once. tokio runs a task woken by
-//! the running one next (its LIFO slot), so the connection task wrote each
-//! step on its own. Measured at 1,000 streams of serializable ranges: 1.47
-//! `writev` per request (etcd: 0.11 writes per request, its writer
-//! goroutine drains everything queued before it flushes), each a loopback
-//! TCP send that costs the kernel several microseconds.
+//! hyper's HTTP/2 connections (server and client) run each stream in a
+//! task of its own; each step of a message (a server's headers, then,
+//! once the connection task has granted send capacity, the data and
+//! trailers; a client's request) wakes the connection task, which encodes
+//! what is queued and writes it at once. tokio runs a task woken by the
+//! running one next (its LIFO slot), so the connection task wrote each
+//! step on its own. Measured on the store's client connections at 1,000
+//! streams of serializable ranges: 1.47 `writev` per request (etcd: 0.11
+//! writes per request, its writer goroutine drains everything queued
+//! before it flushes, as grpc-go's clients do), each a loopback TCP send
+//! that costs the kernel several microseconds.
+//!
+//! Used by the store for the client connections it serves and by the
+//! benchmark for its load connections (a Rust client wrote one system
+//! call per request where kube-apiserver's grpc-go client batches).
 //!
 //! [`BatchedWrites`] makes the connection task yield once before each batch
 //! of writes: the first write after a flush answers `Pending` and wakes the
@@ -25,9 +31,9 @@
 //! - with: the headers wake it, its write yields; the stream task queues the
 //!   data and trailers meanwhile; the connection task writes all (1 call).
 //!
-//! Measured (same run, 1,000 streams): 1.10 `writev` per range instead of
-//! 1.47, 6-12% less leader CPU per request, +8-14% ranges/s and +11-16%
-//! puts/s. Under h2load's closed loop the streams of one connection answer
+//! Measured on the store (same run, 1,000 streams): 1.10 `writev` per
+//! range instead of 1.47, 6-12% less leader CPU per request, +8-14%
+//! ranges/s and +11-16% puts/s. Under h2load's closed loop the streams of one connection answer
 //! at different times, so most writes still carry one answer; etcd's lower
 //! count comes from batches that keep themselves going (a batched answer
 //! brings a batch of new requests back).
@@ -227,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_batch_yields_once_and_leaves_in_one_write_at_the_flush() {
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut w = BatchedWrites::new(CountingWriter::new(usize::MAX));
         let mut w = Pin::new(&mut w);
         assert!(w.as_mut().poll_write(&mut cx, b"ab").is_pending());
@@ -246,7 +252,7 @@ mod tests {
 
     #[test]
     fn a_write_past_the_stage_leaves_with_the_staged_bytes_in_one_call() {
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut w = BatchedWrites::new(CountingWriter::new(usize::MAX));
         let mut w = Pin::new(&mut w);
         assert!(w.as_mut().poll_write(&mut cx, b"head").is_pending());
@@ -266,7 +272,7 @@ mod tests {
     /// order, and a write never reports zero bytes taken.
     #[test]
     fn short_writes_keep_every_byte_in_order() {
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut w = BatchedWrites::new(CountingWriter::new(3));
         let mut w = Pin::new(&mut w);
         let mut sent = Vec::new();
