@@ -598,6 +598,12 @@ impl Member {
         if let Err(e) = self.core.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
+        // What was applied reaches the engine's files before the process
+        // ends (its WAL buffer is otherwise written out only within
+        // `engine::rocks::WAL_FLUSH_DELAY`).
+        if let Err(e) = self.core.mvcc.engine().sync() {
+            tracing::warn!(error = %e, "syncing the state machine at stop");
+        }
     }
 }
 

@@ -2,12 +2,25 @@
 //! all of them.
 //!
 //! Because every table shares one WAL, a synced write makes every earlier
-//! write durable too. The Raft log store relies on that for group commit:
-//! it writes batches unsynced and then calls [`Engine::sync`] once
-//! (`FlushWAL(sync=true)`) for all of them.
+//! write durable too, and [`Engine::sync`] (`FlushWAL(sync=true)`) makes
+//! everything written so far durable: the Raft log store calls it before it
+//! removes log segments, and the member at a graceful stop.
+//!
+//! Unsynced writes (the state machine's apply batches) are not written to
+//! the WAL file one `write(2)` each: RocksDB keeps them in its user-space
+//! WAL buffer (`manual_wal_flush`) and a flusher thread of the engine
+//! ([`WalFlusher`]) writes the buffer out at most [`WAL_FLUSH_DELAY`] after
+//! the first write it holds, one system call for every write of that
+//! interval (a full buffer, 1 MiB, goes out at once). A kill -9 so loses at
+//! most that interval of applied writes on this member's disk; the Raft log
+//! holds them and replays them at the next start (see `raft::log_store`),
+//! as etcd replays its WAL over a backend that commits every 100 ms.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, ReadOptions, WriteOptions, DB};
 
@@ -44,6 +57,14 @@ const MAX_TOTAL_WAL_BYTES: u64 = 128 * 1024 * 1024;
 /// time, the same bytes queue in small pieces. RocksDB's recommended value.
 const BYTES_PER_SYNC: u64 = 1024 * 1024;
 
+/// Longest time an unsynced write waits in RocksDB's user-space WAL buffer
+/// before [`WalFlusher`] writes it to the WAL file (the bound on what a
+/// kill -9 takes from the engine's files; the Raft log replays it). At
+/// 256 writers one `write(2)` per apply batch cost ~2.4% of a member's CPU
+/// (1,940 a second on one member, docs/benchmarks.md); one per 5 ms is at
+/// most 200.
+pub const WAL_FLUSH_DELAY: Duration = Duration::from_millis(5);
+
 /// Block cache shared by every table (data, index and filter blocks).
 const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Bloom filter bits per key: ~1% false positives, so a point read (the
@@ -70,6 +91,90 @@ const CHECKPOINT_BLOCK_CACHE_BYTES: usize = 8 * 1024 * 1024;
 /// A RocksDB-backed engine.
 pub struct RocksEngine {
     db: Arc<DB>,
+    /// Writes the WAL buffer out (None for a checkpoint opened to be read).
+    flusher: Option<WalFlusher>,
+}
+
+/// The thread that writes RocksDB's user-space WAL buffer to the WAL file
+/// within [`WAL_FLUSH_DELAY`] of the first write it holds.
+///
+/// A write marks the buffer dirty; the first mark of an interval wakes the
+/// thread, which sleeps the delay (later writes of the interval join the
+/// same flush), clears the mark and calls `FlushWAL(sync=false)`. A write
+/// that lands after the clear marks the buffer again and so gets the next
+/// flush. Dropping the flusher stops the thread after a last synced flush.
+struct WalFlusher {
+    shared: Arc<FlushShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct FlushShared {
+    /// Some write since the last flush started.
+    dirty: AtomicBool,
+    /// Set when the engine is dropped.
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl WalFlusher {
+    fn start(db: Arc<DB>) -> std::io::Result<Self> {
+        let shared = Arc::new(FlushShared {
+            dirty: AtomicBool::new(false),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("engine-wal-flush".into())
+            .spawn(move || flush_loop(&db, &thread_shared))?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Called after each unsynced write.
+    fn mark_dirty(&self) {
+        if !self.shared.dirty.swap(true, Ordering::AcqRel) {
+            // Notify under the lock: the thread checks the mark under it,
+            // so the wake-up cannot fall between its check and its wait.
+            let _stop = self.shared.stop.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
+fn flush_loop(db: &DB, shared: &FlushShared) {
+    loop {
+        {
+            let mut stop = shared.stop.lock().unwrap_or_else(|e| e.into_inner());
+            while !*stop && !shared.dirty.load(Ordering::Acquire) {
+                stop = shared.wake.wait(stop).unwrap_or_else(|e| e.into_inner());
+            }
+            if *stop {
+                break;
+            }
+        }
+        std::thread::sleep(WAL_FLUSH_DELAY);
+        shared.dirty.store(false, Ordering::Release);
+        if let Err(e) = db.flush_wal(false) {
+            // The next write or sync reports the WAL's failure to its caller.
+            tracing::warn!(error = %e, "writing the engine's WAL buffer");
+        }
+    }
+    if let Err(e) = db.flush_wal(true) {
+        tracing::warn!(error = %e, "syncing the engine's WAL at close");
+    }
+}
+
+impl Drop for WalFlusher {
+    fn drop(&mut self) {
+        *self.shared.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn err(e: rocksdb::Error) -> EngineError {
@@ -93,6 +198,7 @@ impl RocksEngine {
         opts.set_max_total_wal_size(max_total_wal_bytes);
         opts.set_wal_bytes_per_sync(BYTES_PER_SYNC);
         opts.set_bytes_per_sync(BYTES_PER_SYNC);
+        opts.set_manual_wal_flush(true);
         let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let cfs = Table::ALL.iter().map(|t| {
             let mut cf_opts = Options::default();
@@ -109,8 +215,13 @@ impl RocksEngine {
             }
             ColumnFamilyDescriptor::new(t.name(), cf_opts)
         });
-        let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?;
-        Ok(Self { db: Arc::new(db) })
+        let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?);
+        let flusher =
+            WalFlusher::start(db.clone()).map_err(|e| EngineError::Backend(Box::new(e)))?;
+        Ok(Self {
+            db,
+            flusher: Some(flusher),
+        })
     }
 
     fn cf(&self, table: Table) -> &rocksdb::ColumnFamily {
@@ -221,7 +332,13 @@ impl Engine for RocksEngine {
         }
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
-        self.db.write_opt(wb, &wo).map_err(err)
+        self.db.write_opt(wb, &wo).map_err(err)?;
+        if !sync {
+            if let Some(flusher) = &self.flusher {
+                flusher.mark_dirty();
+            }
+        }
+        Ok(())
     }
 
     fn sync(&self) -> EngineResult<()> {
@@ -271,7 +388,10 @@ impl Engine for RocksEngine {
         // flush did not cover, when other tables were flushed after them.
         // Opening replays them (in memory), which makes the copy consistent.
         let db = DB::open_cf_for_read_only(&opts, dir, names, false).map_err(err)?;
-        Ok(Arc::new(RocksEngine { db: Arc::new(db) }))
+        Ok(Arc::new(RocksEngine {
+            db: Arc::new(db),
+            flusher: None,
+        }))
     }
 }
 
@@ -386,6 +506,67 @@ mod tests {
         }
         let e = RocksEngine::open(dir.path()).unwrap();
         assert_eq!(e.get(Table::Kv, b"k").unwrap(), Some(b"v".to_vec()));
+    }
+
+    /// Copies the files of `from` into `to`, as a kill -9 leaves them (what
+    /// RocksDB's user-space buffer holds is not in them).
+    fn crash_image(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+            }
+        }
+    }
+
+    /// Upper bound on waiting for the flusher: a hang guard, not a timing
+    /// assertion (the flusher's own bound is WAL_FLUSH_DELAY).
+    const WAL_FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// An unsynced write reaches the WAL file without any further write or
+    /// sync: a crash image taken later holds it.
+    #[test]
+    fn unsynced_writes_reach_the_wal_file_by_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let e = RocksEngine::open(&db).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(Table::Kv, b"k".to_vec(), b"v".to_vec());
+        e.write(b, false).unwrap();
+        let start = std::time::Instant::now();
+        for attempt in 0.. {
+            let image = dir.path().join(format!("image-{attempt}"));
+            crash_image(&db, &image);
+            let copy = RocksEngine::open(&image).unwrap();
+            if copy.get(Table::Kv, b"k").unwrap() == Some(b"v".to_vec()) {
+                break;
+            }
+            assert!(
+                start.elapsed() < WAL_FLUSH_DEADLINE,
+                "the write never reached the WAL file"
+            );
+            std::thread::sleep(WAL_FLUSH_DELAY);
+        }
+    }
+
+    /// Closing the engine writes out and syncs what the buffer holds.
+    #[test]
+    fn closing_writes_the_wal_buffer_out() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let e = RocksEngine::open(dir.path()).unwrap();
+            for n in 0..100u32 {
+                let mut b = WriteBatch::new();
+                b.put(Table::Kv, n.to_be_bytes().to_vec(), b"v".to_vec());
+                e.write(b, false).unwrap();
+            }
+        }
+        let image = tempfile::tempdir().unwrap();
+        crash_image(dir.path(), image.path());
+        let e = RocksEngine::open(image.path()).unwrap();
+        let kv = crate::engine::scan_collect(&e, Table::Kv, b"", None, 0).unwrap();
+        assert_eq!(kv.len(), 100);
     }
 
     /// The options RocksDB runs with, as it persisted them (OPTIONS-*),
