@@ -258,6 +258,63 @@ pub fn signal(pid: u32, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Longest wait for a SIGSTOPped process's threads to stop: a hang guard
+/// (a process that exits meanwhile also ends the wait), not a timing
+/// assertion.
+pub const STOP_SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Poll interval while waiting for a process's threads to stop.
+const STOP_SETTLE_POLL: Duration = Duration::from_millis(1);
+
+/// SIGSTOPs process `pid` and returns once every one of its threads is
+/// stopped (state `T` in `/proc/PID/task/*/stat`).
+///
+/// `kill` returns once the signal is queued, not once the process stands
+/// still: the group stop begins only when the thread the kernel picked to
+/// take the signal next runs, and until then the process's other threads
+/// go on. On a loaded two-core machine that took milliseconds: a follower
+/// "stopped" this way still answered a leader's `ConfirmLeader` 3 ms after
+/// the test had sent a read (docs/robustness.md, 2026-11-28).
+pub fn stop_process(pid: u32) -> Result<()> {
+    signal(pid, "STOP")?;
+    let started = Instant::now();
+    while !all_threads_stopped(pid)? {
+        anyhow::ensure!(
+            started.elapsed() < STOP_SETTLE_TIMEOUT,
+            "process {pid} did not stop within {STOP_SETTLE_TIMEOUT:?} of SIGSTOP"
+        );
+        std::thread::sleep(STOP_SETTLE_POLL);
+    }
+    Ok(())
+}
+
+/// Whether every thread of `pid` is stopped; true for a process that is
+/// gone (nothing of it runs).
+fn all_threads_stopped(pid: u32) -> Result<bool> {
+    let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(tasks) => tasks,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e).with_context(|| format!("listing the threads of {pid}")),
+    };
+    for task in tasks {
+        let stat = match std::fs::read_to_string(task?.path().join("stat")) {
+            Ok(stat) => stat,
+            // A thread that exited meanwhile runs no more.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("reading a thread of {pid}")),
+        };
+        // `pid (comm) S ...`: the state follows the last `)` (comm may hold one).
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or("");
+        if !matches!(state, "T" | "t" | "Z" | "X") {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();

@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use etcd_client::{Client, CompactionOptions, DeleteOptions, GetOptions};
 use integration_tests::client::connect;
-use integration_tests::process::{reset_peak_rss, signal, status_bytes};
+use integration_tests::process::{reset_peak_rss, signal, status_bytes, stop_process};
 use integration_tests::wait::retry_until;
 use integration_tests::writer::served;
 use integration_tests::{Binary, Cluster, ClusterConfig};
@@ -219,7 +219,7 @@ struct Stopped(Vec<u32>);
 impl Stopped {
     fn stop(pids: Vec<u32>) -> Stopped {
         for &pid in &pids {
-            signal(pid, "STOP").expect("SIGSTOP");
+            stop_process(pid).expect("SIGSTOP");
         }
         Stopped(pids)
     }

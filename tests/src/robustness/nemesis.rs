@@ -47,7 +47,7 @@ use crate::cluster::Cluster;
 use crate::disk::{
     exited_with_failure, SmallDisk, FULL_DISK_FREE_BYTES, GROWN_DISK_BYTES, SMALL_DISK_BYTES,
 };
-use crate::process::signal;
+use crate::process::{signal, stop_process};
 
 /// Undisturbed load before each fault, in milliseconds (drawn uniformly).
 pub const LOAD_MILLIS: RangeInclusive<u64> = 500..=1500;
@@ -248,7 +248,7 @@ async fn pause(cluster: &Cluster, clock: Clock, i: usize, duration: Duration) ->
     let pid = cluster
         .pid(i)
         .with_context(|| format!("member {i} has no process"))?;
-    signal(pid, "STOP")?;
+    stop_process(pid)?;
     let at = clock.now();
     tokio::time::sleep(duration).await;
     signal(pid, "CONT")?;
