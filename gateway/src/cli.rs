@@ -64,6 +64,11 @@ pub struct Cli {
     /// Idle timeout of established connections (flags mode).
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
     pub idle_timeout: Duration,
+    /// The relayed protocol's server sends first (SMTP, MySQL; flags mode): accept connections
+    /// at once and acknowledge handshakes at once. By default the gateway expects the client
+    /// to send first, as TLS does, and defers accepts until the first bytes arrive.
+    #[arg(long)]
+    pub server_speaks_first: bool,
     /// Connect timeout (flags mode).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
@@ -282,6 +287,7 @@ impl Cli {
                 queue_timeout: DEFAULT_QUEUE_TIMEOUT,
                 retries: DEFAULT_RETRIES,
                 tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
+                client_speaks_first: !self.server_speaks_first,
                 on_marked_down: OnMarkedDown::KeepSessions,
                 check,
                 backends,
@@ -385,6 +391,20 @@ mod tests {
         assert_eq!(frontend.check.path, "/readyz");
         assert_eq!(frontend.idle_timeout, DEFAULT_IDLE_TIMEOUT);
         assert_eq!(frontend.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert!(frontend.client_speaks_first);
+        let cli = Cli::try_parse_from([
+            "gateway",
+            "--listen",
+            "127.0.0.1:25",
+            "--backend",
+            "127.0.0.2:25",
+            "--server-speaks-first",
+        ])
+        .expect("valid flags");
+        let ConfigSource::Flags(config) = cli.run_options().expect("valid").source else {
+            panic!("flags mode");
+        };
+        assert!(!config.frontends[0].client_speaks_first);
     }
 
     #[test]

@@ -98,7 +98,7 @@ impl Frontend {
                 let endpoint = Endpoint::new(
                     Arc::clone(&entry.backend),
                     config.connect_timeout,
-                    config.tcp_keepalive,
+                    config.socket_options(),
                 );
                 (entry.backend.name().to_string(), endpoint)
             })
@@ -134,7 +134,7 @@ impl Frontend {
             .into_iter()
             .enumerate()
             .map(|(index, listener)| {
-                net::configure_listener(&listener, config.tcp_keepalive);
+                net::configure_listener(&listener, config.socket_options());
                 let accept = AcceptLoop {
                     listener,
                     service: service.clone(),

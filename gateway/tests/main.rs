@@ -14,5 +14,6 @@ mod common;
 mod deploy_manifest;
 mod failover;
 mod reload;
+mod speaks_first;
 mod streaming;
 mod vip;

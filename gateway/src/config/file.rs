@@ -52,6 +52,7 @@ struct RawFrontend {
     queue_timeout: Option<Spanned<String>>,
     retries: Option<Spanned<u32>>,
     tcp_keepalive: Option<Spanned<String>>,
+    client_speaks_first: Option<bool>,
     on_marked_down: Option<Spanned<String>>,
     check: Option<Spanned<RawCheck>>,
     #[serde(default)]
@@ -344,6 +345,7 @@ fn frontend(locator: &Locator, raw: &RawFrontend) -> Result<FrontendConfig, Conf
             DEFAULT_TCP_KEEPALIVE,
             "tcp_keepalive",
         )?,
+        client_speaks_first: raw.client_speaks_first.unwrap_or(true),
         on_marked_down,
         check,
         backends,
@@ -557,7 +559,19 @@ address = "127.0.0.2:8443"
         assert_eq!(frontend.check.interval, Duration::from_secs(2));
         assert_eq!((frontend.check.fall, frontend.check.rise), (3, 2));
         assert!(frontend.idle_timeout >= Duration::from_secs(3600));
+        assert!(frontend.client_speaks_first, "TLS: the client speaks first");
         assert_eq!(config.admin_listen, Some("127.0.0.1:9100".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_frontend_can_say_its_server_speaks_first() {
+        let text = MINIMAL.replace(
+            "listen = \"127.0.0.1:6443\"\n",
+            "listen = \"127.0.0.1:6443\"\nclient_speaks_first = false\n",
+        );
+        let config = Config::from_toml(&text).expect("valid");
+        assert!(!config.frontends[0].client_speaks_first);
+        assert!(!config.frontends[0].socket_options().client_speaks_first);
     }
 
     fn error_line(text: &str) -> (usize, String) {

@@ -129,6 +129,9 @@ pub struct FrontendConfig {
     pub retries: u32,
     /// TCP keepalive idle time on both legs.
     pub tcp_keepalive: Duration,
+    /// The relayed protocol's client sends first (TLS, the default): accepts wait for the
+    /// first bytes and handshake ACKs ride on data (`crate::net`).
+    pub client_speaks_first: bool,
     /// Behaviour for established connections when a backend is marked down.
     pub on_marked_down: OnMarkedDown,
     /// Active health check, shared by the frontend's backends.
@@ -273,5 +276,15 @@ pub fn validate_host_port(address: &str) -> Result<(), String> {
     match port.parse::<u16>() {
         Ok(0) | Err(_) => Err(format!("address `{address}` has an invalid port `{port}`")),
         Ok(_) => Ok(()),
+    }
+}
+
+impl FrontendConfig {
+    /// The TCP settings of this frontend's sockets.
+    pub fn socket_options(&self) -> crate::net::SocketOptions {
+        crate::net::SocketOptions {
+            keepalive_idle: self.tcp_keepalive,
+            client_speaks_first: self.client_speaks_first,
+        }
     }
 }

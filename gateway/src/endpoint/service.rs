@@ -39,7 +39,7 @@ pub struct Endpoint {
     backend: Arc<Backend>,
     changes: WatchStream<u64>,
     connect_timeout: Duration,
-    tcp_keepalive: Duration,
+    socket_options: net::SocketOptions,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -53,13 +53,17 @@ impl std::fmt::Debug for Endpoint {
 
 impl Endpoint {
     /// The endpoint of `backend`.
-    pub fn new(backend: Arc<Backend>, connect_timeout: Duration, tcp_keepalive: Duration) -> Self {
+    pub fn new(
+        backend: Arc<Backend>,
+        connect_timeout: Duration,
+        socket_options: net::SocketOptions,
+    ) -> Self {
         let changes = WatchStream::new(backend.subscribe());
         Endpoint {
             backend,
             changes,
             connect_timeout,
-            tcp_keepalive,
+            socket_options,
         }
     }
 
@@ -99,8 +103,8 @@ impl Service<ConnectRequest> for Endpoint {
     fn call(&mut self, request: ConnectRequest) -> Self::Future {
         let backend = Arc::clone(&self.backend);
         let connect_timeout = self.connect_timeout;
-        let tcp_keepalive = self.tcp_keepalive;
-        Box::pin(async move { connect(backend, request, connect_timeout, tcp_keepalive).await })
+        let socket_options = self.socket_options;
+        Box::pin(async move { connect(backend, request, connect_timeout, socket_options).await })
     }
 }
 
@@ -108,15 +112,15 @@ async fn connect(
     backend: Arc<Backend>,
     request: ConnectRequest,
     connect_timeout: Duration,
-    tcp_keepalive: Duration,
+    socket_options: net::SocketOptions,
 ) -> Result<BackendConnection, ConnectError> {
     let slot = backend.open_slot();
     let started = Instant::now();
-    let result = tokio::time::timeout(connect_timeout, TcpStream::connect(backend.address())).await;
+    let connecting = net::connect_stream(backend.address(), socket_options);
+    let result = tokio::time::timeout(connect_timeout, connecting).await;
     let error = match result {
         Ok(Ok(stream)) => {
             backend.record_connect_success(started.elapsed());
-            net::configure_stream(&stream, tcp_keepalive);
             tracing::debug!(client = %request.client, backend = %backend.name(), "connected");
             return Ok(BackendConnection { stream, slot });
         }
