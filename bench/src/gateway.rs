@@ -44,7 +44,7 @@ use crate::bins::{default_release_bin, require_executable, DEFAULT_HAPROXY, DEFA
 use crate::https::{connect, connector};
 use crate::pace::{Pacer, Stop};
 use crate::plot::{line_chart, Chart, Series};
-use crate::procs::{self, raise_fd_limit, rss_kib, Proc};
+use crate::procs::{self, open_fds, raise_fd_limit, rss_kib, Proc};
 use crate::report::{image, table, text_table, OutArgs, Outcome};
 use crate::stats::{OpResult, Recorder};
 use crate::systems::{check_loopback_subnet, check_ports_free};
@@ -72,6 +72,13 @@ const FD_RESERVE: u64 = 1_000;
 const HAPROXY_MAX_MAXCONN: u64 = 30_000;
 /// Time for a proxy to settle (accept and dial backends) before reading its RSS.
 const IDLE_SETTLE: Duration = Duration::from_secs(2);
+/// Longest wait for a proxy to hold every idle connection (a listener with `TCP_DEFER_ACCEPT`
+/// queues a silent connection for `accept` only when its deferral period ends).
+const IDLE_HOLD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Poll interval of that wait.
+const IDLE_HOLD_POLL: Duration = Duration::from_millis(100);
+/// Descriptors a proxy holds per relayed connection: the client's socket and the backend's.
+const FDS_PER_RELAYED_CONN: usize = 2;
 /// Concurrent connects while opening idle connections.
 const IDLE_CONNECT_CONCURRENCY: usize = 256;
 /// Timeout of one idle TCP connect.
@@ -770,9 +777,11 @@ async fn join_recorders(tasks: Vec<tokio::task::JoinHandle<Recorder>>) -> Record
     all
 }
 
-/// RSS of `pid` before and while `n` idle TCP connections to `addr` are open.
+/// RSS of `pid` before and while `n` idle TCP connections to `addr` are open and relayed (the
+/// proxy holds a client and a backend socket for each, or [`IDLE_HOLD_TIMEOUT`] passed).
 async fn idle_memory(pid: u32, addr: SocketAddr, n: usize) -> Result<Memory> {
     let rss_before_kib = rss_kib(pid)?;
+    let fds_before = open_fds(pid)?;
     let mut held = Vec::with_capacity(n);
     let mut failed = 0;
     for chunk_start in (0..n).step_by(IDLE_CONNECT_CONCURRENCY) {
@@ -792,9 +801,21 @@ async fn idle_memory(pid: u32, addr: SocketAddr, n: usize) -> Result<Memory> {
             }
         }
     }
+    let opened = held.len();
+    let wanted = fds_before + FDS_PER_RELAYED_CONN * opened;
+    let deadline = Instant::now() + IDLE_HOLD_TIMEOUT;
+    while open_fds(pid)? < wanted && Instant::now() < deadline {
+        tokio::time::sleep(IDLE_HOLD_POLL).await;
+    }
+    let held_fds = open_fds(pid)?.saturating_sub(fds_before);
+    if held_fds < FDS_PER_RELAYED_CONN * opened {
+        eprintln!(
+            "bench: gateway: pid {pid} holds {held_fds} descriptors for {opened} idle connections \
+             after {IDLE_HOLD_TIMEOUT:?}"
+        );
+    }
     tokio::time::sleep(IDLE_SETTLE).await;
     let rss_idle_kib = rss_kib(pid)?;
-    let opened = held.len();
     drop(held);
     if failed > 0 {
         eprintln!("bench: gateway: {failed} of {n} idle connections to {addr} failed");

@@ -180,6 +180,14 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
         .with_context(|| format!("no VmRSS for pid {pid}"))
 }
 
+/// Open file descriptors of `pid`.
+pub fn open_fds(pid: u32) -> Result<usize> {
+    let dir = format!("/proc/{pid}/fd");
+    Ok(std::fs::read_dir(&dir)
+        .with_context(|| format!("read {dir}"))?
+        .count())
+}
+
 /// CPU time (user + system, all threads) process `pid` has used so far, in seconds
 /// (fields 14 and 15 of /proc/PID/stat, in clock ticks).
 pub fn cpu_seconds(pid: u32) -> Result<f64> {
