@@ -802,13 +802,14 @@ async fn idle_memory(pid: u32, addr: SocketAddr, n: usize) -> Result<Memory> {
         }
     }
     let opened = held.len();
-    let wanted = fds_before + FDS_PER_RELAYED_CONN * opened;
+    let wanted = FDS_PER_RELAYED_CONN * opened;
     let deadline = Instant::now() + IDLE_HOLD_TIMEOUT;
-    while open_fds(pid)? < wanted && Instant::now() < deadline {
+    let mut held_fds = open_fds(pid)?.saturating_sub(fds_before);
+    while held_fds < wanted && Instant::now() < deadline {
         tokio::time::sleep(IDLE_HOLD_POLL).await;
+        held_fds = open_fds(pid)?.saturating_sub(fds_before);
     }
-    let held_fds = open_fds(pid)?.saturating_sub(fds_before);
-    if held_fds < FDS_PER_RELAYED_CONN * opened {
+    if held_fds < wanted {
         eprintln!(
             "bench: gateway: pid {pid} holds {held_fds} descriptors for {opened} idle connections \
              after {IDLE_HOLD_TIMEOUT:?}"

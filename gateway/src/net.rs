@@ -165,7 +165,9 @@ pub async fn connect_stream(address: &str, options: SocketOptions) -> io::Result
     }))
 }
 
-fn set_int_option(
+/// `setsockopt(2)` of an `int` option: for the options that neither socket2 nor stable std
+/// wrap (`TCP_DEFER_ACCEPT`, the VIP announcer's IPv6 multicast options).
+pub(crate) fn set_int_option(
     socket: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use gateway::net::DEFER_ACCEPT;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -14,8 +15,6 @@ const BANNER: &[u8] = b"220 ready\r\n";
 /// Longest wait for the banner: the gateway's deferral (1 s) and the kernel's SYN-ACK
 /// retransmission, with room for a loaded machine.
 const BANNER_DEADLINE: Duration = Duration::from_secs(10);
-/// The deferral of a client-first frontend: a banner that arrives sooner was not deferred.
-const DEFER_ACCEPT: Duration = Duration::from_secs(1);
 
 /// A backend that greets each connection with [`BANNER`], then echoes one line.
 async fn greeting_backend() -> SocketAddr {

@@ -30,6 +30,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use super::address::InterfaceIdentity;
+use crate::net::set_int_option;
 
 /// Rounds of (request, reply) after taking the VIP.
 pub const ANNOUNCE_ROUNDS: u32 = 3;
@@ -195,12 +196,13 @@ impl NeighbourAdvertiser {
         let index = libc::c_int::try_from(interface.index).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "interface index out of range")
         })?;
-        set_ipv6_option(
+        set_int_option(
             &socket,
+            libc::IPPROTO_IPV6,
             libc::IPV6_MULTICAST_HOPS,
             NEIGHBOUR_DISCOVERY_HOP_LIMIT,
         )?;
-        set_ipv6_option(&socket, libc::IPV6_MULTICAST_IF, index)?;
+        set_int_option(&socket, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, index)?;
         let source = sockaddr_v6(ip, 0);
         // SAFETY: the address outlives the call and its length is given exactly.
         let bound = unsafe {
@@ -244,23 +246,6 @@ fn sockaddr_v6(ip: Ipv6Addr, scope_id: u32) -> libc::sockaddr_in6 {
     address.sin6_addr.s6_addr = ip.octets();
     address.sin6_scope_id = scope_id;
     address
-}
-
-fn set_ipv6_option(socket: &OwnedFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: the value outlives the call and its length is given exactly.
-    let result = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            option,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Sends [`ANNOUNCE_ROUNDS`] rounds of announcements for `ip` out of `interface`: gratuitous
