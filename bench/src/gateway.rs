@@ -164,11 +164,29 @@ pub struct Memory {
     pub kib_per_conn: f64,
 }
 
+/// One round's run of one load on one path.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RoundFigures {
+    pub throughput_ops_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// A path's figures round by round (the pooled ones hide how far rounds differ).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PerRound {
+    /// Per `--rates` value, one entry per round.
+    pub rates: Vec<Vec<RoundFigures>>,
+    /// The new-connection runs, one per round.
+    pub new_conns: Vec<RoundFigures>,
+}
+
 /// Everything measured on one path.
 #[derive(Clone, Debug, Serialize)]
 pub struct PathResult {
     pub path: String,
     pub rates: Vec<RatePoint>,
+    pub per_round: PerRound,
     pub max_throughput: OpResult,
     pub new_conns: OpResult,
     /// The proxy's CPU per request of the max-throughput run (none on the direct path).
@@ -515,6 +533,8 @@ struct PooledRuns {
     elapsed: Duration,
     /// The proxy's CPU over these runs (zero on the direct path).
     cpu_s: f64,
+    /// Each run's own figures, in round order.
+    rounds: Vec<RoundFigures>,
 }
 
 impl PooledRuns {
@@ -523,10 +543,17 @@ impl PooledRuns {
             recorder: Recorder::new(),
             elapsed: Duration::ZERO,
             cpu_s: 0.0,
+            rounds: Vec::new(),
         }
     }
 
     fn add(&mut self, recorder: &Recorder, elapsed: Duration, cpu_s: f64) {
+        let run = recorder.result("run", elapsed);
+        self.rounds.push(RoundFigures {
+            throughput_ops_s: run.throughput_ops_s,
+            p50_ms: run.latency.p50_ms,
+            p99_ms: run.latency.p99_ms,
+        });
         self.recorder.merge(recorder);
         self.elapsed += elapsed;
         self.cpu_s += cpu_s;
@@ -575,6 +602,10 @@ impl Pooled {
                     added_p99_ms: 0.0,
                 })
                 .collect(),
+            per_round: PerRound {
+                rates: self.rates.iter().map(|runs| runs.rounds.clone()).collect(),
+                new_conns: self.new_conns.rounds.clone(),
+            },
             max_throughput: self.max_throughput.result("request"),
             new_conns: self.new_conns.result("connection"),
             cpu_us_per_request: self.max_throughput.cpu_us_per_op(proxied),
@@ -842,7 +873,119 @@ fn add_overheads(results: &mut [PathResult]) {
     }
 }
 
+/// The gateway against HAProxy in one round: new connections/s as a ratio, and per rate the
+/// added p50 and p99 of both (each path's quantile minus the direct path's in the same round).
+#[derive(Clone, Debug, PartialEq)]
+struct RoundVerdict {
+    new_conns_ratio: f64,
+    /// Per rate: (gateway added p50, HAProxy added p50, gateway added p99, HAProxy added p99), ms.
+    added: Vec<(f64, f64, f64, f64)>,
+}
+
+impl RoundVerdict {
+    /// Whether the gateway is at or better than HAProxy on every figure of the round.
+    fn gateway_at_or_better(&self) -> bool {
+        self.new_conns_ratio >= 1.0
+            && self
+                .added
+                .iter()
+                .all(|&(g50, h50, g99, h99)| g50 <= h50 && g99 <= h99)
+    }
+}
+
+/// The rounds compared, when the run has the direct path, the gateway and HAProxy.
+fn round_verdicts(direct: &PerRound, gateway: &PerRound, haproxy: &PerRound) -> Vec<RoundVerdict> {
+    let rounds = gateway.new_conns.len().min(haproxy.new_conns.len());
+    (0..rounds)
+        .map(|round| RoundVerdict {
+            new_conns_ratio: gateway.new_conns[round].throughput_ops_s
+                / haproxy.new_conns[round].throughput_ops_s,
+            added: (direct.rates.iter().zip(&gateway.rates).zip(&haproxy.rates))
+                .filter_map(|((d, g), h)| Some((d.get(round)?, g.get(round)?, h.get(round)?)))
+                .map(|(d, g, h)| {
+                    (
+                        g.p50_ms - d.p50_ms,
+                        h.p50_ms - d.p50_ms,
+                        g.p99_ms - d.p99_ms,
+                        h.p99_ms - d.p99_ms,
+                    )
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 impl GatewayOutcome {
+    fn path(&self, name: &str) -> Option<&PathResult> {
+        self.paths.iter().find(|p| p.path == name)
+    }
+
+    fn verdicts(&self) -> Vec<RoundVerdict> {
+        match (
+            self.path("direct"),
+            self.path("gateway"),
+            self.path("haproxy"),
+        ) {
+            (Some(d), Some(g), Some(h)) => round_verdicts(&d.per_round, &g.per_round, &h.per_round),
+            _ => Vec::new(),
+        }
+    }
+
+    fn round_headers(&self) -> Vec<String> {
+        let mut headers = vec!["round".to_string(), "new conns/s gw/ha".to_string()];
+        for rate in self
+            .paths
+            .first()
+            .map(|p| p.rates.as_slice())
+            .unwrap_or_default()
+        {
+            let r = rate.rate;
+            headers.push(format!("added p50 @{r:.0} gw / ha ms"));
+            headers.push(format!("added p99 @{r:.0} gw / ha ms"));
+        }
+        headers.push("gateway at or better".to_string());
+        headers
+    }
+
+    fn round_rows(&self) -> Vec<Vec<String>> {
+        self.verdicts()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let mut row = vec![(i + 1).to_string(), format!("{:.3}", v.new_conns_ratio)];
+                for &(g50, h50, g99, h99) in &v.added {
+                    row.push(format!("{g50:+.3} / {h50:+.3}"));
+                    row.push(format!("{g99:+.3} / {h99:+.3}"));
+                }
+                let yes = if v.gateway_at_or_better() {
+                    "yes"
+                } else {
+                    "no"
+                };
+                row.push(yes.to_string());
+                row
+            })
+            .collect()
+    }
+
+    /// The per-round comparison and how many rounds had the gateway at or better everywhere;
+    /// empty without the three paths.
+    fn rounds_text(&self, render: fn(&[&str], &[Vec<String>]) -> String) -> String {
+        let verdicts = self.verdicts();
+        if verdicts.is_empty() {
+            return String::new();
+        }
+        let headers = self.round_headers();
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let better = verdicts.iter().filter(|v| v.gateway_at_or_better()).count();
+        format!(
+            "Round by round, the gateway at or better than HAProxy on new connections/s and on every \
+             added p50 and p99 in {better} of {} rounds:\n\n{}",
+            verdicts.len(),
+            render(&headers, &self.round_rows())
+        )
+    }
+
     fn latency_rows(&self) -> Vec<Vec<String>> {
         let mut rows = Vec::new();
         for p in &self.paths {
@@ -959,8 +1102,14 @@ impl Outcome for GatewayOutcome {
         } else {
             format!("skipped: {:?}\n", self.skipped)
         };
+        let rounds = self.rounds_text(text_table);
+        let rounds = if rounds.is_empty() {
+            rounds
+        } else {
+            format!("\n{rounds}")
+        };
         format!(
-            "gateway ({} rounds pooled, {} keep-alive conns, {} connect loops, {:.1}s runs, fd limit {})\n{skipped}{}\n{}",
+            "gateway ({} rounds pooled, {} keep-alive conns, {} connect loops, {:.1}s runs, fd limit {})\n{skipped}{}\n{}{rounds}",
             self.rounds,
             self.conns,
             self.conn_clients,
@@ -989,6 +1138,11 @@ impl Outcome for GatewayOutcome {
         md.push('\n');
         md.push_str(&table(&CAPACITY_HEADERS, &self.capacity_rows()));
         md.push('\n');
+        let rounds = self.rounds_text(table);
+        if !rounds.is_empty() {
+            md.push_str(&rounds);
+            md.push('\n');
+        }
         let rates = self.paths.first().map_or(0, |p| p.rates.len());
         for i in 0..rates {
             md.push_str(&self.cdf_plot(dir, i)?);
@@ -1039,6 +1193,64 @@ mod tests {
             Load::all(&plan),
             [Load::Rate(0), Load::Rate(1), Load::Max, Load::NewConns]
         );
+    }
+
+    fn figures(throughput_ops_s: f64, p50_ms: f64, p99_ms: f64) -> RoundFigures {
+        RoundFigures {
+            throughput_ops_s,
+            p50_ms,
+            p99_ms,
+        }
+    }
+
+    /// One rate; each path's (new conns/s, p50, p99) per round.
+    fn per_round(rounds: &[(f64, f64, f64)]) -> PerRound {
+        PerRound {
+            rates: vec![rounds
+                .iter()
+                .map(|&(_, p50, p99)| figures(0.0, p50, p99))
+                .collect()],
+            new_conns: rounds
+                .iter()
+                .map(|&(c, _, _)| figures(c, 0.0, 0.0))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn rounds_compare_added_latency_against_the_same_rounds_direct_path() {
+        let direct = per_round(&[(4000.0, 0.25, 1.0), (4000.0, 0.30, 3.0)]);
+        // Round 1: more connections, lower added p50 and p99: at or better.
+        // Round 2: equal connections and p50, but the added p99 1 ms above HAProxy's.
+        let gateway = per_round(&[(3100.0, 0.33, 1.5), (3000.0, 0.40, 5.0)]);
+        let haproxy = per_round(&[(3000.0, 0.35, 2.0), (3000.0, 0.40, 4.0)]);
+        let verdicts = round_verdicts(&direct, &gateway, &haproxy);
+        assert_eq!(verdicts.len(), 2);
+        let (g50, h50, g99, h99) = verdicts[0].added[0];
+        assert!((g50 - 0.08).abs() < 1e-9 && (h50 - 0.10).abs() < 1e-9);
+        assert!((g99 - 0.5).abs() < 1e-9 && (h99 - 1.0).abs() < 1e-9);
+        assert!((verdicts[0].new_conns_ratio - 3100.0 / 3000.0).abs() < 1e-9);
+        assert!(verdicts[0].gateway_at_or_better());
+        assert!((verdicts[1].new_conns_ratio - 1.0).abs() < 1e-9);
+        assert!(
+            !verdicts[1].gateway_at_or_better(),
+            "p99 +2.0 against +1.0 ms"
+        );
+    }
+
+    #[test]
+    fn pooled_runs_keep_each_rounds_figures() {
+        let mut runs = PooledRuns::new();
+        for millis in [1, 3] {
+            let mut recorder = Recorder::new();
+            for _ in 0..100 {
+                recorder.record(Duration::from_millis(millis));
+            }
+            runs.add(&recorder, Duration::from_secs(1), 0.0);
+        }
+        assert_eq!(runs.rounds.len(), 2);
+        assert!((runs.rounds[0].throughput_ops_s - 100.0).abs() < 1e-9);
+        assert!(runs.rounds[0].p50_ms < 1.1 && runs.rounds[1].p50_ms > 2.9);
     }
 
     #[test]

@@ -446,6 +446,7 @@ mod tests {
                 added_p50_ms: p50,
                 added_p99_ms: p99,
             }],
+            per_round: Default::default(),
             max_throughput: op(),
             new_conns: op(),
             cpu_us_per_request: None,
