@@ -547,16 +547,19 @@ impl PooledRuns {
         }
     }
 
-    fn add(&mut self, recorder: &Recorder, elapsed: Duration, cpu_s: f64) {
+    /// Pools one round's run and answers its own figures.
+    fn add(&mut self, recorder: &Recorder, elapsed: Duration, cpu_s: f64) -> RoundFigures {
         let run = recorder.result("run", elapsed);
-        self.rounds.push(RoundFigures {
+        let figures = RoundFigures {
             throughput_ops_s: run.throughput_ops_s,
             p50_ms: run.latency.p50_ms,
             p99_ms: run.latency.p99_ms,
-        });
+        };
+        self.rounds.push(figures);
         self.recorder.merge(recorder);
         self.elapsed += elapsed;
         self.cpu_s += cpu_s;
+        figures
     }
 
     fn result(&self, name: &str) -> OpResult {
@@ -648,32 +651,27 @@ async fn measure(
             let label = format!("{} @{rate}/s", path.name);
             let (rec, elapsed) =
                 keepalive_load(&path.addrs, tls, plan.conns, Some(rate), plan, &label).await;
-            let result = rec.result("request", elapsed);
+            let run = pooled.rates[index].add(&rec, elapsed, 0.0);
             eprintln!(
                 "bench: gateway {label}: p50 {:.3} ms p99 {:.3} ms",
-                result.latency.p50_ms, result.latency.p99_ms
+                run.p50_ms, run.p99_ms
             );
-            pooled.rates[index].add(&rec, elapsed, 0.0);
         }
         Load::Max => {
             let label = format!("{} max", path.name);
             let cpu = ProxyCpu::start(path)?;
             let (rec, elapsed) =
                 keepalive_load(&path.addrs, tls, plan.conns, None, plan, &label).await;
-            pooled.max_throughput.add(&rec, elapsed, cpu.used_s()?);
-            eprintln!(
-                "bench: gateway {label}: {:.0} req/s",
-                rec.result("request", elapsed).throughput_ops_s
-            );
+            let run = pooled.max_throughput.add(&rec, elapsed, cpu.used_s()?);
+            eprintln!("bench: gateway {label}: {:.0} req/s", run.throughput_ops_s);
         }
         Load::NewConns => {
             let cpu = ProxyCpu::start(path)?;
             let (rec, elapsed) = new_conn_load(&path.addrs, tls, plan).await;
-            pooled.new_conns.add(&rec, elapsed, cpu.used_s()?);
+            let run = pooled.new_conns.add(&rec, elapsed, cpu.used_s()?);
             eprintln!(
                 "bench: gateway {} new connections: {:.0}/s",
-                path.name,
-                rec.result("connection", elapsed).throughput_ops_s
+                path.name, run.throughput_ops_s
             );
         }
     }
@@ -947,8 +945,8 @@ impl GatewayOutcome {
         headers
     }
 
-    fn round_rows(&self) -> Vec<Vec<String>> {
-        self.verdicts()
+    fn round_rows(verdicts: &[RoundVerdict]) -> Vec<Vec<String>> {
+        verdicts
             .iter()
             .enumerate()
             .map(|(i, v)| {
@@ -982,7 +980,7 @@ impl GatewayOutcome {
             "Round by round, the gateway at or better than HAProxy on new connections/s and on every \
              added p50 and p99 in {better} of {} rounds:\n\n{}",
             verdicts.len(),
-            render(&headers, &self.round_rows())
+            render(&headers, &Self::round_rows(&verdicts))
         )
     }
 
@@ -1246,7 +1244,8 @@ mod tests {
             for _ in 0..100 {
                 recorder.record(Duration::from_millis(millis));
             }
-            runs.add(&recorder, Duration::from_secs(1), 0.0);
+            let figures = runs.add(&recorder, Duration::from_secs(1), 0.0);
+            assert_eq!(runs.rounds.last(), Some(&figures));
         }
         assert_eq!(runs.rounds.len(), 2);
         assert!((runs.rounds[0].throughput_ops_s - 100.0).abs() < 1e-9);
