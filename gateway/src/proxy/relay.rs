@@ -36,14 +36,29 @@
 //!
 //! The relay ends when both directions have ended, when either direction fails (a reset), or
 //! on the idle timeout, the backend's session token or the shutdown token.
+//!
+//! # Stop conditions polled only when they fire
+//!
+//! A task is one future with one waker: every socket event polls all of it. The stop
+//! conditions are not cheap to poll: a `CancellationToken`'s `cancelled()` locks the token's
+//! mutex and then its `Notify`'s waiter list, and the shutdown token is shared by every
+//! connection of the process, a backend's session token by every connection to that backend,
+//! on every relay thread, so each poll also pulls those locks' cache lines from the other
+//! core. The relay therefore polls its stop conditions behind a [`WakeGate`]: they get a waker
+//! of their own, which marks the gate and wakes the task, and the gate polls them only when
+//! that mark is set (and once at the start, to register). A socket event costs the gate one
+//! atomic swap on the connection's own memory.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use futures::task::{waker_ref, ArcWake, AtomicWaker};
 use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
@@ -296,18 +311,86 @@ where
     B: AsyncRead + AsyncWrite + Unpin,
 {
     let activity = Activity::new();
+    let stops = std::pin::pin!(stop_conditions(
+        &activity,
+        idle_timeout,
+        &backend_closed,
+        &shutdown
+    ));
     let end = tokio::select! {
+        biased;
         result = copy_both(&mut client, &mut backend, &counters, &activity) => {
             if let Err(error) = result {
                 tracing::debug!(%error, "relay ended with an error");
             }
             RelayEnd::Closed
         }
-        _ = idle_watchdog(&activity, idle_timeout) => RelayEnd::IdleTimeout,
-        _ = backend_closed.cancelled() => RelayEnd::BackendClosed,
-        _ = shutdown.cancelled() => RelayEnd::Shutdown,
+        end = WakeGate::new(stops) => end,
     };
     RelayOutcome { end }
+}
+
+/// The first of the idle timeout, the backend's session token and the shutdown token.
+async fn stop_conditions(
+    activity: &Activity,
+    idle_timeout: Duration,
+    backend_closed: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> RelayEnd {
+    tokio::select! {
+        _ = idle_watchdog(activity, idle_timeout) => RelayEnd::IdleTimeout,
+        _ = backend_closed.cancelled() => RelayEnd::BackendClosed,
+        _ = shutdown.cancelled() => RelayEnd::Shutdown,
+    }
+}
+
+/// A future polled only after a waker it handed out fired (see the module docs).
+struct WakeGate<'a, F> {
+    inner: Pin<&'a mut F>,
+    gate: Arc<Gate>,
+}
+
+/// A [`WakeGate`]'s mark and the task to wake.
+struct Gate {
+    /// A waker handed to the inner future fired since the last poll of it.
+    woken: AtomicBool,
+    /// The task that polls the gate.
+    task: AtomicWaker,
+}
+
+impl<'a, F: Future> WakeGate<'a, F> {
+    /// Marked, so the first poll polls `inner` (which registers its wakers).
+    fn new(inner: Pin<&'a mut F>) -> Self {
+        WakeGate {
+            inner,
+            gate: Arc::new(Gate {
+                woken: AtomicBool::new(true),
+                task: AtomicWaker::new(),
+            }),
+        }
+    }
+}
+
+impl ArcWake for Gate {
+    fn wake_by_ref(gate: &Arc<Self>) {
+        gate.woken.store(true, Ordering::Release);
+        gate.task.wake();
+    }
+}
+
+impl<F: Future> Future for WakeGate<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // Registered before the mark is read: a wake after the read finds this waker.
+        self.gate.task.register(cx.waker());
+        if !self.gate.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let this = &mut *self;
+        let waker = waker_ref(&this.gate);
+        this.inner.as_mut().poll(&mut Context::from_waker(&waker))
+    }
 }
 
 #[cfg(test)]
@@ -510,5 +593,74 @@ mod tests {
         ));
         closed.cancel();
         assert_eq!(task.await.unwrap().end, RelayEnd::BackendClosed);
+    }
+
+    /// The stop conditions behind the gate still fire after the relay has been polled by
+    /// socket events (their first poll, which registers them, long past).
+    #[tokio::test]
+    async fn shutdown_token_ends_a_busy_relay() {
+        let (mut client, client_end) = tokio::io::duplex(64);
+        let (backend_end, mut backend) = tokio::io::duplex(64);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(relay(
+            client_end,
+            backend_end,
+            counters(),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            shutdown.clone(),
+        ));
+        for _ in 0..10 {
+            client.write_all(b"ping").await.unwrap();
+            let mut ping = [0u8; 4];
+            backend.read_exact(&mut ping).await.unwrap();
+        }
+        shutdown.cancel();
+        assert_eq!(task.await.unwrap().end, RelayEnd::Shutdown);
+    }
+
+    /// A waker that counts its wakes.
+    struct CountingWaker(AtomicU64);
+
+    impl ArcWake for CountingWaker {
+        fn wake_by_ref(waker: &Arc<Self>) {
+            waker.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_gate_polls_its_future_only_after_the_future_s_waker_fired() {
+        let polls = AtomicU64::new(0);
+        let inner_waker = std::sync::Mutex::new(None::<std::task::Waker>);
+        let fire = AtomicBool::new(false);
+        let inner = std::future::poll_fn(|cx| {
+            polls.fetch_add(1, Ordering::Relaxed);
+            *inner_waker.lock().unwrap() = Some(cx.waker().clone());
+            if fire.load(Ordering::Relaxed) {
+                Poll::Ready("fired")
+            } else {
+                Poll::Pending
+            }
+        });
+        let inner = std::pin::pin!(inner);
+        let mut gate = WakeGate::new(inner);
+        let task = Arc::new(CountingWaker(AtomicU64::new(0)));
+        let task_waker = futures::task::waker(task.clone());
+        let mut cx = Context::from_waker(&task_waker);
+        for _ in 0..5 {
+            assert!(Pin::new(&mut gate).poll(&mut cx).is_pending());
+        }
+        assert_eq!(polls.load(Ordering::Relaxed), 1, "polled once, to register");
+        assert_eq!(task.0.load(Ordering::Relaxed), 0);
+        fire.store(true, Ordering::Relaxed);
+        let registered = inner_waker.lock().unwrap().take();
+        registered.expect("registered").wake();
+        assert_eq!(
+            task.0.load(Ordering::Relaxed),
+            1,
+            "the inner wake wakes the task"
+        );
+        assert_eq!(Pin::new(&mut gate).poll(&mut cx), Poll::Ready("fired"));
+        assert_eq!(polls.load(Ordering::Relaxed), 2);
     }
 }
