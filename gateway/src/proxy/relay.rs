@@ -413,13 +413,32 @@ mod tests {
         C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        spawn_stoppable_relay(
+            client_end,
+            backend_end,
+            counters,
+            (CancellationToken::new(), CancellationToken::new()),
+        )
+    }
+
+    /// A relay with a 60 s idle timeout and the given (backend session, shutdown) tokens.
+    fn spawn_stoppable_relay<C, B>(
+        client_end: C,
+        backend_end: B,
+        counters: (Counter, Counter),
+        (backend_closed, shutdown): (CancellationToken, CancellationToken),
+    ) -> tokio::task::JoinHandle<RelayOutcome>
+    where
+        C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         tokio::spawn(relay(
             client_end,
             backend_end,
             counters,
             Duration::from_secs(60),
-            CancellationToken::new(),
-            CancellationToken::new(),
+            backend_closed,
+            shutdown,
         ))
     }
 
@@ -583,14 +602,12 @@ mod tests {
         let (_client, client_end) = tokio::io::duplex(64);
         let (backend_end, _backend) = tokio::io::duplex(64);
         let closed = CancellationToken::new();
-        let task = tokio::spawn(relay(
+        let task = spawn_stoppable_relay(
             client_end,
             backend_end,
             counters(),
-            Duration::from_secs(60),
-            closed.clone(),
-            CancellationToken::new(),
-        ));
+            (closed.clone(), CancellationToken::new()),
+        );
         closed.cancel();
         assert_eq!(task.await.unwrap().end, RelayEnd::BackendClosed);
     }
@@ -602,14 +619,12 @@ mod tests {
         let (mut client, client_end) = tokio::io::duplex(64);
         let (backend_end, mut backend) = tokio::io::duplex(64);
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(relay(
+        let task = spawn_stoppable_relay(
             client_end,
             backend_end,
             counters(),
-            Duration::from_secs(60),
-            CancellationToken::new(),
-            shutdown.clone(),
-        ));
+            (CancellationToken::new(), shutdown.clone()),
+        );
         for _ in 0..10 {
             client.write_all(b"ping").await.unwrap();
             let mut ping = [0u8; 4];
