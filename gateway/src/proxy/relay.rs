@@ -41,10 +41,10 @@
 //!
 //! A task is one future with one waker: every socket event polls all of it. The stop
 //! conditions are not cheap to poll: a `CancellationToken`'s `cancelled()` locks the token's
-//! mutex and then its `Notify`'s waiter list, and the shutdown token is shared by every
-//! connection of the process, a backend's session token by every connection to that backend,
-//! on every relay thread, so each poll also pulls those locks' cache lines from the other
-//! core. The relay therefore polls its stop conditions behind a [`WakeGate`]: they get a waker
+//! mutex and then its `Notify`'s waiter list. The shutdown token is one token shared by every
+//! connection of the process on every relay thread, so each poll of it also pulls those locks'
+//! cache lines from the other core; the backend's session token is a child token of the
+//! connection's own, so its two locks per poll are uncontended but still taken. The relay therefore polls its stop conditions behind a [`WakeGate`]: they get a waker
 //! of their own, which marks the gate and wakes the task, and the gate polls them only when
 //! that mark is set (and once at the start, to register). A socket event costs the gate one
 //! atomic swap on the connection's own memory.
