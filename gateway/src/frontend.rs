@@ -5,8 +5,11 @@
 //! Discover, the connector, and the per-connection service
 //! `LoadShed(ConcurrencyLimit(ProxyService))`. A frontend has one listener, or one per relay
 //! thread (`--threads`, see [`crate::relays`]), each with an accept loop on its thread that
-//! runs the connections it accepts; the loops share the service, so the connection limit is
-//! the frontend's. A reload stops the accept loops, takes their listeners back (so the sockets
+//! runs the connections it accepts. The loops share the connector (balancer and redispatch)
+//! and the concurrency limit's semaphore, so the connection limit is the frontend's; each has
+//! its own copy of the proxy service ([`ProxyService::for_accept_loop`]), so what a new
+//! connection takes a reference on (its settings, metrics and shutdown token) is its own relay
+//! thread's. A reload stops the accept loops, takes their listeners back (so the sockets
 //! are never closed when the address stays the same) and starts the next generation on them,
 //! each on the same thread, setting the generation's TCP options on the listeners for the
 //! connections they accept to inherit (see [`crate::net`]). Connections of the old generation
@@ -18,10 +21,11 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::limit::ConcurrencyLimit;
+use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
 use tower::load_shed::LoadShed;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -123,25 +127,30 @@ impl Frontend {
             connector,
             settings,
             shared.shutdown.clone(),
-            metrics.clone(),
+            Arc::clone(&metrics),
         );
-        let service = ServiceBuilder::new()
-            .load_shed()
-            .concurrency_limit(config.max_connections)
-            .service(proxy);
+        let limit = Arc::new(Semaphore::new(config.max_connections));
         let accept_stop = CancellationToken::new();
         let accept_tasks = listeners
             .into_iter()
             .enumerate()
             .map(|(index, listener)| {
                 net::configure_listener(&listener, config.socket_options());
+                let service = ServiceBuilder::new()
+                    .load_shed()
+                    .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::clone(
+                        &limit,
+                    )))
+                    .service(proxy.for_accept_loop());
                 let accept = AcceptLoop {
                     listener,
-                    service: service.clone(),
+                    service,
                     stop: accept_stop.clone(),
                     connections: shared.connections.clone(),
-                    metrics: metrics.clone(),
-                    frontend: config.name.clone(),
+                    reporter: Arc::new(Reporter {
+                        frontend: config.name.clone(),
+                        metrics: Arc::clone(&metrics),
+                    }),
                 };
                 shared.relays.spawn_accept(index, accept.run())
             })
@@ -265,8 +274,14 @@ struct AcceptLoop {
     service: FrontendService,
     stop: CancellationToken,
     connections: TaskTracker,
-    metrics: FrontendMetrics,
+    reporter: Arc<Reporter>,
+}
+
+/// What an accept loop's connections report a rejection with: one per accept loop, so the
+/// reference count a connection takes is on its own relay thread's memory.
+struct Reporter {
     frontend: String,
+    metrics: Arc<FrontendMetrics>,
 }
 
 impl AcceptLoop {
@@ -279,26 +294,25 @@ impl AcceptLoop {
             let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    tracing::warn!(frontend = %self.frontend, %error, "accept failed");
+                    tracing::warn!(frontend = %self.reporter.frontend, %error, "accept failed");
                     tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
                     continue;
                 }
             };
-            self.metrics.connections.inc();
+            self.reporter.metrics.connections.inc();
             let service = match self.service.ready().await {
                 Ok(service) => service,
                 Err(error) => {
-                    tracing::error!(frontend = %self.frontend, %error, "frontend service failed");
+                    tracing::error!(frontend = %self.reporter.frontend, %error, "frontend service failed");
                     continue;
                 }
             };
             let connection = service.call(ClientConnection { stream, peer });
-            let metrics = self.metrics.clone();
-            let frontend = self.frontend.clone();
+            let reporter = Arc::clone(&self.reporter);
             // On this thread's runtime: the connection is relayed where it was accepted.
             self.connections.spawn(async move {
                 if let Err(error) = connection.await {
-                    report_rejection(&frontend, peer, &metrics, error);
+                    report_rejection(&reporter.frontend, peer, &reporter.metrics, error);
                 }
             });
         }

@@ -6,6 +6,8 @@
 //! the virtual IP (whether this gateway holds it, times it took it, times it gave it up by
 //! reason).
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -265,8 +267,8 @@ impl Metrics {
         }
     }
 
-    /// Handles for one frontend's series.
-    pub fn frontend(&self, frontend: &str) -> FrontendMetrics {
+    /// Handles for one frontend's series, behind one reference count for its connections.
+    pub fn frontend(&self, frontend: &str) -> Arc<FrontendMetrics> {
         let labels = FrontendLabels {
             frontend: frontend.to_string(),
         };
@@ -278,14 +280,14 @@ impl Metrics {
                 })
                 .clone()
         };
-        FrontendMetrics {
+        Arc::new(FrontendMetrics {
             connections: self.frontend_connections.get_or_create(&labels).clone(),
             active: self.frontend_active.get_or_create(&labels).clone(),
             rejected_no_backend: rejected("no_healthy_backend"),
             rejected_max_connections: rejected("max_connections"),
             rejected_connect_failed: rejected("connect_failed"),
             rejected_queue_timeout: rejected("queue_timeout"),
-        }
+        })
     }
 
     /// Handles for the VIP series.

@@ -179,3 +179,58 @@ async fn peak_ewma_serves_and_exports_metrics() {
         );
     }
 }
+
+/// `max_connections` is one limit for the frontend, not one per relay thread: with two relay
+/// threads (each accepting on its own listening socket), the connections over the limit are
+/// closed at once and counted, and a closed connection frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_is_one_limit_across_relay_threads() {
+    const LIMIT: usize = 4;
+    const OVER: usize = 3;
+    let pki = Pki::new();
+    let backends = start_backends(&pki, 2).await;
+    let listen = free_local_address();
+    let gateway = Gateway::start_with_config_and_args(
+        listen,
+        &config_toml(
+            listen,
+            &backends.iter().collect::<Vec<_>>(),
+            &format!("max_connections = {LIMIT}"),
+            "",
+        ),
+        &["--threads", "2"],
+    )
+    .await;
+    assert_eq!(gateway.listening_sockets(), 2);
+    let mut held = Vec::new();
+    for _ in 0..LIMIT {
+        let mut client = TlsClient::connect(&pki, listen)
+            .await
+            .expect("a connection below the limit");
+        client.get("/").await.expect("relayed below the limit");
+        held.push(client);
+    }
+    for _ in 0..OVER {
+        assert!(
+            TlsClient::connect(&pki, listen).await.is_err(),
+            "a connection over the limit is closed before its handshake"
+        );
+    }
+    let rejected = format!(
+        "gateway_frontend_rejected_connections_total{{frontend=\"api\",reason=\"max_connections\"}} {OVER}"
+    );
+    let (_, metrics) = http_get(gateway.admin, "/metrics").await.unwrap();
+    assert!(metrics.contains(&rejected), "no {rejected} in:\n{metrics}");
+    drop(held.pop());
+    wait_for(
+        "a place freed by a closed connection",
+        STARTUP_DEADLINE,
+        || async {
+            match TlsClient::connect(&pki, listen).await {
+                Ok(mut client) => client.get("/").await.is_ok(),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+}

@@ -41,13 +41,13 @@
 //!
 //! A task is one future with one waker: every socket event polls all of it. The stop
 //! conditions are not cheap to poll: a `CancellationToken`'s `cancelled()` locks the token's
-//! mutex and then its `Notify`'s waiter list. The shutdown token is one token shared by every
-//! connection of the process on every relay thread, so each poll of it also pulls those locks'
-//! cache lines from the other core; the backend's session token is a child token of the
-//! connection's own, so its two locks per poll are uncontended but still taken. The relay therefore polls its stop conditions behind a [`WakeGate`]: they get a waker
-//! of their own, which marks the gate and wakes the task, and the gate polls them only when
-//! that mark is set (and once at the start, to register). A socket event costs the gate one
-//! atomic swap on the connection's own memory.
+//! mutex and then its `Notify`'s waiter list. The shutdown token a relay gets is its accept
+//! loop's child of the process's token, shared by that relay thread's connections; the
+//! backend's session token is a child token of the connection's own. Their locks are
+//! uncontended but still taken on every poll. The relay therefore polls its stop conditions
+//! behind a [`WakeGate`]: they get a waker of their own, which marks the gate and wakes the
+//! task, and the gate polls them only when that mark is set (and once at the start, to
+//! register). A socket event costs the gate one atomic swap on the connection's own memory.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -251,7 +251,7 @@ where
 async fn copy_both<C, B>(
     client: &mut C,
     backend: &mut B,
-    (to_backend, to_client): &(Counter, Counter),
+    (to_backend, to_client): (&Counter, &Counter),
     activity: &Activity,
 ) -> io::Result<()>
 where
@@ -301,10 +301,10 @@ async fn idle_watchdog(activity: &Activity, idle_timeout: Duration) {
 pub async fn relay<C, B>(
     mut client: C,
     mut backend: B,
-    counters: (Counter, Counter),
+    counters: (&Counter, &Counter),
     idle_timeout: Duration,
-    backend_closed: CancellationToken,
-    shutdown: CancellationToken,
+    backend_closed: &CancellationToken,
+    shutdown: &CancellationToken,
 ) -> RelayOutcome
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -314,12 +314,12 @@ where
     let stops = std::pin::pin!(stop_conditions(
         &activity,
         idle_timeout,
-        &backend_closed,
-        &shutdown
+        backend_closed,
+        shutdown
     ));
     let end = tokio::select! {
         biased;
-        result = copy_both(&mut client, &mut backend, &counters, &activity) => {
+        result = copy_both(&mut client, &mut backend, counters, &activity) => {
             if let Err(error) = result {
                 tracing::debug!(%error, "relay ended with an error");
             }
@@ -432,14 +432,38 @@ mod tests {
         C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        tokio::spawn(relay(
+        spawn_relay_with(
             client_end,
             backend_end,
             counters,
             Duration::from_secs(60),
-            backend_closed,
-            shutdown,
-        ))
+            (backend_closed, shutdown),
+        )
+    }
+
+    /// A relay on its own task that owns what `relay` borrows.
+    fn spawn_relay_with<C, B>(
+        client_end: C,
+        backend_end: B,
+        (to_backend, to_client): (Counter, Counter),
+        idle_timeout: Duration,
+        (backend_closed, shutdown): (CancellationToken, CancellationToken),
+    ) -> tokio::task::JoinHandle<RelayOutcome>
+    where
+        C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        tokio::spawn(async move {
+            relay(
+                client_end,
+                backend_end,
+                (&to_backend, &to_client),
+                idle_timeout,
+                &backend_closed,
+                &shutdown,
+            )
+            .await
+        })
     }
 
     #[tokio::test(start_paused = true)]
@@ -447,14 +471,13 @@ mod tests {
         let (mut client, client_end) = tokio::io::duplex(64);
         let (backend_end, mut backend) = tokio::io::duplex(64);
         let idle = Duration::from_secs(60);
-        let task = tokio::spawn(relay(
+        let task = spawn_relay_with(
             client_end,
             backend_end,
             counters(),
             idle,
-            CancellationToken::new(),
-            CancellationToken::new(),
-        ));
+            (CancellationToken::new(), CancellationToken::new()),
+        );
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_secs(45)).await;
             client.write_all(b"x").await.unwrap();

@@ -66,12 +66,25 @@ pub struct ClientConnection {
 }
 
 /// The per-connection service of one frontend.
+///
+/// Each accept loop uses its own copy ([`ProxyService::for_accept_loop`]), whose
+/// [`ConnectionContext`] only that loop's connections share: a connection takes one reference
+/// count on memory its own relay thread owns, instead of a reference count per metric handle,
+/// setting and token on memory that every relay thread writes.
 #[derive(Clone)]
 pub struct ProxyService {
     connector: Connector,
-    settings: Arc<ProxySettings>,
+    context: Arc<ConnectionContext>,
+}
+
+/// What the connections of one accept loop share.
+#[derive(Debug)]
+struct ConnectionContext {
+    settings: ProxySettings,
+    /// A child of the gateway's shutdown token, one per accept loop: a connection registers
+    /// with it, not with the token every relay thread's connections register with.
     shutdown: CancellationToken,
-    metrics: FrontendMetrics,
+    metrics: Arc<FrontendMetrics>,
 }
 
 impl ProxyService {
@@ -80,13 +93,29 @@ impl ProxyService {
         connector: Connector,
         settings: ProxySettings,
         shutdown: CancellationToken,
-        metrics: FrontendMetrics,
+        metrics: Arc<FrontendMetrics>,
     ) -> Self {
         ProxyService {
             connector,
-            settings: Arc::new(settings),
-            shutdown,
-            metrics,
+            context: Arc::new(ConnectionContext {
+                settings,
+                shutdown,
+                metrics,
+            }),
+        }
+    }
+
+    /// A copy for one accept loop: the same connector (balancer, redispatch) and settings,
+    /// with a context of its own (see the type's docs).
+    pub fn for_accept_loop(&self) -> Self {
+        let context = &self.context;
+        ProxyService {
+            connector: self.connector.clone(),
+            context: Arc::new(ConnectionContext {
+                settings: context.settings.clone(),
+                shutdown: context.shutdown.child_token(),
+                metrics: Arc::clone(&context.metrics),
+            }),
         }
     }
 
@@ -96,25 +125,29 @@ impl ProxyService {
     async fn proxy(
         connection: ClientConnection,
         attempt: BoxFuture<'static, Result<BackendConnection, BoxError>>,
-        settings: Arc<ProxySettings>,
-        shutdown: CancellationToken,
-        metrics: FrontendMetrics,
+        context: Arc<ConnectionContext>,
     ) -> Result<RelayOutcome, ProxyError> {
+        let ConnectionContext {
+            settings,
+            shutdown,
+            metrics,
+        } = &*context;
         metrics.active.inc();
-        let _active = ActiveGuard(metrics.clone());
+        let _active = ActiveGuard(metrics);
         let BackendConnection { stream, slot } =
-            connect(attempt, settings.connect_stage_budget(), &metrics).await?;
+            connect(attempt, settings.connect_stage_budget(), metrics).await?;
         let backend = slot.backend();
-        let counters = (
-            backend.metrics().bytes_to_backend.clone(),
-            backend.metrics().bytes_to_client.clone(),
-        );
+        let backend_closed = backend.session_token();
+        let backend_metrics = backend.metrics();
         let outcome = relay(
             connection.stream,
             stream,
-            counters,
+            (
+                &backend_metrics.bytes_to_backend,
+                &backend_metrics.bytes_to_client,
+            ),
             settings.idle_timeout,
-            backend.session_token(),
+            &backend_closed,
             shutdown,
         )
         .await;
@@ -155,9 +188,9 @@ async fn connect(
     Err(result)
 }
 
-struct ActiveGuard(FrontendMetrics);
+struct ActiveGuard<'a>(&'a FrontendMetrics);
 
-impl Drop for ActiveGuard {
+impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.0.active.dec();
     }
@@ -176,12 +209,6 @@ impl Service<ClientConnection> for ProxyService {
 
     fn call(&mut self, connection: ClientConnection) -> Self::Future {
         let attempt = self.connect_attempt(connection.peer);
-        Box::pin(Self::proxy(
-            connection,
-            attempt,
-            Arc::clone(&self.settings),
-            self.shutdown.clone(),
-            self.metrics.clone(),
-        ))
+        Box::pin(Self::proxy(connection, attempt, Arc::clone(&self.context)))
     }
 }
