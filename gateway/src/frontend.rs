@@ -121,6 +121,7 @@ impl Frontend {
             queue_timeout: config.queue_timeout,
             connect_timeout: config.connect_timeout,
             retries: config.retries,
+            tcp_keepalive: config.tcp_keepalive,
         };
         let metrics = shared.metrics.frontend(&config.name);
         let proxy = ProxyService::new(

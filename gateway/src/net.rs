@@ -4,8 +4,12 @@
 //! socket's `TCP_NODELAY` and keepalive settings (`SO_KEEPALIVE`, `TCP_KEEPIDLE`,
 //! `TCP_KEEPINTVL`, `TCP_KEEPCNT`) into every socket it accepts. So the options are set once
 //! per listener and frontend generation ([`configure_listener`]), not with five `setsockopt`
-//! calls per accepted connection. Backend connections are set up one by one
-//! before they connect ([`connect_stream`]).
+//! calls per accepted connection. Backend connections are set up one by one: Nagle and
+//! delayed ACKs before they connect ([`connect_stream`]), keepalive only once the relay has
+//! lasted [`BACKEND_KEEPALIVE_AFTER`] ([`enable_keepalive`], run by the relay). Keepalive is
+//! for connections that sit idle for long (watches); most connections through a control-plane
+//! endpoint are shorter than a second and never pay its four `setsockopt` calls, and a
+//! connection that falls silent at once has its first probe at most that second later.
 //!
 //! # One ACK fewer on each leg, the accept woken with the ClientHello in hand
 //!
@@ -49,6 +53,9 @@ pub const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// Unanswered probes before the kernel declares the peer dead: with the 30 s default idle
 /// time a vanished peer is detected after about one minute.
 pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
+
+/// How long a relay runs before its backend socket gets TCP keepalive (module docs).
+pub const BACKEND_KEEPALIVE_AFTER: Duration = Duration::from_secs(1);
 
 /// How long the kernel holds a connection whose client has not sent anything before queueing
 /// it for `accept` anyway (`TCP_DEFER_ACCEPT`, whole seconds; the kernel rounds it to SYN-ACK
@@ -120,12 +127,14 @@ fn bind_std_listener(
     Ok(socket.into())
 }
 
-/// Sets the options of [`connect_stream`] on `listener`, so every connection it accepts from
-/// now on inherits them, and (client speaks first) defers each accept until the client's first
-/// bytes arrive ([`DEFER_ACCEPT`]); without, clears a deferral set before (a reload may change
-/// it on a listener handed over). Failures are logged, not fatal.
+/// Sets the options of [`connect_stream`] and keepalive on `listener`, so every connection it
+/// accepts from now on inherits them (at no cost per connection), and (client speaks first)
+/// defers each accept until the client's first bytes arrive ([`DEFER_ACCEPT`]); without,
+/// clears a deferral set before (a reload may change it on a listener handed over). Failures
+/// are logged, not fatal.
 pub fn configure_listener(listener: &TcpListener, options: SocketOptions) {
     configure_socket(listener, options);
+    enable_keepalive(listener, options.keepalive_idle);
     let seconds = if options.client_speaks_first {
         libc::c_int::try_from(DEFER_ACCEPT.as_secs()).unwrap_or(libc::c_int::MAX)
     } else {
@@ -139,10 +148,10 @@ pub fn configure_listener(listener: &TcpListener, options: SocketOptions) {
 
 /// Connects to `address` (`host:port`; each resolved address in turn, as
 /// `TcpStream::connect`) with the options of a relayed connection set before the SYN: Nagle
-/// off (the gateway relays what it reads at once, TLS records included), TCP keepalive with
-/// `options.keepalive_idle` before the first probe, and (client speaks first) the handshake's
-/// last ACK left to ride on the first bytes written. Option failures are logged, not fatal:
-/// the connection works without them.
+/// off (the gateway relays what it reads at once, TLS records included) and (client speaks
+/// first) the handshake's last ACK left to ride on the first bytes written. Keepalive comes
+/// later ([`enable_keepalive`]). Option failures are logged, not fatal: the connection works
+/// without them.
 pub async fn connect_stream(address: &str, options: SocketOptions) -> io::Result<TcpStream> {
     let mut last_error = None;
     for resolved in tokio::net::lookup_host(address).await? {
@@ -193,8 +202,7 @@ pub(crate) fn set_int_option(
     }
 }
 
-/// Nagle off, keepalive after `options.keepalive_idle`, delayed ACKs if the client speaks
-/// first (see the module docs).
+/// Nagle off, delayed ACKs if the client speaks first (see the module docs).
 fn configure_socket(socket: &impl AsFd, options: SocketOptions) {
     let socket = SockRef::from(socket);
     if let Err(error) = socket.set_tcp_quickack(!options.client_speaks_first) {
@@ -203,11 +211,17 @@ fn configure_socket(socket: &impl AsFd, options: SocketOptions) {
     if let Err(error) = socket.set_tcp_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
     }
+}
+
+/// TCP keepalive: the first probe after `idle` without traffic, then every
+/// [`TCP_KEEPALIVE_INTERVAL`], the peer declared dead after [`TCP_KEEPALIVE_RETRIES`]
+/// unanswered. A failure is logged, not fatal.
+pub fn enable_keepalive(socket: &impl AsFd, idle: Duration) {
     let keepalive = TcpKeepalive::new()
-        .with_time(options.keepalive_idle)
+        .with_time(idle)
         .with_interval(TCP_KEEPALIVE_INTERVAL)
         .with_retries(TCP_KEEPALIVE_RETRIES);
-    if let Err(error) = socket.set_tcp_keepalive(&keepalive) {
+    if let Err(error) = SockRef::from(socket).set_tcp_keepalive(&keepalive) {
         tracing::debug!(%error, "cannot enable TCP keepalive");
     }
 }
@@ -317,7 +331,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connect_stream_sets_the_options_before_the_handshake() {
+    async fn connect_stream_sets_nagle_before_the_handshake_and_keepalive_comes_later() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
@@ -327,9 +341,21 @@ mod tests {
         let (mut server, _peer) = accepted.expect("accept");
         let socket = SockRef::from(&stream);
         assert!(socket.tcp_nodelay().expect("TCP_NODELAY"));
+        assert!(!socket.keepalive().expect("SO_KEEPALIVE"));
+        enable_keepalive(&stream, TEST_IDLE);
+        let socket = SockRef::from(&stream);
+        assert!(socket.keepalive().expect("SO_KEEPALIVE"));
         assert_eq!(
             socket.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
             TEST_IDLE
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
+            TCP_KEEPALIVE_INTERVAL
+        );
+        assert_eq!(
+            socket.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
+            TCP_KEEPALIVE_RETRIES
         );
         stream.write_all(b"hello").await.expect("write");
         let mut hello = [0u8; 5];

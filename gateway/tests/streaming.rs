@@ -88,3 +88,53 @@ async fn watch_like_stream_survives_long_silence_with_default_timeouts() {
         "the stream survived {SILENCE:?} of silence: {text}"
     );
 }
+
+/// `/proc/net/tcp`'s timer code of a socket whose keepalive timer is armed.
+const KEEPALIVE_TIMER: u8 = 2;
+/// `/proc/net/tcp`'s state code of an established socket.
+const ESTABLISHED: u8 = 1;
+
+/// Timer codes of the established IPv4 sockets connected to `remote`, from `/proc/net/tcp`
+/// (addresses as little-endian hex, `tr` the active timer: 0 none, 1 retransmit, 2 keepalive).
+fn timers_of_sockets_to(remote: SocketAddr) -> Vec<u8> {
+    let SocketAddr::V4(remote) = remote else {
+        panic!("the test backends are IPv4");
+    };
+    let wanted = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(remote.ip().octets()),
+        remote.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let state = u8::from_str_radix(fields.get(3)?, 16).ok()?;
+            let timer = u8::from_str_radix(fields.get(5)?.split(':').next()?, 16).ok()?;
+            (fields.get(2)? == &wanted && state == ESTABLISHED).then_some(timer)
+        })
+        .collect()
+}
+
+/// The backend leg of a relayed connection gets TCP keepalive once the connection has
+/// lasted a second (it is not set at connect, so short connections skip its system calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lasting_connection_gets_keepalive_on_its_backend_leg() {
+    let pki = Pki::new();
+    let backend = Nginx::start(&pki, "cp1", None).await;
+    let listen = free_local_address();
+    let gateway =
+        Gateway::start_with_config(listen, &config_toml(listen, &[&backend], "", "")).await;
+    let mut client = TlsClient::connect(&pki, gateway.listen).await.unwrap();
+    assert_eq!(client.get("/").await.unwrap().trim(), "cp1");
+    let nginx: SocketAddr = backend.host_port().parse().unwrap();
+    wait_for(
+        "keepalive armed on the backend leg",
+        STARTUP_DEADLINE,
+        || async { timers_of_sockets_to(nginx).contains(&KEEPALIVE_TIMER) },
+    )
+    .await;
+    drop(client);
+}

@@ -50,6 +50,7 @@
 //! register). A socket event costs the gate one atomic swap on the connection's own memory.
 
 use std::cell::RefCell;
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -247,20 +248,24 @@ where
     }))
 }
 
-/// Copies both directions until both have ended (`Ok`) or one fails.
-async fn copy_both<C, B>(
+/// Copies both directions until both have ended (`Ok`) or one fails; runs `deferred` on the
+/// backend once it is due.
+async fn copy_both<C, B, F>(
     client: &mut C,
     backend: &mut B,
     (to_backend, to_client): (&Counter, &Counter),
     activity: &Activity,
+    mut deferred: Deferred<'_, F>,
 ) -> io::Result<()>
 where
     C: AsyncRead + AsyncWrite + Unpin + ?Sized,
     B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    F: FnOnce(&B),
 {
     let mut upstream = Pump::START;
     let mut downstream = Pump::START;
     std::future::poll_fn(|cx| {
+        deferred.run_if_due(&*backend);
         let up = upstream.poll(
             cx,
             Pin::new(&mut *client),
@@ -284,6 +289,39 @@ where
     .await
 }
 
+/// A setup step for connections that last ([`LongLived`]), run by the copy, which holds the
+/// backend stream, once the stop conditions marked it due.
+struct Deferred<'a, F> {
+    due: &'a AtomicBool,
+    setup: Option<F>,
+}
+
+impl<F> Deferred<'_, F> {
+    fn run_if_due<B: ?Sized>(&mut self, backend: &B)
+    where
+        F: FnOnce(&B),
+    {
+        if self.setup.is_some() && self.due.load(Ordering::Relaxed) {
+            if let Some(setup) = self.setup.take() {
+                setup(backend);
+            }
+        }
+    }
+}
+
+/// Marks `due` once `after` has passed, then has the task polled again (the copy, polled
+/// first, runs the deferred step); never resolves.
+async fn mark_due(after: Duration, due: &AtomicBool) -> Infallible {
+    tokio::time::sleep(after).await;
+    due.store(true, Ordering::Relaxed);
+    std::future::poll_fn(|cx| {
+        cx.waker().wake_by_ref();
+        Poll::<()>::Ready(())
+    })
+    .await;
+    std::future::pending().await
+}
+
 /// Sleeps until `idle_timeout` has passed without activity.
 async fn idle_watchdog(activity: &Activity, idle_timeout: Duration) {
     loop {
@@ -295,31 +333,47 @@ async fn idle_watchdog(activity: &Activity, idle_timeout: Duration) {
     }
 }
 
+/// A step for connections that last: `setup` runs on the backend stream once the relay has
+/// gone on for `after` (the backend socket's TCP keepalive, see [`crate::net`]).
+pub struct LongLived<F> {
+    /// How long the relay runs before `setup`.
+    pub after: Duration,
+    /// The step; never run for a relay that ends sooner.
+    pub setup: F,
+}
+
 /// Relays between `client` and `backend` until both directions end or a stop condition hits.
 /// `to_backend` and `to_client` count the bytes of each direction. Both streams are dropped
 /// (closed) when it returns.
-pub async fn relay<C, B>(
+pub async fn relay<C, B, F>(
     mut client: C,
     mut backend: B,
     counters: (&Counter, &Counter),
     idle_timeout: Duration,
     backend_closed: &CancellationToken,
     shutdown: &CancellationToken,
+    long_lived: LongLived<F>,
 ) -> RelayOutcome
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
+    F: FnOnce(&B),
 {
     let activity = Activity::new();
+    let due = AtomicBool::new(false);
+    let deferred = Deferred {
+        due: &due,
+        setup: Some(long_lived.setup),
+    };
     let stops = std::pin::pin!(stop_conditions(
         &activity,
         idle_timeout,
-        backend_closed,
-        shutdown
+        (backend_closed, shutdown),
+        (long_lived.after, &due),
     ));
     let end = tokio::select! {
         biased;
-        result = copy_both(&mut client, &mut backend, counters, &activity) => {
+        result = copy_both(&mut client, &mut backend, counters, &activity, deferred) => {
             if let Err(error) = result {
                 tracing::debug!(%error, "relay ended with an error");
             }
@@ -330,17 +384,19 @@ where
     RelayOutcome { end }
 }
 
-/// The first of the idle timeout, the backend's session token and the shutdown token.
+/// The first of the idle timeout, the backend's session token and the shutdown token; marks
+/// the long-lived step due on the way.
 async fn stop_conditions(
     activity: &Activity,
     idle_timeout: Duration,
-    backend_closed: &CancellationToken,
-    shutdown: &CancellationToken,
+    (backend_closed, shutdown): (&CancellationToken, &CancellationToken),
+    (long_lived_after, due): (Duration, &AtomicBool),
 ) -> RelayEnd {
     tokio::select! {
         _ = idle_watchdog(activity, idle_timeout) => RelayEnd::IdleTimeout,
         _ = backend_closed.cancelled() => RelayEnd::BackendClosed,
         _ = shutdown.cancelled() => RelayEnd::Shutdown,
+        never = mark_due(long_lived_after, due) => match never {},
     }
 }
 
@@ -398,6 +454,9 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+
+    /// When the tests' relays run their (empty) long-lived step.
+    const TEST_LONG_LIVED: Duration = Duration::from_secs(1);
 
     fn counters() -> (Counter, Counter) {
         (Counter::default(), Counter::default())
@@ -461,6 +520,10 @@ mod tests {
                 idle_timeout,
                 &backend_closed,
                 &shutdown,
+                LongLived {
+                    after: TEST_LONG_LIVED,
+                    setup: |_: &B| {},
+                },
             )
             .await
         })
@@ -655,6 +718,55 @@ mod tests {
         }
         shutdown.cancel();
         assert_eq!(task.await.unwrap().end, RelayEnd::Shutdown);
+    }
+
+    /// The long-lived step runs once, on the backend stream, after its delay, also on a
+    /// connection that is silent all along; a relay that ends sooner never runs it.
+    #[tokio::test(start_paused = true)]
+    async fn the_long_lived_step_runs_once_after_its_delay() {
+        let runs = Arc::new(AtomicU64::new(0));
+        let spawn = |runs: Arc<AtomicU64>| {
+            let (client, client_end) = tokio::io::duplex(64);
+            let (backend_end, backend) = tokio::io::duplex(64);
+            let task = tokio::spawn(async move {
+                let (to_backend, to_client) = counters();
+                let token = CancellationToken::new();
+                relay(
+                    client_end,
+                    backend_end,
+                    (&to_backend, &to_client),
+                    Duration::from_secs(60),
+                    &token,
+                    &token,
+                    LongLived {
+                        after: TEST_LONG_LIVED,
+                        setup: move |_: &tokio::io::DuplexStream| {
+                            runs.fetch_add(1, Ordering::Relaxed);
+                        },
+                    },
+                )
+                .await
+            });
+            (client, backend, task)
+        };
+        let (client, backend, short) = spawn(Arc::clone(&runs));
+        drop((client, backend));
+        assert_eq!(short.await.unwrap().end, RelayEnd::Closed);
+        tokio::time::sleep(TEST_LONG_LIVED * 2).await;
+        assert_eq!(runs.load(Ordering::Relaxed), 0, "a short relay skips it");
+
+        let (_client, _backend, long) = spawn(Arc::clone(&runs));
+        tokio::time::sleep(TEST_LONG_LIVED / 2).await;
+        assert_eq!(runs.load(Ordering::Relaxed), 0, "not before its delay");
+        tokio::time::sleep(TEST_LONG_LIVED).await;
+        assert_eq!(
+            runs.load(Ordering::Relaxed),
+            1,
+            "run on a silent connection"
+        );
+        tokio::time::sleep(TEST_LONG_LIVED * 10).await;
+        assert_eq!(runs.load(Ordering::Relaxed), 1, "run once");
+        assert!(!long.is_finished());
     }
 
     /// A waker that counts its wakes.

@@ -15,13 +15,14 @@ use tower::util::BoxService;
 use tower::{Service, ServiceExt};
 
 use super::error::ProxyError;
-use super::relay::{relay, RelayOutcome};
+use super::relay::{relay, LongLived, RelayOutcome};
 use super::retry::Redispatch;
 use super::shared::SharedBalancer;
 use crate::balance::BoxBalancer;
 use crate::endpoint::{BackendConnection, ConnectError, ConnectRequest};
 use crate::failfast::{FailFast, NoHealthyBackend};
 use crate::metrics::FrontendMetrics;
+use crate::net;
 use crate::BoxError;
 
 /// The shared connect path: redispatch over the frontend's shared, fail-fast balancer.
@@ -47,6 +48,9 @@ pub struct ProxySettings {
     pub connect_timeout: Duration,
     /// Redispatch attempts.
     pub retries: u32,
+    /// Keepalive idle time of the backend leg, armed once the relay has lasted
+    /// [`net::BACKEND_KEEPALIVE_AFTER`].
+    pub tcp_keepalive: Duration,
 }
 
 impl ProxySettings {
@@ -149,6 +153,10 @@ impl ProxyService {
             settings.idle_timeout,
             &backend_closed,
             shutdown,
+            LongLived {
+                after: net::BACKEND_KEEPALIVE_AFTER,
+                setup: |stream: &TcpStream| net::enable_keepalive(stream, settings.tcp_keepalive),
+            },
         )
         .await;
         tracing::debug!(client = %connection.peer, backend = %backend.name(), end = ?outcome.end, "connection ended");
