@@ -32,7 +32,9 @@
 //!
 //! Every read stamps the time of the last byte on either side. A watchdog sleeps until
 //! `last activity + idle_timeout` and ends the relay only if no byte moved in between, so the
-//! timeout is exact without per-read timers.
+//! timeout is exact without per-read timers. The same timer first wakes once the relay has
+//! lasted [`LongLived::after`], to mark its step (the backend's TCP keepalive) due; the copy,
+//! which holds the backend stream, runs it on its next poll.
 //!
 //! The relay ends when both directions have ended, when either direction fails (a reset), or
 //! on the idle timeout, the backend's session token or the shutdown token.
@@ -50,7 +52,6 @@
 //! register). A socket event costs the gate one atomic swap on the connection's own memory.
 
 use std::cell::RefCell;
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -97,19 +98,32 @@ pub struct RelayOutcome {
     pub end: RelayEnd,
 }
 
-/// When the last byte was read on either leg, as nanoseconds since `origin`.
+/// When the last byte was read on either leg, as nanoseconds since `origin`; when the
+/// long-lived step is due, and whether it is.
 #[derive(Debug)]
 struct Activity {
     origin: Instant,
     last_nanos: AtomicU64,
+    long_lived_after: Duration,
+    long_lived_due: AtomicBool,
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(long_lived_after: Duration) -> Self {
         Activity {
             origin: Instant::now(),
             last_nanos: AtomicU64::new(0),
+            long_lived_after,
+            long_lived_due: AtomicBool::new(false),
         }
+    }
+
+    fn long_lived_at(&self) -> Instant {
+        self.origin + self.long_lived_after
+    }
+
+    fn long_lived_due(&self) -> bool {
+        self.long_lived_due.load(Ordering::Relaxed)
     }
 
     fn touch(&self) {
@@ -248,14 +262,14 @@ where
     }))
 }
 
-/// Copies both directions until both have ended (`Ok`) or one fails; runs `deferred` on the
-/// backend once it is due.
+/// Copies both directions until both have ended (`Ok`) or one fails; runs the long-lived
+/// `setup` on the backend once the watchdog marked it due.
 async fn copy_both<C, B, F>(
     client: &mut C,
     backend: &mut B,
     (to_backend, to_client): (&Counter, &Counter),
     activity: &Activity,
-    mut deferred: Deferred<'_, F>,
+    setup: F,
 ) -> io::Result<()>
 where
     C: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -264,8 +278,13 @@ where
 {
     let mut upstream = Pump::START;
     let mut downstream = Pump::START;
+    let mut setup = Some(setup);
     std::future::poll_fn(|cx| {
-        deferred.run_if_due(&*backend);
+        if setup.is_some() && activity.long_lived_due() {
+            if let Some(setup) = setup.take() {
+                setup(&*backend);
+            }
+        }
         let up = upstream.poll(
             cx,
             Pin::new(&mut *client),
@@ -289,47 +308,31 @@ where
     .await
 }
 
-/// A setup step for connections that last ([`LongLived`]), run by the copy, which holds the
-/// backend stream, once the stop conditions marked it due.
-struct Deferred<'a, F> {
-    due: &'a AtomicBool,
-    setup: Option<F>,
-}
-
-impl<F> Deferred<'_, F> {
-    fn run_if_due<B: ?Sized>(&mut self, backend: &B)
-    where
-        F: FnOnce(&B),
-    {
-        if self.setup.is_some() && self.due.load(Ordering::Relaxed) {
-            if let Some(setup) = self.setup.take() {
-                setup(backend);
-            }
-        }
-    }
-}
-
-/// Marks `due` once `after` has passed, then has the task polled again (the copy, polled
-/// first, runs the deferred step); never resolves.
-async fn mark_due(after: Duration, due: &AtomicBool) -> Infallible {
-    tokio::time::sleep(after).await;
-    due.store(true, Ordering::Relaxed);
-    std::future::poll_fn(|cx| {
-        cx.waker().wake_by_ref();
-        Poll::<()>::Ready(())
-    })
-    .await;
-    std::future::pending().await
-}
-
-/// Sleeps until `idle_timeout` has passed without activity.
-async fn idle_watchdog(activity: &Activity, idle_timeout: Duration) {
+/// Sleeps until `idle_timeout` has passed without activity. On the way, once the relay has
+/// lasted [`LongLived::after`], marks the long-lived step due and has the task polled again
+/// (the copy, polled first, runs it). One timer serves both: a second `Sleep` in every
+/// connection's future cost 0.25 KiB per idle connection.
+async fn watchdog(activity: &Activity, idle_timeout: Duration) {
+    let long_lived_at = activity.long_lived_at();
+    let due = &activity.long_lived_due;
     loop {
-        let deadline = activity.last() + idle_timeout;
-        if Instant::now() >= deadline {
+        let idle_at = activity.last() + idle_timeout;
+        let now = Instant::now();
+        if now >= idle_at {
             return;
         }
-        tokio::time::sleep_until(deadline).await;
+        if due.load(Ordering::Relaxed) {
+            tokio::time::sleep_until(idle_at).await;
+        } else if now >= long_lived_at {
+            due.store(true, Ordering::Relaxed);
+            std::future::poll_fn(|cx| {
+                cx.waker().wake_by_ref();
+                Poll::Ready(())
+            })
+            .await;
+        } else {
+            tokio::time::sleep_until(idle_at.min(long_lived_at)).await;
+        }
     }
 }
 
@@ -359,21 +362,16 @@ where
     B: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&B),
 {
-    let activity = Activity::new();
-    let due = AtomicBool::new(false);
-    let deferred = Deferred {
-        due: &due,
-        setup: Some(long_lived.setup),
-    };
+    let activity = Activity::new(long_lived.after);
     let stops = std::pin::pin!(stop_conditions(
         &activity,
         idle_timeout,
-        (backend_closed, shutdown),
-        (long_lived.after, &due),
+        backend_closed,
+        shutdown
     ));
     let end = tokio::select! {
         biased;
-        result = copy_both(&mut client, &mut backend, counters, &activity, deferred) => {
+        result = copy_both(&mut client, &mut backend, counters, &activity, long_lived.setup) => {
             if let Err(error) = result {
                 tracing::debug!(%error, "relay ended with an error");
             }
@@ -389,14 +387,13 @@ where
 async fn stop_conditions(
     activity: &Activity,
     idle_timeout: Duration,
-    (backend_closed, shutdown): (&CancellationToken, &CancellationToken),
-    (long_lived_after, due): (Duration, &AtomicBool),
+    backend_closed: &CancellationToken,
+    shutdown: &CancellationToken,
 ) -> RelayEnd {
     tokio::select! {
-        _ = idle_watchdog(activity, idle_timeout) => RelayEnd::IdleTimeout,
+        _ = watchdog(activity, idle_timeout) => RelayEnd::IdleTimeout,
         _ = backend_closed.cancelled() => RelayEnd::BackendClosed,
         _ = shutdown.cancelled() => RelayEnd::Shutdown,
-        never = mark_due(long_lived_after, due) => match never {},
     }
 }
 
@@ -767,6 +764,31 @@ mod tests {
         tokio::time::sleep(TEST_LONG_LIVED * 10).await;
         assert_eq!(runs.load(Ordering::Relaxed), 1, "run once");
         assert!(!long.is_finished());
+    }
+
+    /// An idle timeout shorter than the long-lived delay ends the relay on time: the one
+    /// timer sleeps until the earlier of the two.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_timeout_before_the_long_lived_delay_still_ends_the_relay() {
+        let (_client, client_end) = tokio::io::duplex(64);
+        let (backend_end, _backend) = tokio::io::duplex(64);
+        let idle = TEST_LONG_LIVED / 4;
+        let started = Instant::now();
+        let outcome = spawn_relay_with(
+            client_end,
+            backend_end,
+            counters(),
+            idle,
+            (CancellationToken::new(), CancellationToken::new()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.end, RelayEnd::IdleTimeout);
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= idle && elapsed < TEST_LONG_LIVED,
+            "ended after {elapsed:?}"
+        );
     }
 
     /// A waker that counts its wakes.
