@@ -261,6 +261,23 @@ mod tests {
         value
     }
 
+    /// Keepalive is on with the test idle time and the gateway's interval and retries.
+    fn assert_keepalive(socket: &SockRef<'_>) {
+        assert!(socket.keepalive().expect("SO_KEEPALIVE"));
+        assert_eq!(
+            socket.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
+            TEST_IDLE
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
+            TCP_KEEPALIVE_INTERVAL
+        );
+        assert_eq!(
+            socket.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
+            TCP_KEEPALIVE_RETRIES
+        );
+    }
+
     /// A listener configured with `options`, a client that sent `first_bytes`, the accepted end.
     async fn accepted(
         options: SocketOptions,
@@ -294,19 +311,7 @@ mod tests {
             !socket.tcp_quickack().expect("TCP_QUICKACK"),
             "delayed ACKs are inherited"
         );
-        assert!(socket.keepalive().expect("SO_KEEPALIVE"));
-        assert_eq!(
-            socket.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
-            TEST_IDLE
-        );
-        assert_eq!(
-            socket.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
-            TCP_KEEPALIVE_INTERVAL
-        );
-        assert_eq!(
-            socket.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
-            TCP_KEEPALIVE_RETRIES
-        );
+        assert_keepalive(&socket);
     }
 
     #[tokio::test]
@@ -344,19 +349,7 @@ mod tests {
         assert!(!socket.keepalive().expect("SO_KEEPALIVE"));
         enable_keepalive(&stream, TEST_IDLE);
         let socket = SockRef::from(&stream);
-        assert!(socket.keepalive().expect("SO_KEEPALIVE"));
-        assert_eq!(
-            socket.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
-            TEST_IDLE
-        );
-        assert_eq!(
-            socket.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
-            TCP_KEEPALIVE_INTERVAL
-        );
-        assert_eq!(
-            socket.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
-            TCP_KEEPALIVE_RETRIES
-        );
+        assert_keepalive(&socket);
         stream.write_all(b"hello").await.expect("write");
         let mut hello = [0u8; 5];
         server.read_exact(&mut hello).await.expect("read");
