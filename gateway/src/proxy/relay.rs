@@ -126,6 +126,10 @@ impl Activity {
         self.long_lived_due.load(Ordering::Relaxed)
     }
 
+    fn mark_long_lived_due(&self) {
+        self.long_lived_due.store(true, Ordering::Relaxed);
+    }
+
     fn touch(&self) {
         let nanos = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last_nanos.fetch_max(nanos, Ordering::Relaxed);
@@ -280,10 +284,8 @@ where
     let mut downstream = Pump::START;
     let mut setup = Some(setup);
     std::future::poll_fn(|cx| {
-        if setup.is_some() && activity.long_lived_due() {
-            if let Some(setup) = setup.take() {
-                setup(&*backend);
-            }
+        if let Some(setup) = setup.take_if(|_| activity.long_lived_due()) {
+            setup(&*backend);
         }
         let up = upstream.poll(
             cx,
@@ -314,17 +316,16 @@ where
 /// connection's future cost 0.25 KiB per idle connection.
 async fn watchdog(activity: &Activity, idle_timeout: Duration) {
     let long_lived_at = activity.long_lived_at();
-    let due = &activity.long_lived_due;
     loop {
         let idle_at = activity.last() + idle_timeout;
         let now = Instant::now();
         if now >= idle_at {
             return;
         }
-        if due.load(Ordering::Relaxed) {
+        if activity.long_lived_due() {
             tokio::time::sleep_until(idle_at).await;
         } else if now >= long_lived_at {
-            due.store(true, Ordering::Relaxed);
+            activity.mark_long_lived_due();
             std::future::poll_fn(|cx| {
                 cx.waker().wake_by_ref();
                 Poll::Ready(())
@@ -455,6 +456,14 @@ mod tests {
     /// When the tests' relays run their (empty) long-lived step.
     const TEST_LONG_LIVED: Duration = Duration::from_secs(1);
 
+    /// A long-lived step that does nothing, for the tests that are not about it.
+    fn no_step<B>() -> LongLived<fn(&B)> {
+        LongLived {
+            after: TEST_LONG_LIVED,
+            setup: |_| {},
+        }
+    }
+
     fn counters() -> (Counter, Counter) {
         (Counter::default(), Counter::default())
     }
@@ -494,20 +503,23 @@ mod tests {
             counters,
             Duration::from_secs(60),
             (backend_closed, shutdown),
+            no_step(),
         )
     }
 
     /// A relay on its own task that owns what `relay` borrows.
-    fn spawn_relay_with<C, B>(
+    fn spawn_relay_with<C, B, F>(
         client_end: C,
         backend_end: B,
         (to_backend, to_client): (Counter, Counter),
         idle_timeout: Duration,
         (backend_closed, shutdown): (CancellationToken, CancellationToken),
+        long_lived: LongLived<F>,
     ) -> tokio::task::JoinHandle<RelayOutcome>
     where
         C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        F: FnOnce(&B) + Send + 'static,
     {
         tokio::spawn(async move {
             relay(
@@ -517,10 +529,7 @@ mod tests {
                 idle_timeout,
                 &backend_closed,
                 &shutdown,
-                LongLived {
-                    after: TEST_LONG_LIVED,
-                    setup: |_: &B| {},
-                },
+                long_lived,
             )
             .await
         })
@@ -537,6 +546,7 @@ mod tests {
             counters(),
             idle,
             (CancellationToken::new(), CancellationToken::new()),
+            no_step(),
         );
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_secs(45)).await;
@@ -725,25 +735,19 @@ mod tests {
         let spawn = |runs: Arc<AtomicU64>| {
             let (client, client_end) = tokio::io::duplex(64);
             let (backend_end, backend) = tokio::io::duplex(64);
-            let task = tokio::spawn(async move {
-                let (to_backend, to_client) = counters();
-                let token = CancellationToken::new();
-                relay(
-                    client_end,
-                    backend_end,
-                    (&to_backend, &to_client),
-                    Duration::from_secs(60),
-                    &token,
-                    &token,
-                    LongLived {
-                        after: TEST_LONG_LIVED,
-                        setup: move |_: &tokio::io::DuplexStream| {
-                            runs.fetch_add(1, Ordering::Relaxed);
-                        },
+            let task = spawn_relay_with(
+                client_end,
+                backend_end,
+                counters(),
+                Duration::from_secs(60),
+                (CancellationToken::new(), CancellationToken::new()),
+                LongLived {
+                    after: TEST_LONG_LIVED,
+                    setup: move |_: &tokio::io::DuplexStream| {
+                        runs.fetch_add(1, Ordering::Relaxed);
                     },
-                )
-                .await
-            });
+                },
+            );
             (client, backend, task)
         };
         let (client, backend, short) = spawn(Arc::clone(&runs));
@@ -780,6 +784,7 @@ mod tests {
             counters(),
             idle,
             (CancellationToken::new(), CancellationToken::new()),
+            no_step(),
         )
         .await
         .unwrap();
