@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 
+use crate::affinity;
 use crate::config::{
     default_name, default_prefix, parse_duration, parse_election_endpoints, parse_vip_address,
     validate_host_port, validate_interface, validate_lease_ttl, validate_name, validate_prefix,
@@ -117,6 +118,11 @@ pub struct Cli {
         value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_THREADS as u64)
     )]
     pub threads: usize,
+    /// Placement of the relay threads (HAProxy's `cpu-map`): `auto` pins each to a CPU of its
+    /// own when there is one relay thread per CPU the process may run on (the default of
+    /// --threads); `none` leaves them to the kernel (see `gateway::affinity`).
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = affinity::Mode::Auto)]
+    pub cpu_affinity: affinity::Mode,
     /// Seed of the p2c random generator (reproducible balancing decisions).
     #[arg(long, hide = true)]
     pub seed: Option<u64>,
@@ -420,6 +426,20 @@ mod tests {
             let error = parse(&["--threads", bad]).expect_err(bad).to_string();
             assert!(error.contains("--threads"), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn cpu_affinity_defaults_to_auto() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["gateway", "--listen", "127.0.0.1:6443", "--backend", "a:1"];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args)
+        };
+        assert_eq!(parse(&[]).unwrap().cpu_affinity, affinity::Mode::Auto);
+        let none = parse(&["--cpu-affinity", "none"]).unwrap();
+        assert_eq!(none.cpu_affinity, affinity::Mode::None);
+        let error = parse(&["--cpu-affinity", "all"]).expect_err("unknown mode");
+        assert!(error.to_string().contains("--cpu-affinity"), "{error}");
     }
 
     #[test]

@@ -31,7 +31,8 @@
 //! * [`health`]: active checks (TCP, HTTP, HTTPS, etcd `/health`) with HAProxy's fall/rise
 //!   state machine; passive detection of failed connects feeds the same machine.
 //! * [`frontend`] and [`supervisor`]: listeners, hot reload and graceful shutdown.
-//! * [`relays`]: the threads that accept and relay connections (`--threads`).
+//! * [`relays`]: the threads that accept and relay connections (`--threads`), pinned one per
+//!   CPU by [`affinity`] (`--cpu-affinity`).
 //! * [`admin`]: axum API for drain/disable/enable/weight, Prometheus metrics and a status page.
 //! * [`vip`]: the virtual IP (keepalived's role): gateways elect a holder through the store's
 //!   etcd API; the holder adds the VIP to its interface and announces it with gratuitous ARP,
@@ -39,6 +40,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod affinity;
 pub mod backend;
 pub mod balance;
 pub mod cli;

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use gateway::affinity;
 use gateway::cli::Cli;
 use gateway::config::Config;
 use gateway::relays::{current_thread_runtime, relay_runtime, RelayPool, RelayThreads};
@@ -33,7 +34,7 @@ fn main() -> ExitCode {
     let result = if cli.threads == 1 {
         run_on_one_thread(options)
     } else {
-        run_with_relay_threads(options, cli.threads)
+        run_with_relay_threads(options, cli.threads, cli.cpu_affinity)
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -57,14 +58,42 @@ fn run_on_one_thread(options: RunOptions) -> Result<(), String> {
         .unwrap_or_else(|_| Err("the relay thread panicked".to_string()))
 }
 
-/// The supervisor on this thread, connections on `threads` relay threads.
-fn run_with_relay_threads(options: RunOptions, threads: usize) -> Result<(), String> {
+/// The supervisor on this thread, connections on `threads` relay threads placed by `mode`.
+fn run_with_relay_threads(
+    options: RunOptions,
+    threads: usize,
+    mode: affinity::Mode,
+) -> Result<(), String> {
     let runtime = current_thread_runtime().map_err(|error| error.to_string())?;
-    let (relays, running) = RelayThreads::start(threads)
+    let cpus = relay_cpus(mode, threads);
+    let (relays, running) = RelayThreads::start(&cpus)
         .map_err(|error| format!("cannot start the relay threads: {error}"))?;
     let result = runtime.block_on(supervisor::run(options, relays));
     running.stop();
     result.map_err(|error| error.to_string())
+}
+
+/// Where each relay thread runs ([`affinity::plan`] over the CPUs this process may use).
+fn relay_cpus(mode: affinity::Mode, threads: usize) -> Vec<Option<usize>> {
+    let allowed = match affinity::allowed_cpus() {
+        Ok(allowed) => allowed,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the CPU affinity; relay threads run unpinned");
+            return vec![None; threads];
+        }
+    };
+    let cpus = affinity::plan(mode, threads, &allowed);
+    if cpus.iter().all(Option::is_some) {
+        tracing::info!(?allowed, "relay threads pinned one per CPU");
+    } else {
+        tracing::info!(
+            threads,
+            allowed = allowed.len(),
+            ?mode,
+            "relay threads unpinned (pinned only with one per allowed CPU and --cpu-affinity auto)"
+        );
+    }
+    cpus
 }
 
 fn fail(error: &dyn std::fmt::Display) -> ExitCode {

@@ -17,6 +17,10 @@
 //! against about HAProxy's own with one thread; a multi-thread tokio runtime with N workers lost
 //! more to stealing than it gained (see [`crate::cli::default_threads`]).
 //!
+//! With one relay thread per CPU the process may run on (the default), each is pinned to its
+//! CPU ([`crate::affinity`], `--cpu-affinity`), so the kernel never queues two of them on one
+//! CPU while another idles.
+//!
 //! A listener is registered with the reactor of the thread that accepts on it when it is bound
 //! ([`RelayPool::register`]), and a reload hands each listener to the next generation's accept loop
 //! on the same thread. A relay thread's runtime runs until [`RelayThreads::stop`]; the supervisor
@@ -33,6 +37,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
+use crate::affinity;
 use crate::cli::RELAY_THREAD_NAME;
 
 /// Period of the tick that holds a relaying runtime's timer horizon ([`hold_timer_horizon`]).
@@ -125,21 +130,28 @@ pub struct RelayThreads {
 }
 
 impl RelayThreads {
-    /// Starts `count` relay threads (named [`RELAY_THREAD_NAME`]) and returns the pool that
-    /// spawns onto them.
-    pub fn start(count: usize) -> io::Result<(RelayPool, RelayThreads)> {
+    /// Starts one relay thread (named [`RELAY_THREAD_NAME`]) per entry of `cpus`, pinned to
+    /// that CPU where it names one ([`crate::affinity`]; a failed pin is logged and the
+    /// thread runs unpinned), and returns the pool that spawns onto them.
+    pub fn start(cpus: &[Option<usize>]) -> io::Result<(RelayPool, RelayThreads)> {
+        let count = cpus.len();
         let mut handles = Vec::with_capacity(count);
         let mut running = RelayThreads {
             stops: Vec::with_capacity(count),
             threads: Vec::with_capacity(count),
         };
-        for _ in 0..count {
+        for &cpu in cpus {
             let runtime = relay_runtime()?;
             handles.push(runtime.handle().clone());
             let (stop, stopped) = oneshot::channel::<()>();
             let thread = std::thread::Builder::new()
                 .name(RELAY_THREAD_NAME.to_string())
                 .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        if let Err(error) = affinity::pin_current_thread(cpu) {
+                            tracing::warn!(cpu, %error, "cannot pin a relay thread; it runs unpinned");
+                        }
+                    }
                     // Either a stop or the sender dropped ends the thread.
                     let _ = runtime.block_on(stopped);
                 });
@@ -225,7 +237,7 @@ mod tests {
     /// never see the connection).
     #[test]
     fn each_listener_is_accepted_on_and_served_by_its_own_relay_thread() {
-        let (pool, threads) = RelayThreads::start(2).expect("relay threads");
+        let (pool, threads) = RelayThreads::start(&[None, None]).expect("relay threads");
         assert_eq!(pool.listeners_per_frontend(), 2);
         let main = current_thread_runtime().unwrap();
         let listeners = [std_listener(), std_listener()];
@@ -253,6 +265,27 @@ mod tests {
         }
         assert_ne!(served[0].0, served[1].0, "one relay thread per listener");
         assert_ne!(served[0].0, std::thread::current().id());
+        threads.stop();
+    }
+
+    /// A relay thread given a CPU runs its tasks pinned to it; one given none keeps the
+    /// process's CPUs.
+    #[test]
+    fn a_relay_thread_given_a_cpu_runs_pinned_to_it() {
+        let allowed = affinity::allowed_cpus().expect("affinity");
+        let cpu = *allowed.last().expect("a CPU");
+        let (pool, threads) = RelayThreads::start(&[Some(cpu), None]).expect("relay threads");
+        let main = current_thread_runtime().unwrap();
+        let placed: Vec<_> = main.block_on(async {
+            let mut placed = Vec::new();
+            for index in 0..2 {
+                let task = pool.spawn_accept(index, async { affinity::allowed_cpus().unwrap() });
+                placed.push(task.await.unwrap());
+            }
+            placed
+        });
+        assert_eq!(placed[0], vec![cpu]);
+        assert_eq!(placed[1], allowed);
         threads.stop();
     }
 

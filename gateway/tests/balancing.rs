@@ -80,6 +80,52 @@ async fn relay_threads_follow_the_threads_flag() {
     }
 }
 
+/// With one relay thread per allowed CPU (the default), each thread is pinned to a CPU of its
+/// own and together they cover the set; `--cpu-affinity none`, or fewer threads than CPUs,
+/// leaves every thread on the whole set (see `gateway::affinity`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_threads_are_pinned_one_per_cpu_by_default() {
+    let pki = Pki::new();
+    let backends = start_backends(&pki, 1).await;
+    let refs: Vec<&Nginx> = backends.iter().collect();
+    let allowed = gateway::affinity::allowed_cpus().expect("affinity");
+    let pinned = allowed.len() > 1 && gateway::cli::default_threads() == allowed.len();
+    let cases = [
+        (&[][..], pinned),
+        (&["--cpu-affinity", "none"][..], false),
+        (
+            &["--threads", "3", "--cpu-affinity", "auto"][..],
+            allowed.len() == 3,
+        ),
+    ];
+    for (extra, pinned) in cases {
+        let listen = free_local_address();
+        let gateway = Gateway::start_with_args(listen, &flags(listen, &backends, extra)).await;
+        let mut placed = gateway.relay_thread_cpus();
+        if pinned {
+            assert!(
+                placed.iter().all(|cpus| cpus.len() == 1),
+                "{extra:?}: {placed:?}"
+            );
+            let mut covered: Vec<usize> = placed.concat();
+            covered.sort_unstable();
+            assert_eq!(covered, allowed, "{extra:?}: one thread per allowed CPU");
+        } else {
+            placed.dedup();
+            assert_eq!(placed, vec![allowed.clone()], "{extra:?}: unpinned");
+        }
+        request_backend(&pki, gateway.listen, &refs)
+            .await
+            .expect("request through the gateway");
+    }
+}
+
+#[test]
+fn cpu_lists_parse_as_the_kernel_writes_them() {
+    assert_eq!(parse_cpu_list("0"), vec![0]);
+    assert_eq!(parse_cpu_list("0-2,5"), vec![0, 1, 2, 5]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn least_connections_spreads_long_lived_connections() {
     let pki = Pki::new();

@@ -395,6 +395,28 @@ impl Gateway {
             .count()
     }
 
+    /// The CPUs each relay thread may run on (`Cpus_allowed_list` in
+    /// `/proc/PID/task/TID/status`), in no particular order of threads.
+    pub fn relay_thread_cpus(&self) -> Vec<Vec<usize>> {
+        let pid = self.process.pid().expect("running");
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("the gateway's threads")
+            .filter_map(|task| task.ok().map(|task| task.path()))
+            .filter(|task| {
+                fs::read_to_string(task.join("comm"))
+                    .is_ok_and(|name| name.trim_end() == gateway::cli::RELAY_THREAD_NAME)
+            })
+            .map(|task| {
+                let status = fs::read_to_string(task.join("status")).expect("thread status");
+                let list = status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+                    .expect("Cpus_allowed_list");
+                parse_cpu_list(list.trim())
+            })
+            .collect()
+    }
+
     /// Listening TCP sockets on `self.listen` (an IPv4 address), counted in `/proc/net/tcp`:
     /// one per relay thread (`SO_REUSEPORT`), or one. Every test listens on a port of its own.
     pub fn listening_sockets(&self) -> usize {
@@ -466,6 +488,21 @@ impl Gateway {
         })
         .await;
     }
+}
+
+/// Parses the kernel's CPU list format (`0-2,5`).
+pub fn parse_cpu_list(list: &str) -> Vec<usize> {
+    list.split(',')
+        .flat_map(|part| match part.split_once('-') {
+            Some((first, last)) => {
+                first.parse::<usize>().expect("CPU")..=last.parse::<usize>().expect("CPU")
+            }
+            None => {
+                let cpu = part.parse::<usize>().expect("CPU");
+                cpu..=cpu
+            }
+        })
+        .collect()
 }
 
 fn spawn_gateway(args: &[String], log: &Path) -> Process {
