@@ -413,13 +413,15 @@ mod tests {
         assert!(!config.frontends[0].client_speaks_first);
     }
 
+    /// Parses a one-frontend command line with `extra` flags.
+    fn parse(extra: &[&str]) -> Result<Cli, clap::Error> {
+        let mut args = vec!["gateway", "--listen", "127.0.0.1:6443", "--backend", "a:1"];
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args)
+    }
+
     #[test]
     fn threads_default_to_one_and_are_bounded() {
-        let parse = |extra: &[&str]| {
-            let mut args = vec!["gateway", "--listen", "127.0.0.1:6443", "--backend", "a:1"];
-            args.extend_from_slice(extra);
-            Cli::try_parse_from(args)
-        };
         assert_eq!(parse(&[]).expect("defaults").threads, default_threads());
         assert_eq!(parse(&["--threads", "4"]).expect("four").threads, 4);
         for bad in ["0", "65", "two"] {
@@ -430,11 +432,6 @@ mod tests {
 
     #[test]
     fn cpu_affinity_defaults_to_auto() {
-        let parse = |extra: &[&str]| {
-            let mut args = vec!["gateway", "--listen", "127.0.0.1:6443", "--backend", "a:1"];
-            args.extend_from_slice(extra);
-            Cli::try_parse_from(args)
-        };
         assert_eq!(parse(&[]).unwrap().cpu_affinity, affinity::Mode::Auto);
         let none = parse(&["--cpu-affinity", "none"]).unwrap();
         assert_eq!(none.cpu_affinity, affinity::Mode::None);
