@@ -34,6 +34,8 @@ const PUTS_AFTER_STOP: usize = 50;
 const MAX_PUTS: usize = 20_000;
 /// How long the scenario may take to see the member stop.
 const STOP_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a restarted member may take to serve every acknowledged write.
+const CATCH_UP_DEADLINE: Duration = Duration::from_secs(60);
 /// The failing member's first `fdatasync` that fails: past its start-up
 /// and catch-up (a few dozen), so it fails while following the writes.
 const FIRST_FAILING_SYNC: u32 = 200;
@@ -137,23 +139,29 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
     }
     cluster.restart_and_wait(victim).await?;
     for i in 0..cluster.size() {
+        // A restarted member serves (serializable) reads while it still
+        // applies what it missed: wait for every acknowledged write, and
+        // name the first one still missing if it never comes.
         let served = integration_tests::wait::retry_until(
             "every acknowledged write",
-            Duration::from_secs(60),
-            || async { read_all(&cluster, i).await },
+            CATCH_UP_DEADLINE,
+            || async {
+                let served = read_all(&cluster, i).await?;
+                if let Some((key, value)) = writes
+                    .acknowledged
+                    .iter()
+                    .find(|(k, v)| served.get(*k) != Some(v))
+                {
+                    bail!(
+                        "member {i}: acknowledged {key} at revision {} is served as {:?}",
+                        value.1,
+                        served.get(key).map(|v| v.1)
+                    );
+                }
+                Ok(served)
+            },
         )
         .await?;
-        if let Some((key, value)) = writes
-            .acknowledged
-            .iter()
-            .find(|(k, v)| served.get(*k) != Some(v))
-        {
-            bail!(
-                "member {i}: acknowledged {key} at revision {} is served as {:?}",
-                value.1,
-                served.get(key).map(|v| v.1)
-            );
-        }
         if let Some(key) = served.keys().find(|k| !writes.attempted.contains(*k)) {
             bail!("member {i} serves {key}, which was never written");
         }
