@@ -384,20 +384,10 @@ impl Gateway {
         }
     }
 
-    /// The runtime's relay threads (`--threads`), counted by name in `/proc/PID/task` (the
-    /// gateway starts no blocking-pool threads, which would carry the same name).
-    pub fn relay_threads(&self) -> usize {
-        let pid = self.process.pid().expect("running");
-        fs::read_dir(format!("/proc/{pid}/task"))
-            .expect("the gateway's threads")
-            .filter_map(|task| fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .filter(|name| name.trim_end() == gateway::cli::RELAY_THREAD_NAME)
-            .count()
-    }
-
-    /// The CPUs each relay thread may run on (`Cpus_allowed_list` in
-    /// `/proc/PID/task/TID/status`), in no particular order of threads.
-    pub fn relay_thread_cpus(&self) -> Vec<Vec<usize>> {
+    /// The `/proc/PID/task/TID` directories of the runtime's relay threads (`--threads`),
+    /// found by name (the gateway starts no blocking-pool threads, which would carry the same
+    /// name).
+    fn relay_thread_tasks(&self) -> Vec<PathBuf> {
         let pid = self.process.pid().expect("running");
         fs::read_dir(format!("/proc/{pid}/task"))
             .expect("the gateway's threads")
@@ -406,6 +396,19 @@ impl Gateway {
                 fs::read_to_string(task.join("comm"))
                     .is_ok_and(|name| name.trim_end() == gateway::cli::RELAY_THREAD_NAME)
             })
+            .collect()
+    }
+
+    /// The number of relay threads.
+    pub fn relay_threads(&self) -> usize {
+        self.relay_thread_tasks().len()
+    }
+
+    /// The CPUs each relay thread may run on (`Cpus_allowed_list` in its `status`), in no
+    /// particular order of threads.
+    pub fn relay_thread_cpus(&self) -> Vec<Vec<usize>> {
+        self.relay_thread_tasks()
+            .into_iter()
             .map(|task| {
                 let status = fs::read_to_string(task.join("status")).expect("thread status");
                 let list = status
