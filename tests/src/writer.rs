@@ -41,7 +41,11 @@ impl Writes {
     /// every acknowledged write is served exactly and nothing unattempted
     /// is. Returns the number of keys served.
     pub fn check(&self, who: &str, response: &GetResponse) -> Result<usize> {
-        let actual = served(response);
+        self.check_served(who, &served(response))
+    }
+
+    /// [`Writes::check`] of what `who` serves, read already (in pages, say).
+    pub fn check_served(&self, who: &str, actual: &KeyValues) -> Result<usize> {
         for (key, value) in &self.acknowledged {
             match actual.get(key) {
                 Some(served) if served == value => {}

@@ -140,31 +140,17 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
     cluster.restart_and_wait(victim).await?;
     for i in 0..cluster.size() {
         // A restarted member serves (serializable) reads while it still
-        // applies what it missed: wait for every acknowledged write, and
-        // name the first one still missing if it never comes.
-        let served = integration_tests::wait::retry_until(
+        // applies what it missed: wait until it serves every acknowledged
+        // write, and report the first one still missing if it never does.
+        integration_tests::wait::retry_until(
             "every acknowledged write",
             CATCH_UP_DEADLINE,
             || async {
                 let served = read_all(&cluster, i).await?;
-                if let Some((key, value)) = writes
-                    .acknowledged
-                    .iter()
-                    .find(|(k, v)| served.get(*k) != Some(v))
-                {
-                    bail!(
-                        "member {i}: acknowledged {key} at revision {} is served as {:?}",
-                        value.1,
-                        served.get(key).map(|v| v.1)
-                    );
-                }
-                Ok(served)
+                writes.check_served(&format!("member {i}"), &served)
             },
         )
         .await?;
-        if let Some(key) = served.keys().find(|k| !writes.attempted.contains(*k)) {
-            bail!("member {i} serves {key}, which was never written");
-        }
     }
     let mut again = cluster.client(victim).await?;
     again.put("after-disk-fault", "ok", None).await?;
