@@ -1,10 +1,15 @@
-//! Member configuration with etcd's flag names, defaults and `ETCD_*`
+//! Member configuration with etcd 3.6's flag names, defaults and `ETCD_*`
 //! environment variables, so the binary drops into an etcd static-pod
 //! manifest unchanged.
 //!
-//! etcd flags that only tune etcd internals (WAL, bbolt, Go runtime, v2
-//! API...) are accepted and ignored with a warning ([`IGNORED_ETCD_FLAGS`]);
-//! a flag etcd itself does not know is an error, as in etcd.
+//! The arguments are first read as etcd reads them ([`crate::etcd_flags`]:
+//! every flag of etcd 3.6, Go's syntax, a flag etcd does not have is an
+//! error). Flags that only tune etcd internals (WAL, bbolt, Go runtime...)
+//! are then set aside with a warning; the rest are parsed into [`Config`].
+//! Last come 3.6's rules for the old `--experimental-*` spellings: the
+//! feature-gate flags feed [`FeatureGates`] and may not be given with
+//! `--feature-gates` naming the same gate; a renamed flag sets its new
+//! name and may not be given with it.
 //!
 //! `--config-file` (or `ETCD_CONFIG_FILE`) replaces all of it: the YAML
 //! file's keys become the configuration and every other flag and `ETCD_*`
@@ -18,10 +23,13 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::config_file::{self, ConfigFileError};
 use crate::duration::parse_go_duration;
+use crate::etcd_flags::{self, Handling, Scan, ScanError};
+use crate::features::{FeatureGates, GateError};
 use crate::identity::member_id;
 use crate::limits::{
-    DEFAULT_ELECTION_TIMEOUT_MS, DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_TXN_OPS, DEFAULT_QUOTA_BACKEND_BYTES, DEFAULT_SNAPSHOT_COUNT,
+    DEFAULT_ELECTION_TIMEOUT_MS, DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_MAX_LEARNERS,
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, DEFAULT_QUOTA_BACKEND_BYTES,
+    DEFAULT_SNAPSHOT_COUNT,
 };
 use crate::raft::types::{MemberInfo, NodeId};
 use crate::server::auto_compaction::AutoCompaction;
@@ -30,14 +38,17 @@ use crate::server::auto_compaction::AutoCompaction;
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "store",
-    version,
-    about = "A Raft-replicated key-value store that speaks the etcd v3 API"
+    disable_version_flag = true,
+    about = "A Raft-replicated key-value store that speaks the etcd v3 API (etcd 3.6's flags)"
 )]
 pub struct Config {
     /// Path to the server configuration file (YAML, etcd's keys). Other
     /// command line flags and environment variables are then ignored.
     #[arg(long)]
     pub config_file: Option<PathBuf>,
+    /// Print the version and exit.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub version: bool,
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
     pub name: String,
@@ -143,10 +154,36 @@ pub struct Config {
     /// Duration of periodic watch progress notifications.
     #[arg(
         long,
-        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        env = "ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL",
         default_value = "10m"
     )]
-    pub experimental_watch_progress_notify_interval: String,
+    pub watch_progress_notify_interval: String,
+    /// Deprecated in etcd 3.6: `--watch-progress-notify-interval`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL")]
+    pub experimental_watch_progress_notify_interval: Option<String>,
+    /// A set of key=value pairs that describe server level feature gates
+    /// (see `docs/compatibility.md`).
+    #[arg(long, env = "ETCD_FEATURE_GATES", default_value = "")]
+    pub feature_gates: String,
+    /// The gates in force (from `--feature-gates` and the deprecated
+    /// `--experimental-*` gate flags).
+    #[arg(skip)]
+    pub gates: FeatureGates,
+    /// Set the max number of learner members allowed in the cluster membership.
+    #[arg(long, env = "ETCD_MAX_LEARNERS", default_value_t = DEFAULT_MAX_LEARNERS)]
+    pub max_learners: i64,
+    /// Duration of time between two downgrade status checks.
+    #[arg(long, env = "ETCD_DOWNGRADE_CHECK_TIME", default_value = "5s")]
+    pub downgrade_check_time: String,
+    /// Deprecated in etcd 3.6: `--downgrade-check-time`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_DOWNGRADE_CHECK_TIME")]
+    pub experimental_downgrade_check_time: Option<String>,
+    /// Client TLS using generated certificates (not supported: refused when true).
+    #[arg(long, env = "ETCD_AUTO_TLS", num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub auto_tls: bool,
+    /// Peer TLS using generated certificates (not supported: refused when true).
+    #[arg(long, env = "ETCD_PEER_AUTO_TLS", num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub peer_auto_tls: bool,
     /// Discovery URL used to bootstrap the cluster. Not supported: a fresh
     /// member given it refuses to start (see `Member::start`).
     #[arg(long, env = "ETCD_DISCOVERY")]
@@ -155,6 +192,13 @@ pub struct Config {
     /// `--discovery`.
     #[arg(long, env = "ETCD_DISCOVERY_SRV")]
     pub discovery_srv: Option<String>,
+    /// V3 discovery: discovery token. Not supported, as `--discovery`.
+    #[arg(long, env = "ETCD_DISCOVERY_TOKEN")]
+    pub discovery_token: Option<String>,
+    /// V3 discovery: gRPC endpoints of the discovery service. Not
+    /// supported, as `--discovery`.
+    #[arg(long, env = "ETCD_DISCOVERY_ENDPOINTS")]
+    pub discovery_endpoints: Option<String>,
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info",
           value_parser = ["debug", "info", "warn", "error", "panic", "fatal"])]
@@ -168,26 +212,36 @@ pub struct Config {
     /// Configures log format. Only supports json, console.
     #[arg(long, env = "ETCD_LOG_FORMAT", default_value = "json", value_parser = ["json", "console"])]
     pub log_format: String,
-    /// Enable to check data corruption before serving any client/peer traffic.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
-    pub experimental_initial_corrupt_check: bool,
+    /// Deprecated in etcd 3.6: `--feature-gates=InitialCorruptCheck=true`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    pub experimental_initial_corrupt_check: Option<bool>,
+    /// Deprecated in etcd 3.6: `--feature-gates=CompactHashCheck=true`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    pub experimental_compact_hash_check_enabled: Option<bool>,
+    /// Deprecated in etcd 3.6: `--feature-gates=LeaseCheckpoint=true`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    pub experimental_enable_lease_checkpoint: Option<bool>,
+    /// Deprecated in etcd 3.6: `--feature-gates=LeaseCheckpointPersist=true`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT_PERSIST", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    pub experimental_enable_lease_checkpoint_persist: Option<bool>,
+    /// Deprecated in etcd 3.6: `--feature-gates=TxnModeWriteWithSharedBuffer=true`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_TXN_MODE_WRITE_WITH_SHARED_BUFFER", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    pub experimental_txn_mode_write_with_shared_buffer: Option<bool>,
+    /// Deprecated in etcd 3.6: `--feature-gates=StopGRPCServiceOnDefrag=true`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_STOP_GRPC_SERVICE_ON_DEFRAG", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    pub experimental_stop_grpc_service_on_defrag: Option<bool>,
     /// Duration of time between cluster corruption check passes.
-    #[arg(
-        long,
-        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
-        default_value = "0s"
-    )]
-    pub experimental_corrupt_check_time: String,
-    /// Enable leader to periodically check followers compaction hashes.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
-    pub experimental_compact_hash_check_enabled: bool,
+    #[arg(long, env = "ETCD_CORRUPT_CHECK_TIME", default_value = "0s")]
+    pub corrupt_check_time: String,
+    /// Deprecated in etcd 3.6: `--corrupt-check-time`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME")]
+    pub experimental_corrupt_check_time: Option<String>,
     /// Duration of time between leader checks followers compaction hashes.
-    #[arg(
-        long,
-        env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_TIME",
-        default_value = "1m"
-    )]
-    pub experimental_compact_hash_check_time: String,
+    #[arg(long, env = "ETCD_COMPACT_HASH_CHECK_TIME", default_value = "1m")]
+    pub compact_hash_check_time: String,
+    /// Deprecated in etcd 3.6: `--compact-hash-check-time`.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_TIME")]
+    pub experimental_compact_hash_check_time: Option<String>,
     /// Interpret 'auto-compaction-retention' one of: periodic|revision. 'periodic' for duration based retention, defaulting to hours if no time unit is provided (e.g. '5m'). 'revision' for revision number based retention.
     #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
     pub auto_compaction_mode: String,
@@ -216,85 +270,9 @@ pub struct Config {
     pub grpc_keepalive_timeout: String,
 }
 
-/// etcd 3.5 flags that tune etcd internals: accepted, ignored, warned about.
-/// Each may be given as `--flag value` or `--flag=value` (booleans alone).
-pub const IGNORED_ETCD_FLAGS: &[&str] = &[
-    "backend-batch-interval",
-    "backend-batch-limit",
-    "backend-bbolt-freelist-type",
-    "cipher-suites",
-    "cors",
-    "discovery-fallback",
-    "discovery-proxy",
-    "discovery-srv-name",
-    "enable-grpc-gateway",
-    "enable-log-rotation",
-    "enable-pprof",
-    "enable-v2",
-    "experimental-compaction-batch-limit",
-    "experimental-compaction-sleep-interval",
-    "experimental-downgrade-check-time",
-    "experimental-enable-distributed-tracing",
-    "experimental-enable-lease-checkpoint",
-    "experimental-enable-lease-checkpoint-persist",
-    "experimental-enable-v2v3",
-    "experimental-memory-mlock",
-    "experimental-peer-skip-client-san-verification",
-    "experimental-txn-mode-write-with-shared-buffer",
-    "experimental-wait-cluster-ready-timeout",
-    "experimental-warning-apply-duration",
-    "host-whitelist",
-    "initial-election-tick-advance",
-    "log-rotation-config-json",
-    "max-snapshots",
-    "max-wals",
-    "metrics",
-    "proxy",
-    "proxy-dial-timeout",
-    "proxy-failure-wait",
-    "proxy-read-timeout",
-    "proxy-refresh-interval",
-    "proxy-write-timeout",
-    "socket-reuse-address",
-    "socket-reuse-port",
-    "strict-reconfig-check",
-    "unsafe-no-fsync",
-    "v2-deprecation",
-    "wal-dir",
-    "debug",
-];
-
-/// Splits etcd's ignored tuning flags out of `args`; returns the remaining
-/// arguments and the ignored flags (for warnings).
-pub fn strip_ignored_flags(args: Vec<String>) -> (Vec<String>, Vec<String>) {
-    let mut kept = Vec::with_capacity(args.len());
-    let mut ignored = Vec::new();
-    let mut iter = args.into_iter().peekable();
-    if let Some(program) = iter.next() {
-        kept.push(program);
-    }
-    while let Some(arg) = iter.next() {
-        let name = arg.trim_start_matches('-');
-        let (flag, has_value) = match name.split_once('=') {
-            Some((f, _)) => (f, true),
-            None => (name, false),
-        };
-        if arg.starts_with('-') && IGNORED_ETCD_FLAGS.contains(&flag) {
-            ignored.push(arg.clone());
-            let next_is_value = iter.peek().is_some_and(|n| !n.starts_with('-'));
-            if !has_value && next_is_value {
-                ignored.push(iter.next().expect("peeked"));
-            }
-            continue;
-        }
-        // Go's flag package accepts a single dash; clap wants two.
-        if arg.starts_with('-') && !arg.starts_with("--") && arg.len() > 2 {
-            kept.push(format!("-{arg}"));
-        } else {
-            kept.push(arg);
-        }
-    }
-    (kept, ignored)
+/// Go's `strconv.ParseBool`, for clap.
+fn go_bool(v: &str) -> Result<bool, String> {
+    etcd_flags::parse_go_bool(v).ok_or_else(|| format!("invalid boolean value {v:?}"))
 }
 
 /// Environment variable naming the config file (etcd reads it even though
@@ -306,21 +284,46 @@ pub const CONFIG_FILE_ENV: &str = "ETCD_CONFIG_FILE";
 pub struct Parsed {
     /// The configuration.
     pub config: Config,
-    /// etcd flags (or config-file keys) accepted and ignored.
+    /// etcd flags (or config-file keys) accepted without effect, as given.
     pub ignored: Vec<String>,
     /// Config-file keys etcd does not know either (etcd drops them).
     pub unknown_keys: Vec<String>,
+    /// etcd 3.6's deprecation warnings for the flags given.
+    pub deprecations: Vec<&'static str>,
 }
 
 /// Why the arguments give no configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ArgsError {
+    /// A flag or value Go's flag package refuses: etcd prints it with its
+    /// usage and exits with status 2.
+    #[error(transparent)]
+    Syntax(#[from] etcd_flags::FlagError),
     /// A flag or value the parser refuses (clap prints these itself).
     #[error(transparent)]
     Flags(#[from] clap::Error),
     /// The config file cannot be used.
     #[error(transparent)]
     File(#[from] ConfigFileError),
+    /// The flags parse but do not make a configuration (etcd logs `failed
+    /// to verify flags` and exits with status 1).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<ScanError> for ArgsError {
+    fn from(e: ScanError) -> Self {
+        match e {
+            ScanError::Flag(f) => ArgsError::Syntax(f),
+            other => ArgsError::Invalid(other.to_string()),
+        }
+    }
+}
+
+impl From<GateError> for ArgsError {
+    fn from(e: GateError) -> Self {
+        ArgsError::Invalid(e.to_string())
+    }
 }
 
 /// The client port's gRPC server options: keepalive (etcd's
@@ -424,16 +427,22 @@ impl Config {
         }
     }
 
-    /// `--experimental-watch-progress-notify-interval` as a duration.
+    /// `--watch-progress-notify-interval` as a duration.
     pub fn progress_notify_interval(&self) -> Result<Duration, ConfigError> {
-        let d = parse_go_duration(&self.experimental_watch_progress_notify_interval)
+        let d = parse_go_duration(&self.watch_progress_notify_interval)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if d.is_zero() {
             return Err(ConfigError::Invalid(
-                "--experimental-watch-progress-notify-interval must be > 0".into(),
+                "--watch-progress-notify-interval must be > 0".into(),
             ));
         }
         Ok(d)
+    }
+
+    /// `--downgrade-check-time` as a duration (zero: no checks).
+    pub fn downgrade_check_interval(&self) -> Result<Duration, ConfigError> {
+        parse_go_duration(&self.downgrade_check_time)
+            .map_err(|e| ConfigError::Invalid(format!("--downgrade-check-time: {e}")))
     }
 
     /// `--auto-compaction-mode` and `--auto-compaction-retention`, parsed
@@ -469,22 +478,18 @@ impl Config {
         }))
     }
 
-    /// Periods of the leader's corruption checks
-    /// (`--experimental-corrupt-check-time`, and
-    /// `--experimental-compact-hash-check-time` if enabled); zero periods
-    /// are left out.
+    /// Periods of the leader's corruption checks (`--corrupt-check-time`,
+    /// and `--compact-hash-check-time` with the CompactHashCheck gate);
+    /// zero periods are left out.
     pub fn corrupt_check_periods(&self) -> Result<Vec<Duration>, ConfigError> {
         let parse = |flag: &str, v: &str| {
             parse_go_duration(v).map_err(|e| ConfigError::Invalid(format!("--{flag}: {e}")))
         };
-        let mut out = vec![parse(
-            "experimental-corrupt-check-time",
-            &self.experimental_corrupt_check_time,
-        )?];
-        if self.experimental_compact_hash_check_enabled {
+        let mut out = vec![parse("corrupt-check-time", &self.corrupt_check_time)?];
+        if self.gates.compact_hash_check() {
             out.push(parse(
-                "experimental-compact-hash-check-time",
-                &self.experimental_compact_hash_check_time,
+                "compact-hash-check-time",
+                &self.compact_hash_check_time,
             )?);
         }
         out.retain(|d| !d.is_zero());
@@ -517,36 +522,50 @@ impl Config {
         })
     }
 
-    /// Parses the process arguments (after dropping ignored etcd flags).
-    /// With `--config-file` or `ETCD_CONFIG_FILE`, the flags are still
-    /// checked but the configuration is the file's alone.
+    /// The configuration `args` give (program name first), read as etcd
+    /// 3.6 reads a command line, `ETCD_*` variables and a config file
+    /// included: the embedding API's way in (`Member::start`).
+    pub fn from_flags<I, S>(args: I) -> Result<Config, ArgsError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Ok(Self::from_args(args.into_iter().map(Into::into).collect())?.config)
+    }
+
+    /// Parses the process arguments as etcd 3.6 does. With
+    /// `--config-file` or `ETCD_CONFIG_FILE`, the flags are still checked
+    /// but the configuration is the file's alone.
     pub fn from_args(args: Vec<String>) -> Result<Parsed, ArgsError> {
         let program = args.first().cloned().unwrap_or_else(|| "store".into());
-        let (kept, mut ignored) = strip_ignored_flags(args);
-        let flags_only = Self::parse_with(kept.clone(), false)?;
+        let rest = args.get(1..).unwrap_or_default();
+        let mut scanned = etcd_flags::scan(rest)?;
+        if scanned.help {
+            // clap prints the help text and exits.
+            let mut help = vec![program.clone(), "--help".to_string()];
+            help.extend(scanned.served.iter().cloned());
+            Self::parse_with(help, false)?;
+        }
+        let flags_only = Self::parse_with(with_program(&program, &scanned.served), false)?;
+        if flags_only.version {
+            // etcd prints its version before it reads anything else.
+            return finish(flags_only, &scanned, Vec::new(), Vec::new());
+        }
         let file = flags_only
             .config_file
             .clone()
             .or_else(|| std::env::var_os(CONFIG_FILE_ENV).map(PathBuf::from));
         let Some(file) = file else {
-            let config = Self::parse_with(kept, true)?;
-            return Ok(Parsed {
-                config,
-                ignored,
-                unknown_keys: Vec::new(),
-            });
+            add_env_flags(&mut scanned)?;
+            let config = Self::parse_with(with_program(&program, &scanned.served), true)?;
+            return finish(config, &scanned, Vec::new(), Vec::new());
         };
         let from_file = config_file::load(&file)?;
-        let mut file_args = vec![program, format!("--config-file={}", file.display())];
+        let mut file_args = vec![format!("--config-file={}", file.display())];
         file_args.extend(from_file.args);
-        let (kept, ignored_keys) = strip_ignored_flags(file_args);
-        ignored.extend(ignored_keys);
-        ignored.extend(from_file.ignored);
-        Ok(Parsed {
-            config: Self::parse_with(kept, false)?,
-            ignored,
-            unknown_keys: from_file.unknown,
-        })
+        let scanned = etcd_flags::scan(&file_args)?;
+        let config = Self::parse_with(with_program(&program, &scanned.served), false)?;
+        finish(config, &scanned, from_file.ignored, from_file.unknown)
     }
 
     /// Parses `args`, reading `ETCD_*` variables only if `with_env`.
@@ -557,6 +576,130 @@ impl Config {
         }
         let matches = command.try_get_matches_from(args)?;
         Self::from_arg_matches(&matches)
+    }
+
+    /// 3.6's rules for the deprecated spellings, given what was set
+    /// explicitly: gate flags into [`FeatureGates`], renamed flags into
+    /// their new names; each with its conflict error.
+    fn resolve_deprecated(&mut self, given: &Scan) -> Result<(), ArgsError> {
+        let mut gates = FeatureGates::parse(&self.feature_gates)?;
+        let mut from_flags = Vec::new();
+        for (flag, gate) in etcd_flags::GATE_FLAGS {
+            let Some(value) = self.gate_flag(flag) else {
+                continue;
+            };
+            // etcd looks for the gate's name anywhere in the value.
+            if self.feature_gates.contains(gate) {
+                let now = gates.enabled(gate);
+                return Err(ArgsError::Invalid(format!(
+                    "cannot specify both flags: --{flag}={value} and --feature-gates={gate}={now} \
+                     at the same time, please just use --feature-gates={gate}={now}"
+                )));
+            }
+            from_flags.push((gate.to_string(), value));
+        }
+        gates.set_from(&from_flags)?;
+        gates.validate()?;
+        self.gates = gates;
+        for (old, new) in etcd_flags::RENAMED_FLAGS {
+            if given.was_given(old) && given.was_given(new) {
+                return Err(ArgsError::Invalid(etcd_flags::rename_conflict(old, new)));
+            }
+        }
+        let renamed = [
+            (
+                &self.experimental_watch_progress_notify_interval,
+                &mut self.watch_progress_notify_interval,
+            ),
+            (
+                &self.experimental_corrupt_check_time,
+                &mut self.corrupt_check_time,
+            ),
+            (
+                &self.experimental_compact_hash_check_time,
+                &mut self.compact_hash_check_time,
+            ),
+            (
+                &self.experimental_downgrade_check_time,
+                &mut self.downgrade_check_time,
+            ),
+        ];
+        for (old, new) in renamed {
+            if let Some(v) = old {
+                new.clone_from(v);
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of a deprecated gate flag, if given.
+    fn gate_flag(&self, flag: &str) -> Option<bool> {
+        match flag {
+            "experimental-initial-corrupt-check" => self.experimental_initial_corrupt_check,
+            "experimental-compact-hash-check-enabled" => {
+                self.experimental_compact_hash_check_enabled
+            }
+            "experimental-enable-lease-checkpoint" => self.experimental_enable_lease_checkpoint,
+            "experimental-enable-lease-checkpoint-persist" => {
+                self.experimental_enable_lease_checkpoint_persist
+            }
+            "experimental-txn-mode-write-with-shared-buffer" => {
+                self.experimental_txn_mode_write_with_shared_buffer
+            }
+            "experimental-stop-grpc-service-on-defrag" => {
+                self.experimental_stop_grpc_service_on_defrag
+            }
+            other => unreachable!("{other} is not a gate flag"),
+        }
+    }
+
+    /// etcd's checks of values it takes but the store does not act on,
+    /// and of the durations that must be positive.
+    fn validate(&self, given: &Scan) -> Result<(), ArgsError> {
+        let unary = [
+            "experimental-warning-unary-request-duration",
+            "warning-unary-request-duration",
+        ];
+        let nonzero = |name: &str| {
+            given
+                .accepted
+                .iter()
+                .any(|(n, v)| *n == name && parse_go_duration(v).is_ok_and(|d| !d.is_zero()))
+        };
+        if unary.iter().all(|n| nonzero(n)) {
+            return Err(ArgsError::Invalid(
+                "both --experimental-warning-unary-request-duration and \
+                 --warning-unary-request-duration flags are set. Use only \
+                 --warning-unary-request-duration"
+                    .into(),
+            ));
+        }
+        if given
+            .accepted
+            .iter()
+            .any(|(n, v)| *n == "discovery-fallback" && v == "proxy")
+        {
+            return Err(ArgsError::Invalid(
+                "v2 proxy is deprecated, and --discovery-fallback can't be configured as \"proxy\""
+                    .into(),
+            ));
+        }
+        let hash_time = parse_go_duration(&self.compact_hash_check_time)
+            .map_err(|e| ArgsError::Invalid(format!("--compact-hash-check-time: {e}")))?;
+        if hash_time.is_zero() {
+            return Err(ArgsError::Invalid(format!(
+                "--compact-hash-check-time must be >0 (set to {})",
+                self.compact_hash_check_time
+            )));
+        }
+        if self.auto_tls || self.peer_auto_tls {
+            return Err(ArgsError::Invalid(
+                "--auto-tls and --peer-auto-tls are not supported: automatic self-signed \
+                 certificates are not generated; give --cert-file and --key-file"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The data directory.
@@ -648,6 +791,66 @@ impl Config {
     }
 }
 
+/// `args` behind the program name.
+fn with_program(program: &str, args: &[String]) -> Vec<String> {
+    std::iter::once(program.to_string())
+        .chain(args.iter().cloned())
+        .collect()
+}
+
+/// etcd's `SetFlagsFromEnv`: `ETCD_<FLAG>` for each flag not on the
+/// command line. Served flags read theirs through clap; here the accepted
+/// ones are checked and recorded, and every one is marked as given.
+fn add_env_flags(scanned: &mut Scan) -> Result<(), ArgsError> {
+    for flag in etcd_flags::FLAGS {
+        // ETCD_CONFIG_FILE is read on its own; etcd refuses to take
+        // ETCD_VERSION as `--version` (container images set it).
+        let special = ["config-file", "version"].contains(&flag.name);
+        if scanned.was_given(flag.name) || special {
+            continue;
+        }
+        let Ok(value) = std::env::var(etcd_flags::env_name(flag.name)) else {
+            continue;
+        };
+        match flag.handling {
+            Handling::Served => {
+                etcd_flags::check_value(flag, &value)?;
+                scanned.given.push(flag.name);
+            }
+            Handling::Accepted(_) => scanned.record(flag, Some(value))?,
+        }
+    }
+    Ok(())
+}
+
+/// The configuration after 3.6's rules and checks, with what to warn about.
+fn finish(
+    mut config: Config,
+    given: &Scan,
+    mut ignored: Vec<String>,
+    unknown_keys: Vec<String>,
+) -> Result<Parsed, ArgsError> {
+    config.resolve_deprecated(given)?;
+    config.validate(given)?;
+    let mut accepted: Vec<String> = given
+        .accepted
+        .iter()
+        .map(|(name, value)| format!("--{name}={value}"))
+        .collect();
+    accepted.append(&mut ignored);
+    let deprecations = etcd_flags::DEPRECATION_WARNINGS
+        .iter()
+        .filter(|(flag, _)| given.was_given(flag))
+        .map(|(_, message)| *message)
+        .collect();
+    Ok(Parsed {
+        config,
+        ignored: accepted,
+        unknown_keys,
+        deprecations,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -668,20 +871,193 @@ mod tests {
         assert_eq!(c.initial_members().unwrap().len(), 1);
     }
 
+    fn try_parse(args: &[&str]) -> Result<Parsed, ArgsError> {
+        let mut v = vec!["store".to_string()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        Config::from_args(v)
+    }
+
+    fn error_of(args: &[&str]) -> String {
+        try_parse(args).expect_err("refused").to_string()
+    }
+
     #[test]
     fn tuning_flags_are_ignored_and_single_dash_works() {
-        let args = [
-            "store",
-            "--enable-v2=false",
-            "--max-wals",
-            "5",
-            "-name",
-            "n1",
-            "--experimental-enable-lease-checkpoint=true",
-        ];
-        let parsed = Config::from_args(args.iter().map(|s| s.to_string()).collect()).unwrap();
+        let args = ["--max-wals", "5", "-name", "n1", "--unsafe-no-fsync"];
+        let parsed = try_parse(&args).unwrap();
         assert_eq!(parsed.config.name, "n1");
-        assert_eq!(parsed.ignored.len(), 4);
+        assert_eq!(parsed.ignored, ["--max-wals=5", "--unsafe-no-fsync=true"]);
+    }
+
+    /// Every flag of `etcd --help` (v3.6.14), given its default value,
+    /// parses, and every flag of the store's table is in etcd's help or
+    /// one of the few it leaves out.
+    #[test]
+    fn every_flag_of_etcd_36_help_is_taken() {
+        let fixture = include_str!("../testdata/etcd-3.6.14-flags.txt");
+        let mut help = Vec::new();
+        for line in fixture.lines().filter(|l| !l.starts_with('#')) {
+            let (name, default) = line.split_once(' ').expect("name default");
+            help.push(name);
+            let flag = etcd_flags::find(name)
+                .unwrap_or_else(|| panic!("--{name} of etcd 3.6 is missing from the table"));
+            let value = match (default, flag.kind) {
+                ("-", _) => continue,
+                ("''", etcd_flags::Kind::Duration) => "0s",
+                ("''", etcd_flags::Kind::Bool) => "false",
+                ("''", _) => "",
+                (d, _) => d,
+            };
+            let arg = format!("--{name}={value}");
+            let parsed = try_parse(&[&arg]).unwrap_or_else(|e| panic!("{arg}: {e}"));
+            match flag.handling {
+                Handling::Served => assert!(parsed.ignored.is_empty(), "{arg}"),
+                Handling::Accepted(_) => assert_eq!(parsed.ignored, std::slice::from_ref(&arg)),
+            }
+        }
+        let left_out = ["config-file", "version"];
+        for flag in etcd_flags::FLAGS {
+            let etcd_ignores = flag.handling == Handling::Accepted(etcd_flags::ETCD_IGNORES);
+            assert!(
+                help.contains(&flag.name) || left_out.contains(&flag.name) || etcd_ignores,
+                "--{} is not a flag of etcd 3.6",
+                flag.name
+            );
+        }
+        let clap_args: Vec<String> = Config::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect();
+        for flag in etcd_flags::FLAGS {
+            let served = flag.handling == Handling::Served;
+            assert_eq!(
+                served,
+                clap_args.iter().any(|a| a == flag.name),
+                "--{}: served flags, and only they, are Config's fields",
+                flag.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_feature_gate_of_etcd_36_is_taken() {
+        for gate in crate::features::GATES {
+            let arg = match gate.name {
+                "LeaseCheckpointPersist" => {
+                    "--feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true".to_string()
+                }
+                name => format!("--feature-gates={name}=true"),
+            };
+            let c = try_parse(&[&arg])
+                .unwrap_or_else(|e| panic!("{arg}: {e}"))
+                .config;
+            assert!(c.gates.enabled(gate.name), "{arg}");
+        }
+    }
+
+    #[test]
+    fn kubeadm_136_and_135_spellings_configure_the_same() {
+        let new = parse(&[
+            "--feature-gates=InitialCorruptCheck=true",
+            "--watch-progress-notify-interval=5s",
+        ]);
+        let parsed = try_parse(&[
+            "--experimental-initial-corrupt-check=true",
+            "--experimental-watch-progress-notify-interval=5s",
+        ])
+        .unwrap();
+        let old = &parsed.config;
+        for c in [&new, old] {
+            assert!(c.gates.initial_corrupt_check());
+            assert_eq!(
+                c.progress_notify_interval().unwrap(),
+                Duration::from_secs(5)
+            );
+        }
+        assert_eq!(
+            parsed.deprecations,
+            [
+                "--experimental-watch-progress-notify-interval is deprecated in v3.6 and will be \
+              decommissioned in v3.7. Use '--watch-progress-notify-interval' instead."
+            ]
+        );
+        assert!(!parse(&[]).gates.initial_corrupt_check());
+    }
+
+    #[test]
+    fn deprecated_and_new_spellings_conflict_as_in_etcd_36() {
+        assert_eq!(
+            error_of(&[
+                "--experimental-initial-corrupt-check=true",
+                "--feature-gates=InitialCorruptCheck=false",
+            ]),
+            "cannot specify both flags: --experimental-initial-corrupt-check=true and \
+             --feature-gates=InitialCorruptCheck=false at the same time, please just use \
+             --feature-gates=InitialCorruptCheck=false"
+        );
+        assert_eq!(
+            error_of(&[
+                "--experimental-corrupt-check-time=1m",
+                "--corrupt-check-time=2m"
+            ]),
+            "cannot set --experimental-corrupt-check-time and --corrupt-check-time at the same \
+             time, please use --corrupt-check-time only"
+        );
+        assert_eq!(
+            error_of(&["--experimental-memory-mlock", "--memory-mlock"]),
+            "cannot set --experimental-memory-mlock and --memory-mlock at the same time, please \
+             use --memory-mlock only"
+        );
+        let c = parse(&[
+            "--experimental-compact-hash-check-enabled",
+            "--compact-hash-check-time=2m",
+        ]);
+        assert_eq!(
+            c.corrupt_check_periods().unwrap(),
+            [Duration::from_secs(120)]
+        );
+        assert_eq!(
+            error_of(&["--compact-hash-check-time=0s"]),
+            "--compact-hash-check-time must be >0 (set to 0s)"
+        );
+        assert_eq!(
+            error_of(&["--feature-gates=LeaseCheckpointPersist=true"]),
+            "enabling feature gate LeaseCheckpointPersist requires enabling feature gate \
+             LeaseCheckpoint"
+        );
+    }
+
+    #[test]
+    fn what_etcd_36_removed_is_refused_as_it_refuses_it() {
+        for (arg, flag) in [
+            ("--enable-v2=false", "enable-v2"),
+            ("--experimental-enable-v2v3=/v2", "experimental-enable-v2v3"),
+            ("--proxy=off", "proxy"),
+            ("--proxy-dial-timeout=1000", "proxy-dial-timeout"),
+            (
+                "--experimental-wait-cluster-ready-timeout=5s",
+                "experimental-wait-cluster-ready-timeout",
+            ),
+            ("--debug", "debug"),
+        ] {
+            assert_eq!(
+                error_of(&[arg]),
+                format!("flag provided but not defined: -{flag}")
+            );
+        }
+        assert_eq!(
+            error_of(&["--v2-deprecation=not-yet"]),
+            "invalid value \"not-yet\" for flag -v2-deprecation: invalid value \"not-yet\""
+        );
+        assert_eq!(
+            error_of(&["--discovery-fallback=proxy"]),
+            "v2 proxy is deprecated, and --discovery-fallback can't be configured as \"proxy\""
+        );
+    }
+
+    #[test]
+    fn a_repeated_flag_keeps_its_last_value_as_in_go() {
+        assert_eq!(parse(&["--name=a", "--name", "b"]).name, "b");
     }
 
     #[test]

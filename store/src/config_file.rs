@@ -1,7 +1,7 @@
 //! etcd's `--config-file` (env `ETCD_CONFIG_FILE`): a YAML mapping whose
 //! keys are etcd's flag names.
 //!
-//! etcd 3.5 reads the file with `sigs.k8s.io/yaml` into its `configYAML`
+//! etcd 3.6 reads the file with `sigs.k8s.io/yaml` into its `configYAML`
 //! struct: the YAML is converted to JSON and decoded into typed fields, so
 //! a scalar becomes a string where the field is a string, a number where a
 //! number is expected is an error if given as a string, a key the struct
@@ -13,16 +13,15 @@
 //! Here each key of the file is type-checked against the Go type etcd
 //! declares for it ([`KEYS`]), rendered as the equivalent `--flag=value`
 //! argument, and the arguments go through the same parser as the command
-//! line (with environment variables switched off): one set of defaults and
-//! one set of value checks for both. Keys that name etcd tuning flags the
-//! store ignores, and keys etcd itself does not know, are reported back so
-//! the binary can warn about them.
+//! line (with environment variables switched off): one set of defaults,
+//! one set of value checks and 3.6's rules for the deprecated spellings for
+//! both. Keys etcd itself does not know are reported back so the binary can
+//! warn about them; etcd's keys that set no flag (`discovery-config`,
+//! `socket-options`) are reported as ignored.
 
 use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
-
-use crate::config::IGNORED_ETCD_FLAGS;
 
 /// Why a config file cannot be used. The messages are etcd's.
 #[derive(Debug, thiserror::Error)]
@@ -57,15 +56,6 @@ pub enum ConfigFileError {
         /// The field's Go type.
         go_type: &'static str,
     },
-    /// A setting etcd has that this store does not implement, set to a
-    /// value that would change behaviour.
-    #[error("{key}: {reason}")]
-    Unsupported {
-        /// The key path.
-        key: String,
-        /// Why it cannot be honoured.
-        reason: &'static str,
-    },
 }
 
 /// The Go type etcd's `configYAML` declares for a key: how its value is
@@ -76,8 +66,8 @@ enum GoType {
     Str,
     /// `uint` / `uint64`: a non-negative integer.
     UInt(&'static str),
-    /// `int64`: an integer.
-    Int,
+    /// `int` / `int64`: an integer.
+    Int(&'static str),
     /// `bool`.
     Bool,
     /// `[]string`: a sequence of scalars, joined with commas.
@@ -89,59 +79,173 @@ enum GoType {
     Security(&'static str),
 }
 
-/// Keys of etcd 3.5's `configYAML` the store reads, with their Go types.
-/// Each key is also the name of the flag it sets.
+/// Keys of etcd 3.6's `configYAML` (its `embed.Config` and `configJSON`),
+/// with their Go types. Each key is also the name of the flag it sets,
+/// but for the one [`flag_of`] renames.
 const KEYS: &[(&str, GoType)] = &[
     ("name", GoType::Str),
     ("data-dir", GoType::Str),
     ("wal-dir", GoType::Str),
     ("snapshot-count", GoType::UInt("uint64")),
+    (
+        "experimental-snapshot-catch-up-entries",
+        GoType::UInt("uint64"),
+    ),
+    ("snapshot-catchup-entries", GoType::UInt("uint64")),
+    ("max-snapshots", GoType::UInt("uint")),
+    ("max-wals", GoType::UInt("uint")),
     ("heartbeat-interval", GoType::UInt("uint")),
     ("election-timeout", GoType::UInt("uint")),
-    ("quota-backend-bytes", GoType::Int),
+    ("initial-election-tick-advance", GoType::Bool),
+    ("backend-batch-interval", GoType::Nanos),
+    ("backend-batch-limit", GoType::Int("int")),
+    ("backend-bbolt-freelist-type", GoType::Str),
+    ("quota-backend-bytes", GoType::Int("int64")),
     ("max-txn-ops", GoType::UInt("uint")),
     ("max-request-bytes", GoType::UInt("uint")),
     ("max-concurrent-streams", GoType::UInt("uint32")),
-    ("listen-peer-urls", GoType::Str),
-    ("listen-client-urls", GoType::Str),
-    ("listen-metrics-urls", GoType::Str),
-    ("initial-advertise-peer-urls", GoType::Str),
-    ("advertise-client-urls", GoType::Str),
-    ("initial-cluster", GoType::Str),
+    ("self-signed-cert-validity", GoType::UInt("uint")),
+    ("cipher-suites", GoType::StrList),
+    ("tls-min-version", GoType::Str),
+    ("tls-max-version", GoType::Str),
     ("initial-cluster-state", GoType::Str),
+    ("discovery-srv", GoType::Str),
+    ("discovery-srv-name", GoType::Str),
+    ("discovery-proxy", GoType::Str),
+    ("discovery", GoType::Str),
+    ("initial-cluster", GoType::Str),
     ("initial-cluster-token", GoType::Str),
-    ("force-new-cluster", GoType::Bool),
-    ("pre-vote", GoType::Bool),
+    ("strict-reconfig-check", GoType::Bool),
     ("auto-compaction-mode", GoType::Str),
     ("auto-compaction-retention", GoType::Str),
     ("grpc-keepalive-min-time", GoType::Nanos),
     ("grpc-keepalive-interval", GoType::Nanos),
     ("grpc-keepalive-timeout", GoType::Nanos),
-    ("client-transport-security", GoType::Security("")),
-    ("peer-transport-security", GoType::Security("peer-")),
+    ("pre-vote", GoType::Bool),
     ("auth-token", GoType::Str),
-    ("auth-token-ttl", GoType::UInt("uint")),
     ("bcrypt-cost", GoType::UInt("uint")),
+    ("auth-token-ttl", GoType::UInt("uint")),
     ("experimental-initial-corrupt-check", GoType::Bool),
     ("experimental-corrupt-check-time", GoType::Nanos),
+    ("corrupt-check-time", GoType::Nanos),
     ("experimental-compact-hash-check-enabled", GoType::Bool),
     ("experimental-compact-hash-check-time", GoType::Nanos),
+    ("compact-hash-check-time", GoType::Nanos),
+    ("experimental-enable-lease-checkpoint", GoType::Bool),
+    ("experimental-enable-lease-checkpoint-persist", GoType::Bool),
+    ("experimental-compaction-batch-limit", GoType::Int("int")),
+    ("compaction-batch-limit", GoType::Int("int")),
+    ("experimental-compaction-sleep-interval", GoType::Nanos),
+    ("compaction-sleep-interval", GoType::Nanos),
     ("experimental-watch-progress-notify-interval", GoType::Nanos),
+    ("watch-progress-notify-interval", GoType::Nanos),
+    ("experimental-warning-apply-duration", GoType::Nanos),
+    ("warning-apply-duration", GoType::Nanos),
+    (
+        "experimental-bootstrap-defrag-threshold-megabytes",
+        GoType::UInt("uint"),
+    ),
+    ("bootstrap-defrag-threshold-megabytes", GoType::UInt("uint")),
+    ("warning-unary-request-duration", GoType::Nanos),
+    ("experimental-warning-unary-request-duration", GoType::Nanos),
+    ("max-learners", GoType::Int("int")),
+    ("force-new-cluster", GoType::Bool),
+    ("enable-pprof", GoType::Bool),
+    ("metrics", GoType::Str),
+    ("listen-metrics-urls", GoType::Str),
+    ("experimental-enable-distributed-tracing", GoType::Bool),
+    ("enable-distributed-tracing", GoType::Bool),
+    ("experimental-distributed-tracing-address", GoType::Str),
+    ("distributed-tracing-address", GoType::Str),
+    ("experimental-distributed-tracing-service-name", GoType::Str),
+    ("distributed-tracing-service-name", GoType::Str),
+    ("experimental-distributed-tracing-instance-id", GoType::Str),
+    ("distributed-tracing-instance-id", GoType::Str),
+    (
+        "experimental-distributed-tracing-sampling-rate",
+        GoType::Int("int"),
+    ),
+    ("distributed-tracing-sampling-rate", GoType::Int("int")),
+    (
+        "experimental-peer-skip-client-san-verification",
+        GoType::Bool,
+    ),
     ("logger", GoType::Str),
     ("log-level", GoType::Str),
-    ("log-outputs", GoType::StrList),
     ("log-format", GoType::Str),
+    ("log-outputs", GoType::StrList),
+    ("enable-log-rotation", GoType::Bool),
+    ("log-rotation-config-json", GoType::Str),
+    ("enable-grpc-gateway", GoType::Bool),
+    ("unsafe-no-fsync", GoType::Bool),
+    ("experimental-downgrade-check-time", GoType::Nanos),
+    ("downgrade-check-time", GoType::Nanos),
+    ("memory-mlock", GoType::Bool),
+    ("experimental-memory-mlock", GoType::Bool),
+    (
+        "experimental-txn-mode-write-with-shared-buffer",
+        GoType::Bool,
+    ),
+    ("experimental-stop-grpc-service-on-defrag", GoType::Bool),
+    ("v2-deprecation", GoType::Str),
+    ("listen-peer-urls", GoType::Str),
+    ("listen-client-urls", GoType::Str),
+    ("listen-client-http-urls", GoType::Str),
+    ("initial-advertise-peer-urls", GoType::Str),
+    ("advertise-client-urls", GoType::Str),
+    ("cors", GoType::Str),
+    ("host-whitelist", GoType::Str),
+    ("client-transport-security", GoType::Security("")),
+    ("peer-transport-security", GoType::Security("peer-")),
+    ("feature-gates", GoType::Str),
 ];
 
-/// Keys of etcd's `securityConfig` and the flag (after the block's prefix)
-/// each sets; `None` marks `auto-tls`, which the store does not implement.
-const SECURITY_KEYS: &[(&str, GoType, Option<&str>)] = &[
-    ("cert-file", GoType::Str, Some("cert-file")),
-    ("key-file", GoType::Str, Some("key-file")),
-    ("trusted-ca-file", GoType::Str, Some("trusted-ca-file")),
-    ("client-cert-auth", GoType::Bool, Some("client-cert-auth")),
-    ("auto-tls", GoType::Bool, None),
+/// Keys of etcd 3.6's `embed.Config` that no flag sets (Go values of its
+/// embedding API); a file may carry them, they change nothing here.
+const NON_FLAG_KEYS: &[&str] = &[
+    "discovery-config",
+    "socket-options",
+    "grpc-additional-server-options",
 ];
+
+/// The flag a key sets: its own name, but for the one key etcd spells
+/// differently from its flag.
+fn flag_of(key: &'static str) -> &'static str {
+    match key {
+        "experimental-snapshot-catch-up-entries" => "experimental-snapshot-catchup-entries",
+        other => other,
+    }
+}
+
+/// Keys of etcd's `securityConfig`, with their Go types.
+const SECURITY_KEYS: &[(&str, GoType)] = &[
+    ("cert-file", GoType::Str),
+    ("key-file", GoType::Str),
+    ("client-cert-file", GoType::Str),
+    ("client-key-file", GoType::Str),
+    ("client-cert-auth", GoType::Bool),
+    ("trusted-ca-file", GoType::Str),
+    ("auto-tls", GoType::Bool),
+    ("allowed-cn", GoType::StrList),
+    ("allowed-hostname", GoType::StrList),
+    ("skip-client-san-verification", GoType::Bool),
+];
+
+/// The flag a `*-transport-security` key sets (`prefix` is `""` for the
+/// client block, `"peer-"` for the peer block); `None` where etcd has no
+/// such flag for that block (the value is then set aside as ignored).
+fn security_flag(prefix: &str, key: &str) -> Option<String> {
+    let client = prefix.is_empty();
+    match key {
+        "allowed-cn" if client => None,
+        "allowed-cn" => Some("peer-cert-allowed-cn".into()),
+        "allowed-hostname" if client => Some("client-cert-allowed-hostname".into()),
+        "allowed-hostname" => Some("peer-cert-allowed-hostname".into()),
+        "skip-client-san-verification" if client => None,
+        "skip-client-san-verification" => Some("peer-skip-client-san-verification".into()),
+        key => Some(format!("{prefix}{key}")),
+    }
+}
 
 /// A config file turned into command-line arguments.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -192,7 +296,7 @@ pub fn parse(text: &str) -> Result<FileArgs, ConfigFileError> {
         let key = scalar_text(&k).unwrap_or_default();
         match KEYS.iter().find(|(name, _)| *name == key) {
             Some((name, ty)) => push_key(&mut out, name, *ty, &v)?,
-            None if IGNORED_ETCD_FLAGS.contains(&key.as_str()) => out.ignored.push(key),
+            None if NON_FLAG_KEYS.contains(&key.as_str()) => out.ignored.push(key),
             None => out.unknown.push(key),
         }
     }
@@ -223,7 +327,7 @@ fn push_key(
         return push_security(out, name, prefix, v);
     }
     if let Some(text) = render(v, ty, "configYAML", name)? {
-        out.args.push(format!("--{name}={text}"));
+        out.args.push(format!("--{}={text}", flag_of(name)));
     }
     Ok(())
 }
@@ -249,7 +353,7 @@ fn push_security(
     };
     for (k, v) in map {
         let key = scalar_text(k).unwrap_or_default();
-        let Some((_, ty, flag)) = SECURITY_KEYS.iter().find(|(n, _, _)| *n == key) else {
+        let Some((_, ty)) = SECURITY_KEYS.iter().find(|(n, _)| *n == key) else {
             out.unknown.push(format!("{block}.{key}"));
             continue;
         };
@@ -257,15 +361,9 @@ fn push_security(
         let Some(text) = render(v, *ty, "securityConfig", &path)? else {
             continue;
         };
-        match flag {
-            Some(flag) => out.args.push(format!("--{prefix}{flag}={text}")),
-            None if text == "false" => {}
-            None => {
-                return Err(ConfigFileError::Unsupported {
-                    key: path,
-                    reason: "automatic self-signed certificates are not supported; give cert-file and key-file",
-                })
-            }
+        match security_flag(prefix, &key) {
+            Some(flag) => out.args.push(format!("--{flag}={text}")),
+            None => out.ignored.push(path),
         }
     }
     Ok(())
@@ -284,7 +382,7 @@ fn render(
         (_, Value::Null) => return Ok(None),
         (GoType::Str, v) => scalar_text(v).ok_or_else(bad)?,
         (GoType::UInt(_), Value::Number(n)) => n.as_u64().ok_or_else(bad)?.to_string(),
-        (GoType::Int, Value::Number(n)) => n.as_i64().ok_or_else(bad)?.to_string(),
+        (GoType::Int(_), Value::Number(n)) => n.as_i64().ok_or_else(bad)?.to_string(),
         (GoType::Nanos, Value::Number(n)) => format!("{}ns", n.as_u64().ok_or_else(bad)?),
         (GoType::Bool, Value::Bool(b)) => b.to_string(),
         (GoType::StrList, Value::Sequence(items)) => items
@@ -344,7 +442,7 @@ fn go_type_name(ty: GoType) -> &'static str {
     match ty {
         GoType::Str => "string",
         GoType::UInt(name) => name,
-        GoType::Int => "int64",
+        GoType::Int(name) => name,
         GoType::Bool => "bool",
         GoType::StrList => "[]string",
         GoType::Nanos => "time.Duration",
@@ -376,11 +474,47 @@ mod tests {
                 "--force-new-cluster=true",
                 "--cert-file=/c.pem",
                 "--client-cert-auth=true",
+                "--auto-tls=false",
                 "--peer-key-file=/k.pem",
             ]
         );
-        assert_eq!(f.ignored, ["enable-v2"]);
-        assert_eq!(f.unknown, ["no-such-key"]);
+        assert!(f.ignored.is_empty());
+        // etcd 3.6 has no v2 API: its key is unknown there too.
+        assert_eq!(f.unknown, ["enable-v2", "no-such-key"]);
+    }
+
+    #[test]
+    fn etcd_36_keys_become_their_flags() {
+        let f = parse(
+            "feature-gates: InitialCorruptCheck=true\nwatch-progress-notify-interval: 5000000000\n\
+             experimental-snapshot-catch-up-entries: 100\nmax-learners: 2\n\
+             peer-transport-security: {allowed-cn: [a, b], skip-client-san-verification: true}\n\
+             client-transport-security: {allowed-cn: [c], allowed-hostname: [h]}\n\
+             socket-options: {}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f.args,
+            [
+                "--feature-gates=InitialCorruptCheck=true",
+                "--watch-progress-notify-interval=5000000000ns",
+                "--experimental-snapshot-catchup-entries=100",
+                "--max-learners=2",
+                "--peer-cert-allowed-cn=a,b",
+                "--peer-skip-client-san-verification=true",
+                "--client-cert-allowed-hostname=h",
+            ]
+        );
+        assert_eq!(
+            f.ignored,
+            ["client-transport-security.allowed-cn", "socket-options"]
+        );
+        for (key, _) in KEYS
+            .iter()
+            .filter(|(_, t)| !matches!(t, GoType::Security(_)))
+        {
+            assert!(crate::etcd_flags::find(flag_of(key)).is_some(), "{key}");
+        }
     }
 
     #[test]
@@ -415,9 +549,11 @@ mod tests {
             "open /nonexistent/etcd.yaml: no such file or directory"
         );
         assert!(parse("").unwrap().args.is_empty());
-        assert!(matches!(
-            parse("peer-transport-security: {auto-tls: true}\n").unwrap_err(),
-            ConfigFileError::Unsupported { .. }
-        ));
+        assert_eq!(
+            parse("peer-transport-security: {auto-tls: true}\n")
+                .unwrap()
+                .args,
+            ["--peer-auto-tls=true"]
+        );
     }
 }

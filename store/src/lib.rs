@@ -14,6 +14,7 @@
 pub mod alarm;
 pub mod auth;
 pub mod batching;
+pub mod cluster_version;
 pub mod codec;
 pub mod config;
 pub mod config_file;
@@ -21,6 +22,8 @@ pub mod data_dir;
 pub mod duration;
 pub mod engine;
 pub mod errors;
+pub mod etcd_flags;
+pub mod features;
 pub mod identity;
 pub mod kv;
 pub mod lease;
@@ -33,6 +36,7 @@ pub mod raft;
 pub mod server;
 pub mod snapshot;
 pub mod tls;
+pub mod version;
 pub mod wal;
 pub mod watch;
 

@@ -25,11 +25,15 @@
 //! | `server::quota` | `QUOTA_SIZE_REFRESH` |
 //! | `server::lease` | `EXPIRY_CHECK_INTERVAL`, `MAX_REVOKES_PER_CHECK`, `KEEPALIVE_OUTPUT_QUEUE`, `LEASE_OVERHEAD_BYTES` |
 //! | `server::watch` | `STREAM_OUTPUT_QUEUE`, `DEFAULT_PROGRESS_NOTIFY_INTERVAL`, `CATCH_UP_EVENTS_PER_STEP`, `NO_LEADER_ELECTION_TIMEOUTS` |
-//! | `server::cluster` | `MAX_LEARNERS` |
 //! | `server::auth` | `AUTHENTICATE_ATTEMPTS` |
 //! | `server::maintenance` | `SNAPSHOT_STREAM_CHUNK_BYTES` |
 //! | `server::json_gateway` | `JSON_SLACK_BYTES` (with `max_body_bytes`), `stream::REQUEST_QUEUE` |
 //! | `server::transfer` | `TRANSFER_TIMEOUT_ELECTION_TIMEOUTS`, `HOLD_MARGIN_ELECTION_TIMEOUTS`, `MAX_PEER_REQUEST_ELECTION_TIMEOUTS` |
+
+/// Default `--max-learners`: etcd's `DefaultMaxLearners`, learner members
+/// MemberAdd accepts at once ("etcdserver: too many learner members in
+/// cluster" past it).
+pub const DEFAULT_MAX_LEARNERS: i64 = 1;
 
 /// Default `--max-request-bytes`: etcd's `DefaultMaxRequestBytes` (1.5 MiB).
 /// Writes larger than this are refused with "etcdserver: request is too large".

@@ -62,18 +62,31 @@ async fn run() {
     let parsed = match Config::from_args(std::env::args().collect()) {
         Ok(p) => p,
         Err(ArgsError::Flags(e)) => e.exit(),
-        Err(ArgsError::File(e)) => {
+        Err(ArgsError::Syntax(e)) => {
+            // Go's flag package: the error, the usage, status 2.
+            eprintln!("{e}");
+            eprintln!("{}", store::etcd_flags::USAGE);
+            std::process::exit(2);
+        }
+        Err(e @ (ArgsError::File(_) | ArgsError::Invalid(_))) => {
             eprintln!("store: failed to verify flags: {e}");
             std::process::exit(1);
         }
     };
     let config = parsed.config;
+    if config.version {
+        print!("{}", store::etcd_flags::version_text());
+        return;
+    }
     if let Err(e) = store::logging::init(&config.log_settings()) {
         eprintln!("store: failed to verify flags: {e}");
         std::process::exit(1);
     }
     if let Some(path) = &config.config_file {
         tracing::info!(path = %path.display(), "loaded server configuration, other configuration command line flags and environment variables will be ignored if provided");
+    }
+    for warning in &parsed.deprecations {
+        tracing::warn!("{warning}");
     }
     if !parsed.ignored.is_empty() {
         tracing::warn!(flags = ?parsed.ignored, "ignoring etcd tuning flags that do not apply to this store");

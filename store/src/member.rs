@@ -2,8 +2,7 @@
 //!
 //! ```no_run
 //! # async fn run() -> anyhow::Result<()> {
-//! use clap::Parser;
-//! let config = store::Config::parse_from(["store", "--data-dir", "/tmp/m1.etcd"]);
+//! let config = store::Config::from_flags(["store", "--data-dir", "/tmp/m1.etcd"])?;
 //! let member = store::Member::start(config).await?;
 //! println!("serving etcd clients at {:?}", member.client_endpoints());
 //! member.shutdown().await;
@@ -41,6 +40,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthService;
 
 use crate::auth::{AuthStore, TokenProvider};
+use crate::cluster_version::ClusterStateCache;
 use crate::config::{listen_addrs, split_urls, Config, GrpcServerOptions, ListenAddr};
 use crate::engine::rocks::RocksEngine;
 use crate::engine::{Engine, Table, WriteBatch};
@@ -61,7 +61,7 @@ use crate::raft::{MemberInfo, NodeId, Raft};
 use crate::server::auth::AuthService;
 use crate::server::cluster::ClusterService;
 use crate::server::conn;
-use crate::server::core::{Core, CoreConfig};
+use crate::server::core::{Core, CoreConfig, ReplicatedCaches};
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
 use crate::server::grpc_dispatch::{GrpcDispatch, GrpcServices};
 use crate::server::http;
@@ -70,7 +70,7 @@ use crate::server::lease::{spawn_lease_tasks, LeaseService};
 use crate::server::maintenance::MaintenanceService;
 use crate::server::peer::PeerService;
 use crate::server::watch::WatchService;
-use crate::server::{auto_compaction, corruption};
+use crate::server::{auto_compaction, corruption, versions};
 use crate::tls::{TlsFiles, TlsListener};
 use crate::watch::WatchHub;
 
@@ -152,6 +152,18 @@ fn discovery_flag(config: &Config) -> Option<&'static str> {
         .is_some_and(|d| !d.is_empty())
     {
         Some("--discovery-srv")
+    } else if config
+        .discovery_endpoints
+        .as_deref()
+        .is_some_and(|d| !d.is_empty())
+    {
+        Some("--discovery-endpoints")
+    } else if config
+        .discovery_token
+        .as_deref()
+        .is_some_and(|d| !d.is_empty())
+    {
+        Some("--discovery-token")
     } else {
         None
     }
@@ -301,6 +313,8 @@ impl Member {
         // anything is bound or written.
         let auto_compaction = config.auto_compaction()?;
         let corrupt_check_periods = config.corrupt_check_periods()?;
+        let downgrade_check = config.downgrade_check_interval()?;
+        crate::metrics::global().set_feature_gates(&config.gates);
         let grpc_options = config.grpc_server_options()?;
         let progress_interval = config.progress_notify_interval()?;
         crate::data_dir::prepare(&data_dir)?;
@@ -357,7 +371,13 @@ impl Member {
             auth.clone(),
         );
         let alarms = Arc::new(crate::alarm::RaisedCache::load(engine.as_ref())?);
-        let sm = sm.keeping_alarms_in(alarms.clone());
+        let cluster = Arc::new(ClusterStateCache::load(engine.as_ref())?);
+        // etcd's MustDetectDowngrade: an older binary may not serve a
+        // cluster whose version is already past it.
+        crate::cluster_version::check_binary_allowed(&cluster.get()).map_err(anyhow::Error::msg)?;
+        let sm = sm
+            .keeping_alarms_in(alarms.clone())
+            .keeping_cluster_state_in(cluster.clone());
         let raft = Raft::new(
             identity.member_id,
             Arc::new(raft_config(&config)?),
@@ -385,13 +405,14 @@ impl Member {
                 max_request_bytes: config.max_request_bytes,
                 max_txn_ops: config.max_txn_ops,
                 quota_bytes: config.quota_bytes(),
+                max_learners: usize::try_from(config.max_learners).unwrap_or(0),
                 snapshot_dir: Some(data_dir.join(crate::data_dir::SNAPSHOT_DIR)),
             },
             raft,
             mvcc,
             lessor,
             auth,
-            alarms,
+            ReplicatedCaches { alarms, cluster },
             peers,
         );
         let http_state =
@@ -436,7 +457,7 @@ impl Member {
                 member.shutdown.subscribe(),
             )));
         }
-        if config.experimental_initial_corrupt_check {
+        if config.gates.initial_corrupt_check() {
             if let Err(e) = corruption::initial_check(&core).await {
                 member.shutdown().await;
                 return Err(e.into());
@@ -448,6 +469,7 @@ impl Member {
         for every in corrupt_check_periods {
             corruption::spawn_periodic_check(core.clone(), every, member.shutdown.subscribe());
         }
+        versions::spawn_monitor(core.clone(), downgrade_check, member.shutdown.subscribe());
         for l in client_listeners {
             let Bound { listener: l, tls } = l;
             let services = ClientServices {

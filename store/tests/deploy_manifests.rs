@@ -60,6 +60,12 @@ fn kubeadm_static_pod_command_is_accepted() {
     assert_eq!(config.data_dir(), PathBuf::from("/var/lib/etcd"));
     assert!(config.client_cert_auth && config.peer_client_cert_auth);
     assert_eq!(config.initial_members().expect("initial cluster").len(), 1);
+    assert!(config.gates.initial_corrupt_check());
+    assert_eq!(
+        config.progress_notify_interval().expect("interval"),
+        std::time::Duration::from_secs(5)
+    );
+    assert!(parsed.deprecations.is_empty(), "{:?}", parsed.deprecations);
     assert!(
         parsed.ignored.is_empty(),
         "flags of kubeadm's manifest the store ignores: {:?}",

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use clap::Parser;
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::kv_client::KvClient;
 use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
@@ -26,7 +25,7 @@ const LEADER_WAIT: Duration = Duration::from_secs(20);
 
 async fn start(dir: &std::path::Path) -> (store::Member, Channel) {
     let data_dir = dir.join("m.etcd");
-    let config = store::Config::parse_from([
+    let config = store::Config::from_flags([
         "store",
         "--data-dir",
         data_dir.to_str().unwrap(),
@@ -36,7 +35,8 @@ async fn start(dir: &std::path::Path) -> (store::Member, Channel) {
         "http://127.0.0.1:0",
         "--quota-backend-bytes",
         &QUOTA_BYTES.to_string(),
-    ]);
+    ])
+    .expect("flags parse");
     let member = store::Member::start(config).await.expect("member starts");
     let endpoint = member.client_endpoints()[0].clone();
     let channel = Channel::from_shared(endpoint)

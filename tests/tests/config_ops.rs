@@ -603,3 +603,65 @@ fn bad_auto_compaction_flags_are_refused() -> Result<()> {
     }
     Ok(())
 }
+
+/// `store --version` prints etcd's four lines (the labels tools parse,
+/// compared with etcd 3.5's own), presenting etcd 3.6.14; flags etcd 3.6
+/// removed or does not know are refused as Go's flag package refuses them
+/// (status 2); a bad feature gate fails verification (status 1).
+#[test]
+fn version_and_refused_flags_answer_as_etcd_36() -> Result<()> {
+    let store = Binary::candidate()?.path;
+    let labels = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| l.split(':').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    let ours = Command::new(&store).arg("--version").output()?;
+    let theirs = Command::new(Binary::etcd35()?.path)
+        .arg("--version")
+        .output()?;
+    let (ours_text, theirs_text) = (text(&ours), text(&theirs));
+    ensure!(ours.status.success(), "{ours_text}");
+    ensure!(
+        labels(&ours_text) == labels(&theirs_text),
+        "{ours_text}\nvs etcd's\n{theirs_text}"
+    );
+    ensure!(
+        ours_text.starts_with("etcd Version: 3.6.14\n"),
+        "{ours_text}"
+    );
+    for (args, code, want) in [
+        (
+            &["--enable-v2=false"][..],
+            2,
+            "flag provided but not defined: -enable-v2",
+        ),
+        (
+            &["--proxy", "on"][..],
+            2,
+            "flag provided but not defined: -proxy",
+        ),
+        (
+            &["--feature-gates=Nope=true"][..],
+            1,
+            "unrecognized feature gate: Nope",
+        ),
+        (
+            &[
+                "--experimental-initial-corrupt-check=true",
+                "--feature-gates=InitialCorruptCheck=true",
+            ][..],
+            1,
+            "cannot specify both flags",
+        ),
+    ] {
+        let out = Command::new(&store).args(args).output()?;
+        let text = text(&out);
+        ensure!(
+            out.status.code() == Some(code) && text.contains(want),
+            "{args:?}: {:?}\n{text}",
+            out.status.code()
+        );
+    }
+    Ok(())
+}

@@ -1,7 +1,20 @@
-//! A member started with the exact argument list of kubeadm v1.31's etcd
-//! static pod manifest (`/etc/kubernetes/manifests/etcd.yaml`), with
-//! kubeadm's certificate layout, probed as kubelet probes it and used as
-//! kube-apiserver uses it.
+//! Members started with the exact argument lists of kubeadm's etcd static
+//! pod manifest (`/etc/kubernetes/manifests/etcd.yaml`), with kubeadm's
+//! certificate layout, probed as kubelet probes them and used as
+//! kube-apiserver uses them.
+//!
+//! Two spellings of that command line exist (kubeadm's
+//! `cmd/kubeadm/app/phases/etcd/local.go`): kubeadm v1.36 and v1.37 (and
+//! v1.34-v1.35 with an etcd image tag of at least 3.6.0) write etcd 3.6's
+//! `--feature-gates=InitialCorruptCheck=true` and
+//! `--watch-progress-notify-interval=5s`; v1.31-v1.35 with an etcd 3.5 image
+//! write `--experimental-initial-corrupt-check=true` and
+//! `--experimental-watch-progress-notify-interval=5s`. Both start a
+//! three-member stacked cluster the way `kubeadm init` and `kubeadm join
+//! --control-plane` build it: the first node alone, each next one added as
+//! a learner (`MemberAddAsLearner`), started with the returned members in
+//! `--initial-cluster` and `--initial-cluster-state=existing`, then
+//! promoted once in sync.
 //!
 //! Addresses: kubeadm listens on `127.0.0.1` and the node's IP; here two
 //! loopback addresses of the harness stand in for them (`local` for
@@ -22,9 +35,10 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use etcd_client::GetOptions;
 use integration_tests::client::connect_tls;
+use integration_tests::etcdctl::Etcdctl;
 use integration_tests::http::get;
 use integration_tests::net::allocate_ip;
-use integration_tests::pki::{tls_options, Ca, CertFiles, CLIENT, PEER};
+use integration_tests::pki::{etcdctl_flags, tls_options, Ca, CertFiles, CLIENT, PEER};
 use integration_tests::wait::retry_until;
 use integration_tests::{Binary, Process};
 
@@ -46,9 +60,20 @@ struct Pki {
 }
 
 fn kubeadm_pki(dir: &std::path::Path, local: Ipv4Addr, node: Ipv4Addr) -> Result<Pki> {
+    node_pki(dir, &Ca::new("etcd-ca")?, local, node, NODE)
+}
+
+/// kubeadm's certificates for the node `name` (its own server and peer
+/// certificates; the cluster's shared etcd CA `ca`).
+fn node_pki(
+    dir: &std::path::Path,
+    ca: &Ca,
+    local: Ipv4Addr,
+    node: Ipv4Addr,
+    name: &str,
+) -> Result<Pki> {
     let etcd_dir = dir.join("etcd");
     std::fs::create_dir_all(&etcd_dir)?;
-    let ca = Ca::new("etcd-ca")?;
     let ca_file = ca.write_ca(&etcd_dir, "ca")?;
     let sans = vec![
         "localhost".to_string(),
@@ -56,8 +81,8 @@ fn kubeadm_pki(dir: &std::path::Path, local: Ipv4Addr, node: Ipv4Addr) -> Result
         local.to_string(),
         "::1".to_string(),
     ];
-    let server = ca.write(&etcd_dir, "server", NODE, &sans, PEER)?;
-    let peer = ca.write(&etcd_dir, "peer", NODE, &sans, PEER)?;
+    let server = ca.write(&etcd_dir, "server", name, &sans, PEER)?;
+    let peer = ca.write(&etcd_dir, "peer", name, &sans, PEER)?;
     let healthcheck_client = ca.write(
         &etcd_dir,
         "healthcheck-client",
@@ -81,36 +106,23 @@ fn kubeadm_pki(dir: &std::path::Path, local: Ipv4Addr, node: Ipv4Addr) -> Result
     })
 }
 
-/// The command of kubeadm v1.31's etcd.yaml, flag for flag and in its
-/// order, with this test's addresses and files.
+/// The command of kubeadm v1.31's etcd.yaml (etcd 3.5's spellings), flag
+/// for flag and in its order, with this test's addresses and files.
 fn manifest_args(
     pki: &Pki,
     data_dir: &std::path::Path,
     local: Ipv4Addr,
     node: Ipv4Addr,
 ) -> Vec<String> {
-    let p = |f: &std::path::Path| f.display().to_string();
-    vec![
-        format!("--advertise-client-urls=https://{node}:2379"),
-        format!("--cert-file={}", p(&pki.server.cert)),
-        "--client-cert-auth=true".to_string(),
-        format!("--data-dir={}", p(data_dir)),
-        "--experimental-initial-corrupt-check=true".to_string(),
-        "--experimental-watch-progress-notify-interval=5s".to_string(),
-        format!("--initial-advertise-peer-urls=https://{node}:2380"),
-        format!("--initial-cluster={NODE}=https://{node}:2380"),
-        format!("--key-file={}", p(&pki.server.key)),
-        format!("--listen-client-urls=https://{local}:2379,https://{node}:2379"),
-        format!("--listen-metrics-urls=http://{local}:2381"),
-        format!("--listen-peer-urls=https://{node}:2380"),
-        format!("--name={NODE}"),
-        format!("--peer-cert-file={}", p(&pki.peer.cert)),
-        "--peer-client-cert-auth=true".to_string(),
-        format!("--peer-key-file={}", p(&pki.peer.key)),
-        format!("--peer-trusted-ca-file={}", p(&pki.ca)),
-        "--snapshot-count=10000".to_string(),
-        format!("--trusted-ca-file={}", p(&pki.ca)),
-    ]
+    kubeadm_command(
+        Spelling::Etcd35,
+        pki,
+        data_dir,
+        (local, node),
+        NODE,
+        &format!("{NODE}=https://{node}:2380"),
+        false,
+    )
 }
 
 #[tokio::test]
@@ -177,6 +189,17 @@ async fn member_started_from_kubeadms_manifest_passes_kubelets_probes_and_serves
         "{}",
         metrics.body
     );
+    // etcd 3.6's gate metric: 3.5's flag turned the gate on.
+    for series in [
+        "etcd_server_feature_enabled{name=\"InitialCorruptCheck\",stage=\"ALPHA\"} 1\n",
+        "etcd_server_feature_enabled{name=\"TxnModeWriteWithSharedBuffer\",stage=\"BETA\"} 1\n",
+        "etcd_server_feature_enabled{name=\"StopGRPCServiceOnDefrag\",stage=\"ALPHA\"} 0\n",
+        "etcd_server_version{server_version=\"3.6.14\"} 1\n",
+        "# TYPE etcd_network_known_peers gauge\n",
+        "etcd_server_range_duration_seconds_count{success=\"true\"} 1\n",
+    ] {
+        assert!(metrics.body.contains(series), "{series}{}", metrics.body);
+    }
     process.kill().expect("stop");
 }
 
@@ -266,4 +289,267 @@ async fn https_metrics_url_serves_with_client_certificates_as_etcd() {
         }
         process.kill().expect("stop");
     }
+}
+
+/// Which etcd flags a kubeadm release writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spelling {
+    /// kubeadm v1.36, v1.37 (and v1.34-v1.35 with an etcd >= 3.6 image).
+    Etcd36,
+    /// kubeadm v1.31-v1.35 with an etcd 3.5 image.
+    Etcd35,
+}
+
+/// One control-plane node's etcd command line as kubeadm builds it:
+/// `--name=value` pairs sorted by name. `initial_cluster` is the node
+/// itself for `kubeadm init`, the members MemberAdd returned for `kubeadm
+/// join` (which also passes `--initial-cluster-state=existing`).
+fn kubeadm_command(
+    spelling: Spelling,
+    pki: &Pki,
+    data_dir: &std::path::Path,
+    (local, node): (Ipv4Addr, Ipv4Addr),
+    name: &str,
+    initial_cluster: &str,
+    joining: bool,
+) -> Vec<String> {
+    let p = |f: &std::path::Path| f.display().to_string();
+    let mut args: Vec<(&str, String)> = vec![
+        ("advertise-client-urls", format!("https://{node}:2379")),
+        ("cert-file", p(&pki.server.cert)),
+        ("client-cert-auth", "true".into()),
+        ("data-dir", p(data_dir)),
+        (
+            "initial-advertise-peer-urls",
+            format!("https://{node}:2380"),
+        ),
+        ("initial-cluster", initial_cluster.to_string()),
+        ("key-file", p(&pki.server.key)),
+        (
+            "listen-client-urls",
+            format!("https://{local}:2379,https://{node}:2379"),
+        ),
+        ("listen-metrics-urls", format!("http://{local}:2381")),
+        ("listen-peer-urls", format!("https://{node}:2380")),
+        ("name", name.to_string()),
+        ("peer-cert-file", p(&pki.peer.cert)),
+        ("peer-client-cert-auth", "true".into()),
+        ("peer-key-file", p(&pki.peer.key)),
+        ("peer-trusted-ca-file", p(&pki.ca)),
+        ("snapshot-count", "10000".into()),
+        ("trusted-ca-file", p(&pki.ca)),
+    ];
+    match spelling {
+        Spelling::Etcd36 => {
+            args.push(("feature-gates", "InitialCorruptCheck=true".into()));
+            args.push(("watch-progress-notify-interval", "5s".into()));
+        }
+        Spelling::Etcd35 => {
+            args.push(("experimental-initial-corrupt-check", "true".into()));
+            args.push(("experimental-watch-progress-notify-interval", "5s".into()));
+        }
+    }
+    if joining {
+        args.push(("initial-cluster-state", "existing".into()));
+    }
+    args.sort_by(|a, b| a.0.cmp(b.0));
+    args.into_iter()
+        .map(|(k, v)| format!("--{k}={v}"))
+        .collect()
+}
+
+/// A started control-plane node of the stacked cluster.
+struct Node {
+    name: String,
+    local: Ipv4Addr,
+    process: Process,
+}
+
+/// kubeadm's join: MemberAddAsLearner through the existing members, the
+/// manifest from the answer, then MemberPromote retried until the learner
+/// is in sync (kubeadm retries the same way).
+async fn join(
+    client: &mut etcd_client::Client,
+    spelling: Spelling,
+    dir: &std::path::Path,
+    ca: &Ca,
+    name: &str,
+) -> Result<Node> {
+    let (local, node) = (allocate_ip()?, allocate_ip()?);
+    let node_dir = dir.join(name);
+    let pki = node_pki(&node_dir, ca, local, node, name)?;
+    let added = client
+        .member_add(
+            [format!("https://{node}:2380")],
+            Some(etcd_client::MemberAddOptions::new().with_is_learner()),
+        )
+        .await?;
+    let id = added.member().map(|m| m.id()).unwrap_or_default();
+    let initial_cluster: Vec<String> = added
+        .member_list()
+        .iter()
+        .map(|m| {
+            let member = if m.name().is_empty() { name } else { m.name() };
+            format!("{member}={}", m.peer_urls().join(&format!(",{member}=")))
+        })
+        .collect();
+    let args = kubeadm_command(
+        spelling,
+        &pki,
+        &node_dir.join("data"),
+        (local, node),
+        name,
+        &initial_cluster.join(","),
+        true,
+    );
+    let process = Process::start(
+        &Binary::candidate()?,
+        name,
+        &node_dir.join("etcd.log"),
+        &args,
+    )?;
+    retry_until("the learner's promotion", STARTUP, || {
+        let mut client = client.clone();
+        let process = &process;
+        async move {
+            process.ensure_running()?;
+            client.member_promote(id).await?;
+            Ok(())
+        }
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", process.log_tail()))?;
+    Ok(Node {
+        name: name.to_string(),
+        local,
+        process,
+    })
+}
+
+/// `kubeadm init` on the first node, `kubeadm join --control-plane` on two
+/// more, with `spelling`'s command lines; then etcd-client and etcdctl 3.5
+/// (kube-apiserver's and an operator's clients) use all three members.
+async fn stacked_cluster_from_kubeadms_command_lines(spelling: Spelling) {
+    let binary = Binary::candidate().expect("candidate binary");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = Ca::new("etcd-ca").expect("ca");
+    let (local, node) = (allocate_ip().expect("ip"), allocate_ip().expect("ip"));
+    let first = "control-plane-1";
+    let first_dir = dir.path().join(first);
+    let pki = node_pki(&first_dir, &ca, local, node, first).expect("pki");
+    let args = kubeadm_command(
+        spelling,
+        &pki,
+        &first_dir.join("data"),
+        (local, node),
+        first,
+        &format!("{first}=https://{node}:2380"),
+        false,
+    );
+    let process =
+        Process::start(&binary, first, &first_dir.join("etcd.log"), &args).expect("start");
+    retry_until("the first member's /readyz", STARTUP, || async {
+        process.ensure_running()?;
+        let r = get(&format!("http://{local}:2381/readyz")).await?;
+        ensure!(r.status == 200, "{} {}", r.status, r.body);
+        Ok(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", process.log_tail()));
+    let mut nodes = vec![Node {
+        name: first.to_string(),
+        local,
+        process,
+    }];
+    let tls = tls_options(&pki.ca, Some(&pki.apiserver_client)).expect("tls");
+    let mut kubeadm = connect_tls(&[format!("https://{local}:2379")], tls.clone())
+        .await
+        .expect("kubeadm's etcd client");
+    for name in ["control-plane-2", "control-plane-3"] {
+        let node = join(&mut kubeadm, spelling, dir.path(), &ca, name)
+            .await
+            .unwrap_or_else(|e| panic!("{spelling:?}: joining {name}: {e:#}"));
+        nodes.push(node);
+    }
+
+    // A member's name shows once it has published it, after it serves.
+    retry_until("every member's name in the member list", STARTUP, || {
+        let mut kubeadm = kubeadm.clone();
+        async move {
+            let members = kubeadm.member_list().await?;
+            let mut names: Vec<&str> = members.members().iter().map(|m| m.name()).collect();
+            names.sort_unstable();
+            ensure!(
+                names == ["control-plane-1", "control-plane-2", "control-plane-3"],
+                "{names:?}"
+            );
+            ensure!(members.members().iter().all(|m| !m.is_learner()));
+            Ok(())
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{spelling:?}: {e:#}"));
+
+    // kube-apiserver: --etcd-servers=https://127.0.0.1:2379 on each node.
+    let endpoints: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("https://{}:2379", n.local))
+        .collect();
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let mut apiserver = connect_tls(std::slice::from_ref(endpoint), tls.clone())
+            .await
+            .expect("apiserver client");
+        let key = format!("/registry/namespaces/ns-{i}");
+        apiserver.put(key.as_str(), "{}", None).await.expect("put");
+        let status = apiserver.status().await.expect("status");
+        assert_eq!(status.version(), "3.6.14", "{}", nodes[i].name);
+    }
+    let ctl = Etcdctl::new(Binary::etcdctl35().expect("etcdctl 3.5"), endpoints.clone());
+    let mut flags = etcdctl_flags(&pki.ca, Some(&pki.apiserver_client));
+    flags.extend(["get", "/registry/", "--prefix", "--keys-only"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = ctl.run(&flags).await.expect("etcdctl get");
+    assert!(out.success(), "{}", out.stderr);
+    let keys: Vec<&str> = out.stdout.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        keys,
+        [
+            "/registry/namespaces/ns-0",
+            "/registry/namespaces/ns-1",
+            "/registry/namespaces/ns-2"
+        ]
+    );
+    let mut flags = etcdctl_flags(&pki.ca, Some(&pki.apiserver_client));
+    flags.extend(["endpoint", "status", "-w", "json"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = ctl.run(&flags).await.expect("etcdctl endpoint status");
+    assert!(out.success(), "{}", out.stderr);
+    let statuses = out.json().expect("json");
+    let statuses = statuses.as_array().expect("a status per endpoint");
+    assert_eq!(statuses.len(), 3);
+    for s in statuses {
+        assert_eq!(s["Status"]["version"], "3.6.14", "{s}");
+    }
+    for node in &nodes {
+        let live = get(&format!("http://{}:2381/livez", node.local))
+            .await
+            .expect("livez");
+        assert_eq!(
+            (live.status, live.body.as_str()),
+            (200, "ok\n"),
+            "{}",
+            node.name
+        );
+        node.process.ensure_running().expect("running");
+    }
+}
+
+#[tokio::test]
+async fn kubeadm_137_command_lines_start_a_stacked_cluster() {
+    stacked_cluster_from_kubeadms_command_lines(Spelling::Etcd36).await;
+}
+
+#[tokio::test]
+async fn kubeadm_135_etcd35_command_lines_start_a_stacked_cluster() {
+    stacked_cluster_from_kubeadms_command_lines(Spelling::Etcd35).await;
 }

@@ -61,9 +61,6 @@ impl ClusterService {
     }
 }
 
-/// etcd's default `--experimental-max-learners`.
-pub const MAX_LEARNERS: usize = 1;
-
 fn check_peer_urls(urls: &[String]) -> Result<(), EtcdError> {
     if urls.is_empty() {
         return Err(EtcdError::MemberBadUrls);
@@ -133,7 +130,8 @@ impl Cluster for ClusterService {
         if current.iter().any(|m| m.id == id) {
             return Err(EtcdError::MemberExist.into());
         }
-        if r.is_learner && current.iter().filter(|m| m.is_learner).count() >= MAX_LEARNERS {
+        let learners = current.iter().filter(|m| m.is_learner).count();
+        if r.is_learner && learners >= self.core.config.max_learners {
             return Err(EtcdError::TooManyLearners.into());
         }
         let info = MemberInfo {

@@ -35,6 +35,7 @@ use super::quota::SizeGauge;
 use super::read_index_batch::ReadIndexBatcher;
 use crate::alarm::RaisedCache;
 use crate::auth::AuthStore;
+use crate::cluster_version::ClusterStateCache;
 use crate::engine::Table;
 use crate::errors::EtcdError;
 use crate::kv::KvError;
@@ -76,6 +77,8 @@ pub struct CoreConfig {
     pub max_txn_ops: usize,
     /// `--quota-backend-bytes` (effective).
     pub quota_bytes: u64,
+    /// `--max-learners`: learners MemberAdd may add.
+    pub max_learners: usize,
     /// Where `Maintenance.Snapshot` writes the backup it streams (the data
     /// dir's `member/snap`; `None`: the system's temporary directory).
     pub snapshot_dir: Option<std::path::PathBuf>,
@@ -103,6 +106,9 @@ pub struct Core {
     pub auth: Arc<AuthStore>,
     /// The raised alarms, kept current by the state machine.
     pub alarms: Arc<RaisedCache>,
+    /// The cluster version and downgrade state, kept current by the state
+    /// machine.
+    pub cluster: Arc<ClusterStateCache>,
     peers: PeerNetworkFactory,
     pub(super) read_rounds: ReadRounds,
     batcher: Batcher,
@@ -125,6 +131,15 @@ pub struct Core {
     db_size: SizeGauge,
 }
 
+/// The member's copies of replicated state that the state machine keeps
+/// current (see [`RaisedCache`], [`ClusterStateCache`]).
+pub struct ReplicatedCaches {
+    /// The raised alarms.
+    pub alarms: Arc<RaisedCache>,
+    /// The cluster version and downgrade state.
+    pub cluster: Arc<ClusterStateCache>,
+}
+
 impl Core {
     /// Wires the core.
     pub fn new(
@@ -133,7 +148,7 @@ impl Core {
         mvcc: Arc<MvccStore>,
         lessor: Arc<Lessor>,
         auth: Arc<AuthStore>,
-        alarms: Arc<RaisedCache>,
+        caches: ReplicatedCaches,
         peers: PeerNetworkFactory,
     ) -> Arc<Self> {
         let elections = ElectionControl::default();
@@ -160,7 +175,8 @@ impl Core {
             mvcc,
             lessor,
             auth,
-            alarms,
+            alarms: caches.alarms,
+            cluster: caches.cluster,
             peers,
             read_rounds,
             elections,
@@ -371,6 +387,9 @@ impl Core {
             LeaderRequest::HashKv(rev) => {
                 Ok(LeaderReply::HashKv(super::corruption::own_hash(self, rev)))
             }
+            LeaderRequest::ServerVersion => Ok(LeaderReply::ServerVersion(
+                crate::cluster_version::server_version_text(),
+            )),
         }
     }
 
