@@ -139,6 +139,10 @@ pub const META_SCHEDULED_COMPACT_REV: &[u8] = b"scheduledCompactRev";
 /// (server/mvcc/kvstore_compaction.go). On start, a scheduled revision
 /// greater than the finished one makes etcd run that compaction again.
 pub const META_FINISHED_COMPACT_REV: &[u8] = b"finishedCompactRev";
+/// `meta` key: the storage version as `major.minor.0` text, e.g. `3.6.0`
+/// (written since 3.6; a file without it is 3.5's format, which 3.6 also
+/// reads; server/storage/schema/version.go).
+pub const META_STORAGE_VERSION: &[u8] = b"storageVersion";
 
 /// `cluster` key: the cluster version as `major.minor.0` text, e.g. `3.5.0` (since 3.5).
 pub const CLUSTER_VERSION: &[u8] = b"clusterVersion";

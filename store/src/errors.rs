@@ -163,6 +163,10 @@ pub enum EtcdError {
     WrongDowngradeVersionFormat,
     #[error("etcdserver: no inflight downgrade job")]
     NoInflightDowngrade,
+    #[error("etcdserver: cluster has a downgrade job in progress")]
+    DowngradeInProcess,
+    #[error("etcdserver: cluster version not found during downgrade")]
+    ClusterVersionUnavailable,
     #[error("etcdserver: unknown method")]
     UnknownMethod,
 }
@@ -190,7 +194,9 @@ impl EtcdError {
             | WrongDowngradeVersionFormat => Code::InvalidArgument,
             RawUserEmpty | RawUserNotFound | RawPermissionDenied | RawInvalidAuthToken
             | NoPasswordUser | UnknownMethod | AuthOldRevision => Code::Unknown,
-            NoInflightDowngrade => Code::FailedPrecondition,
+            NoInflightDowngrade | DowngradeInProcess | ClusterVersionUnavailable => {
+                Code::FailedPrecondition
+            }
             // etcd maps ErrTooManyRequests to a client-side error value rather
             // than a gRPC status, so grpc-go sends it with code Unknown.
             TooManyRequests => Code::Unknown,

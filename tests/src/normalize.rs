@@ -9,7 +9,9 @@
 //!   output, and the columns of `etcdctl endpoint status` / `member list`);
 //! - the latency reported by `etcdctl endpoint health`;
 //! - the patch level of the server version (`3.5.1` becomes `3.5.<PATCH>`, so
-//!   a 3.4 server still differs from a 3.5 one);
+//!   a 3.4 server still differs from a 3.5 one), and etcd 3.5 and 3.6 as
+//!   one (`3.<5|6>.<PATCH>`: the reference is etcd 3.5.1, the store presents
+//!   etcd 3.6.14, whose API is 3.5's plus additions compared elsewhere);
 //! - in etcdctl's client-side log lines: timestamps, Go pointers, resolver
 //!   UUIDs and the per-test loopback addresses.
 //!
@@ -72,6 +74,8 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             "${1}: <${1}>",
         ),
         rule(r#"\bversion: "(\d+\.\d+)\.\d+""#, r#"version: "${1}.<PATCH>""#),
+        // etcd 3.5 and 3.6 (module docs).
+        rule(r"\b3\.[56]\.<PATCH>", "3.<5|6>.<PATCH>"),
         // `etcdctl endpoint health`: the measured latency.
         rule(r"took = [0-9.]+[a-zµ]+", "took = <DURATION>"),
         rule(r#""took":"[^"]*""#, r#""took":"<DURATION>""#),

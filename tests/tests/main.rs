@@ -29,6 +29,7 @@ mod move_leader;
 mod raw_grpc_differential;
 mod robustness;
 mod tls;
+mod versions;
 mod watch_cache_pattern;
 mod watch_lease_differential;
 mod watch_scale;

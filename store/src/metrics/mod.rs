@@ -43,14 +43,6 @@ use prometheus_client::registry::Registry;
 
 pub use histogram::AtomicHistogram;
 
-/// The version `etcd_server_version` reports: the etcd release whose API
-/// this store implements (the same value `/version` and Status answer).
-pub const SERVER_VERSION: &str = "3.5.16";
-
-/// The cluster version `etcd_cluster_version` reports (major.minor, as
-/// etcd's label).
-pub const CLUSTER_VERSION_LABEL: &str = "3.5";
-
 /// etcd's disk latency buckets: 1 ms doubling 14 times (to 8.192 s), for
 /// `etcd_disk_wal_fsync_duration_seconds` and
 /// `etcd_disk_backend_commit_duration_seconds`.
@@ -107,6 +99,11 @@ pub struct ServerMetrics {
     pub cluster_version: Family<Labels, IntGauge>,
     /// 1 for this member's id (hex).
     pub id: Family<Labels, IntGauge>,
+    /// 1 or 0 for each feature gate (etcd 3.6), by name and stage.
+    pub feature_enabled: Family<Labels, IntGauge>,
+    /// 1 for each raised alarm, by member (hex) and type (etcd 3.6's
+    /// `etcd_debugging_server_alarms`).
+    pub alarms: Family<Labels, IntGauge>,
     /// Result (1 ok, 0 failed) of each `/livez` and `/readyz` check.
     pub healthcheck: Family<Labels, IntGauge>,
     /// Runs of each `/livez` and `/readyz` check, by result.
@@ -154,6 +151,8 @@ pub struct NetworkMetrics {
     pub peer_received: Family<Labels, Counter>,
     /// Round trips to each peer (`To`).
     pub peer_rtt: Family<Labels, AtomicHistogram>,
+    /// 1 for each member this one knows (`Local`, `Remote`: hex ids).
+    pub known_peers: Family<Labels, IntGauge>,
     /// gRPC bytes sent to clients.
     pub client_grpc_sent: Counter,
     /// gRPC bytes received from clients.
@@ -182,7 +181,30 @@ pub struct Metrics {
     pub network: NetworkMetrics,
     /// `grpc_server_*`.
     pub grpc: GrpcMetrics,
+    /// `etcd_server_range_duration_seconds` (etcd 3.6's txn metrics).
+    pub txn: TxnMetrics,
     registry: Registry,
+}
+
+/// etcd 3.6's `txn` package metrics.
+#[derive(Debug)]
+pub struct TxnMetrics {
+    /// Latency of Range, by `success` (`true`/`false`).
+    pub range_duration: Family<Labels, AtomicHistogram>,
+}
+
+/// etcd's buckets for `etcd_server_range_duration_seconds`: 100 us
+/// doubling 20 times.
+const RANGE_BUCKET_START_SECONDS: f64 = 0.0001;
+/// How many buckets (before `+Inf`).
+const RANGE_BUCKETS: u16 = 20;
+
+fn range_histogram() -> AtomicHistogram {
+    AtomicHistogram::new(exponential_buckets(
+        RANGE_BUCKET_START_SECONDS,
+        2.0,
+        RANGE_BUCKETS,
+    ))
 }
 
 /// The process's metrics (etcd: the default Prometheus registry).
@@ -220,21 +242,21 @@ impl Metrics {
                 peer_sent: Family::default(),
                 peer_received: Family::default(),
                 peer_rtt: Family::new_with_constructor(rtt_histogram),
+                known_peers: Family::default(),
                 client_grpc_sent: Counter::default(),
                 client_grpc_received: Counter::default(),
             },
             grpc: GrpcMetrics::default(),
+            txn: TxnMetrics {
+                range_duration: Family::new_with_constructor(range_histogram),
+            },
             registry: Registry::default(),
         };
         m.server
             .version
-            .get_or_create(&vec![("server_version", SERVER_VERSION.to_string())])
-            .set(1);
-        m.server
-            .cluster_version
             .get_or_create(&vec![(
-                "cluster_version",
-                CLUSTER_VERSION_LABEL.to_string(),
+                "server_version",
+                crate::cluster_version::server_version_text(),
             )])
             .set(1);
         m.register();
@@ -244,6 +266,35 @@ impl Metrics {
     /// The registry holding every family (for encoding).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Records the feature gates in force (once, at start), one series
+    /// per gate as etcd 3.6 does.
+    pub fn set_feature_gates(&self, gates: &crate::features::FeatureGates) {
+        self.server.feature_enabled.clear();
+        for gate in crate::features::GATES {
+            let labels = vec![
+                ("name", gate.name.to_string()),
+                ("stage", gate.stage.label().to_string()),
+            ];
+            let on = gates.enabled(gate.name);
+            self.server
+                .feature_enabled
+                .get_or_create(&labels)
+                .set(i64::from(on));
+        }
+    }
+
+    /// Records the cluster version (major.minor) once decided, as etcd
+    /// does on every change.
+    pub fn set_cluster_version(&self, version: Option<String>) {
+        self.server.cluster_version.clear();
+        if let Some(v) = version {
+            self.server
+                .cluster_version
+                .get_or_create(&vec![("cluster_version", v)])
+                .set(1);
+        }
     }
 
     /// Records this member's identity and quota (once, at start).
@@ -335,6 +386,11 @@ impl Metrics {
             self.server.version.clone(),
         );
         r.register(
+            "etcd_server_feature_enabled",
+            "Whether or not a feature is enabled. 1 is enabled, 0 is not.",
+            self.server.feature_enabled.clone(),
+        );
+        r.register(
             "etcd_cluster_version",
             "Which version is running. 1 for 'cluster_version' label with current cluster version",
             self.server.cluster_version.clone(),
@@ -424,6 +480,21 @@ impl Metrics {
             "etcd_network_peer_received_bytes",
             "The total number of bytes received from peers.",
             self.network.peer_received.clone(),
+        );
+        r.register(
+            "etcd_network_known_peers",
+            "The current number of known peers.",
+            self.network.known_peers.clone(),
+        );
+        r.register(
+            "etcd_debugging_server_alarms",
+            "Alarms for every member in cluster. 1 for 'server_id' label with current ID. 2 for 'alarm_type' label with type of this alarm",
+            self.server.alarms.clone(),
+        );
+        r.register(
+            "etcd_server_range_duration_seconds",
+            "The latency distributions of txn.Range",
+            self.txn.range_duration.clone(),
         );
         r.register(
             "etcd_network_peer_round_trip_time_seconds",

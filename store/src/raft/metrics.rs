@@ -75,6 +75,14 @@ impl LeaderWatch {
         Self { rx }
     }
 
+    /// Returns once `member` leads; never if Raft stops first.
+    pub async fn leads(&self, member: NodeId) {
+        let mut rx = self.rx.clone();
+        if rx.wait_for(|l| *l == Some(member)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Returns once the leader is no longer `leader`; never if Raft stops
     /// first (the caller's own deadline ends the wait then).
     pub async fn changed_from(&self, leader: NodeId) {

@@ -139,6 +139,8 @@ impl Proposal {
             }
             // Rare and small: the exact encoded size.
             Command::Auth(c) => crate::codec::encode(c).len(),
+            Command::ClusterVersionSet(v) => v.len(),
+            Command::DowngradeInfoSet(d) => d.target_version.len() + 1,
         };
         sender + command
     }
@@ -167,6 +169,12 @@ pub enum Command {
     Alarm(#[serde(with = "prost_bytes")] AlarmRequest),
     /// A change to users, roles or the auth switch, or an Authenticate.
     Auth(AuthCommand),
+    /// The leader's decision of the cluster version (`major.minor.0`;
+    /// etcd's `ClusterVersionSetRequest`; see [`crate::cluster_version`]).
+    ClusterVersionSet(String),
+    /// Maintenance.Downgrade ENABLE or CANCEL, or the leader ending a
+    /// finished downgrade (etcd's `DowngradeInfoSetRequest`).
+    DowngradeInfoSet(crate::cluster_version::DowngradeInfo),
 }
 
 /// What a member publishes about itself.

@@ -65,6 +65,9 @@ pub enum LeaderRequest {
     /// Restart several leases' clocks (a follower's batch of KeepAlives,
     /// see [`super::keepalive_batch`]); each is answered on its own.
     LeaseRenewBatch(Vec<i64>),
+    /// The member's server version; any member answers (the leader's
+    /// cluster version monitor, [`super::versions`]).
+    ServerVersion,
 }
 
 impl LeaderRequest {
@@ -76,6 +79,7 @@ impl LeaderRequest {
             | LeaderRequest::LeaseRenewBatch(_)
             | LeaderRequest::LeaseTimeToLive(_)
             | LeaderRequest::ClusterId
+            | LeaderRequest::ServerVersion
             | LeaderRequest::HashKv(_) => true,
             LeaderRequest::Propose(_)
             | LeaderRequest::ProposeBatch(_)
@@ -129,6 +133,8 @@ pub enum LeaderReply {
     /// The answers to a [`LeaderRequest::LeaseRenewBatch`], in its order:
     /// each lease's TTL, or None if it does not exist.
     LeaseRenewedBatch(Vec<Option<i64>>),
+    /// A member's server version (`3.6.14`).
+    ServerVersion(String),
 }
 
 /// A [`LeaderReply`] of the kind one [`LeaderRequest`] expects.

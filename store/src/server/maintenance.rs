@@ -17,15 +17,13 @@ use tonic::{Request, Response, Status};
 
 use super::core::Core;
 use super::status::task_failed;
+use super::versions;
 use crate::alarm::alarms;
 use crate::errors::EtcdError;
+use crate::version::STORAGE_VERSION;
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
-
-/// The etcd version this member reports. kube-apiserver enables consistent
-/// reads from its watch cache only for etcd >= 3.5.13, and clients gate
-/// features on it, so we report the etcd API level we implement.
-pub const ETCD_COMPATIBLE_VERSION: &str = "3.5.16";
+use etcd_proto::etcdserverpb::DowngradeInfo;
 
 /// Bytes per Snapshot response message (etcd sends 32 KiB chunks).
 pub const SNAPSHOT_STREAM_CHUNK_BYTES: usize = 32 * 1024;
@@ -48,17 +46,6 @@ impl MaintenanceService {
             .check_admin(r)
             .await
             .map_err(|e| Status::from(e.raw_auth()))
-    }
-}
-
-/// etcd's `convertToClusterVersion`: "major.minor" or a full semver.
-fn downgrade_target(version: &str) -> Result<(u64, u64), EtcdError> {
-    let core = version.split(['-', '+']).next().unwrap_or("");
-    let parts: Vec<&str> = core.split('.').collect();
-    let numbers: Option<Vec<u64>> = parts.iter().map(|p| p.parse().ok()).collect();
-    match numbers.as_deref() {
-        Some([major, minor]) | Some([major, minor, _]) => Ok((*major, *minor)),
-        _ => Err(EtcdError::WrongDowngradeVersionFormat),
     }
 }
 
@@ -91,6 +78,7 @@ fn stream_file(
             header: Some(header),
             remaining_bytes: total - sent,
             blob,
+            version: STORAGE_VERSION.to_string(),
         };
         if tx.blocking_send(Ok(msg)).is_err() {
             return;
@@ -100,6 +88,7 @@ fn stream_file(
         header: Some(header),
         remaining_bytes: 0,
         blob: hasher.finalize().to_vec(),
+        version: STORAGE_VERSION.to_string(),
     }));
 }
 
@@ -127,6 +116,7 @@ impl Maintenance for MaintenanceService {
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let m = self.core.raft.metrics().borrow_watched().clone();
         let engine = self.core.mvcc.engine();
+        let cluster = self.core.cluster.get();
         let is_learner = !m
             .membership_config
             .membership()
@@ -134,7 +124,9 @@ impl Maintenance for MaintenanceService {
             .any(|id| id == self.core.config.member_id);
         Ok(Response::new(StatusResponse {
             header: self.core.current_header(),
-            version: ETCD_COMPATIBLE_VERSION.to_string(),
+            // kube-apiserver enables consistent reads from its watch cache
+            // only for etcd >= 3.5.13, and clients gate features on it.
+            version: crate::cluster_version::server_version_text(),
             db_size: engine.size_bytes() as i64,
             leader: m.current_leader.unwrap_or(0),
             raft_index: m.last_log_index.unwrap_or(0),
@@ -152,6 +144,16 @@ impl Maintenance for MaintenanceService {
                 .collect(),
             db_size_in_use: engine.size_in_use_bytes() as i64,
             is_learner,
+            storage_version: cluster
+                .storage_version()
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            db_size_quota: i64::try_from(self.core.config.quota_bytes).unwrap_or(i64::MAX),
+            // etcd answers a downgrade state even when none is in progress.
+            downgrade_info: Some(DowngradeInfo {
+                enabled: cluster.downgrade.enabled,
+                target_version: cluster.downgrade.target_version,
+            }),
         }))
     }
 
@@ -243,36 +245,16 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<DowngradeResponse>, Status> {
         self.require_root(&r).await?;
         let r = r.into_inner();
-        match DowngradeAction::try_from(r.action) {
-            Ok(DowngradeAction::Validate) | Ok(DowngradeAction::Enable) => {
-                downgrade_target(&r.version)?;
-                // etcd allows exactly one minor version down, then expects
-                // that release's binaries to take over the data directory.
-                // No etcd release reads this store's data, so no target
-                // is valid.
-                Err(EtcdError::InvalidDowngradeTargetVersion.into())
-            }
-            Ok(DowngradeAction::Cancel) => Err(EtcdError::NoInflightDowngrade.into()),
-            Err(_) => Err(EtcdError::UnknownMethod.into()),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn downgrade_versions_parse_like_etcd() {
-        assert_eq!(downgrade_target("3.4"), Ok((3, 4)));
-        assert_eq!(downgrade_target("3.4.0"), Ok((3, 4)));
-        assert_eq!(downgrade_target("3.4.0-rc.1"), Ok((3, 4)));
-        for bad in ["", "3", "three.four", "3.4.0.1", "v3.4"] {
-            assert_eq!(
-                downgrade_target(bad),
-                Err(EtcdError::WrongDowngradeVersionFormat),
-                "{bad}"
-            );
-        }
+        let core = self.core.as_ref();
+        let version = match DowngradeAction::try_from(r.action) {
+            Ok(DowngradeAction::Validate) => versions::validate(core, &r.version).await?,
+            Ok(DowngradeAction::Enable) => versions::enable(core, &r.version).await?,
+            Ok(DowngradeAction::Cancel) => versions::cancel(core).await,
+            Err(_) => return Err(EtcdError::UnknownMethod.into()),
+        };
+        Ok(Response::new(DowngradeResponse {
+            header: self.core.current_header(),
+            version,
+        }))
     }
 }

@@ -53,4 +53,5 @@ pub mod read_index;
 pub mod read_index_batch;
 pub mod status;
 pub mod transfer;
+pub mod versions;
 pub mod watch;

@@ -129,6 +129,10 @@ async fn serve_forwarded(core: &Core, request: LeaderRequest) -> Result<LeaderRe
         Ok(LeaderReply::ClusterId(core.config.cluster_id))
     } else if let LeaderRequest::HashKv(rev) = request {
         Ok(LeaderReply::HashKv(own_hash(core, rev)))
+    } else if matches!(request, LeaderRequest::ServerVersion) {
+        Ok(LeaderReply::ServerVersion(
+            crate::cluster_version::server_version_text(),
+        ))
     } else if core.leader() == Some(core.config.member_id) {
         let deadline = Instant::now() + core.config.request_timeout;
         core.serve_as_leader(request, deadline).await

@@ -48,7 +48,9 @@ use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::mvcc::{META_CURRENT_REV, META_FINISHED_COMPACT_REV, META_SCHEDULED_COMPACT_REV};
 use crate::raft::state_machine::{KEY_APPLIED, KEY_MEMBERSHIP};
 
-/// The cluster version written into `cluster/clusterVersion`.
+/// The cluster version written into `cluster/clusterVersion`: 3.5's, so
+/// that etcd 3.5 (which refuses a data directory of a newer cluster
+/// version) restores the file as well as etcd 3.6 does.
 pub const CLUSTER_VERSION: &str = "3.5.0";
 
 /// Engine batch size (pairs) while restoring.
@@ -361,6 +363,12 @@ pub fn write_db<W: Write + Seek>(
             meta.push((etcd_key.to_vec(), key.to_vec()));
         }
     }
+    // etcd 3.6's storage version. etcd 3.5 ignores the key, so its tools
+    // restore these files too (the cluster version stays 3.5.0 for them).
+    meta.push((
+        schema::META_STORAGE_VERSION.to_vec(),
+        crate::version::STORAGE_VERSION.as_bytes().to_vec(),
+    ));
     w.write_unsorted(schema::BUCKET_META, meta)?;
 
     Ok(w.finish()?)

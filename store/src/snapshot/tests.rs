@@ -227,7 +227,8 @@ fn every_bucket_is_written_as_etcd_3_5_1_lays_it_out() {
     let rev3 = schema::revision_key(schema::Revision { main: 3, sub: 0 });
     assert_eq!(get(&db, b"meta", b"scheduledCompactRev"), Some(&rev3[..]));
     assert_eq!(get(&db, b"meta", b"finishedCompactRev"), Some(&rev3[..]));
-    assert_eq!(bucket_pairs(&db, b"meta").len(), 5);
+    assert_eq!(get(&db, b"meta", b"storageVersion"), Some(&b"3.6.0"[..]));
+    assert_eq!(bucket_pairs(&db, b"meta").len(), 6);
 
     // lease
     assert_eq!(
@@ -281,7 +282,7 @@ fn every_bucket_is_written_as_etcd_3_5_1_lays_it_out() {
     let st = status(&file).unwrap();
     assert_eq!(
         (st.revision, st.total_key),
-        (5, 4 + 5 + 1 + 2 + 2 + 3 + 2 + 1 + 1)
+        (5, 4 + 5 + 1 + 2 + 2 + 3 + 2 + 1 + 1 + 1)
     );
 }
 

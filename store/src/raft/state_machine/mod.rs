@@ -51,6 +51,7 @@ use super::types::{
 };
 use crate::alarm::{self, apply_alarm};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
+use crate::cluster_version::{ClusterStateCache, KEY_CLUSTER_VERSION, KEY_DOWNGRADE};
 use crate::codec;
 use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
@@ -115,6 +116,9 @@ pub struct StateMachine {
     /// The in-memory copy of the raised alarms the member's write checks
     /// read, refreshed after every write that changes the alarm table.
     alarms: Option<Arc<alarm::RaisedCache>>,
+    /// The member's copy of the cluster version and downgrade state,
+    /// refreshed after every write that changes them.
+    cluster: Option<Arc<ClusterStateCache>>,
 }
 
 fn sm_read_err(e: impl std::fmt::Display) -> std::io::Error {
@@ -164,6 +168,7 @@ impl StateMachine {
             auth,
             partial: None,
             alarms: None,
+            cluster: None,
         }
     }
 
@@ -172,6 +177,21 @@ impl StateMachine {
     pub fn keeping_alarms_in(mut self, cache: Arc<alarm::RaisedCache>) -> Self {
         self.alarms = Some(cache);
         self
+    }
+
+    /// Keeps `cache` current with the replicated cluster version and
+    /// downgrade state (see [`ClusterStateCache`]).
+    pub fn keeping_cluster_state_in(mut self, cache: Arc<ClusterStateCache>) -> Self {
+        self.cluster = Some(cache);
+        self
+    }
+
+    /// Reads the cluster state into the member's cache after it changed.
+    fn refresh_cluster_state(&self) -> Result<(), std::io::Error> {
+        match &self.cluster {
+            Some(cache) => cache.refresh(self.engine().as_ref()).map_err(sm_read_err),
+            None => Ok(()),
+        }
     }
 
     /// Reads the alarm table into the member's cache after it changed.
@@ -319,6 +339,15 @@ impl StateMachine {
         if group.iter().any(|p| matches!(p.cmd, Command::Alarm(_))) {
             self.refresh_alarms()?;
         }
+        let versions = |p: &Proposal| {
+            matches!(
+                p.cmd,
+                Command::ClusterVersionSet(_) | Command::DowngradeInfoSet(_)
+            )
+        };
+        if group.iter().any(versions) {
+            self.refresh_cluster_state()?;
+        }
         for (revision, events) in published {
             self.hub.publish(revision, events);
         }
@@ -395,6 +424,19 @@ impl StateMachine {
                 .map(CommandResponse::Alarm)
                 .map_err(KvError::Storage),
             Command::Auth(_) => unreachable!("auth commands are applied by apply_auth"),
+            Command::ClusterVersionSet(version) => {
+                extra.put(
+                    Table::Meta,
+                    KEY_CLUSTER_VERSION.to_vec(),
+                    version.as_bytes().to_vec(),
+                );
+                Ok(CommandResponse::Empty)
+            }
+            Command::DowngradeInfoSet(info) => {
+                let json = serde_json::to_vec(info).expect("downgrade state as JSON");
+                extra.put(Table::Meta, KEY_DOWNGRADE.to_vec(), json);
+                Ok(CommandResponse::Empty)
+            }
             Command::PublishMember(attrs) => {
                 extra.put(
                     Table::Meta,
@@ -548,6 +590,7 @@ impl StateMachine {
         ));
         self.engine().write(batch, true).map_err(sm_write_err)?;
         self.refresh_alarms()?;
+        self.refresh_cluster_state()?;
         match self.mvcc.reload() {
             Ok(Some(job)) => {
                 let _ = self.compactor.try_send(job);

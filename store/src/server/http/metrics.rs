@@ -48,6 +48,40 @@ pub fn refresh(s: &HttpState) {
     if let Ok(r) = s.core.mvcc.range(&KeyRange::From(Vec::new()), all) {
         m.mvcc.keys.set(r.count as i64);
     }
+    refresh_membership_and_alarms(s);
+}
+
+/// etcd 3.6's `etcd_network_known_peers` (this member and every member it
+/// knows, hex ids) and `etcd_debugging_server_alarms` (each raised alarm).
+fn refresh_membership_and_alarms(s: &HttpState) {
+    let m = metrics::global();
+    let me = format!("{:x}", s.core.config.member_id);
+    let members: Vec<u64> = s
+        .core
+        .raft
+        .metrics()
+        .borrow_watched()
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, _)| *id)
+        .collect();
+    m.network.known_peers.clear();
+    for id in members {
+        let labels = vec![("Local", me.clone()), ("Remote", format!("{id:x}"))];
+        m.network.known_peers.get_or_create(&labels).set(1);
+    }
+    m.server.alarms.clear();
+    for a in crate::alarm::alarms(s.core.mvcc.engine().as_ref()).unwrap_or_default() {
+        let kind = etcd_proto::etcdserverpb::AlarmType::try_from(a.alarm)
+            .map(|t| t.as_str_name().to_string())
+            .unwrap_or_else(|_| a.alarm.to_string());
+        let labels = vec![
+            ("server_id", format!("{:x}", a.member_id)),
+            ("alarm_type", kind),
+        ];
+        m.server.alarms.get_or_create(&labels).set(1);
+    }
 }
 
 /// Raft's (commit, applied) indexes as this member knows them: openraft's

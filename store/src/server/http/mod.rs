@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -35,12 +36,8 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use super::core::Core;
-use super::maintenance::ETCD_COMPATIBLE_VERSION;
 use crate::raft::leadership::Leadership;
 use crate::tls::TlsListener;
-
-/// The etcd cluster version reported by `/version`.
-const CLUSTER_VERSION: &str = "3.5.0";
 
 /// Go's `http.Error` and content sniffing give plain text this type.
 const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
@@ -115,22 +112,13 @@ fn probe_routes() -> Router<HttpState> {
         .merge(probes::routes())
 }
 
-/// etcd's `/version` body, fields in etcd's order.
-#[derive(serde::Serialize)]
-struct Versions {
-    etcdserver: &'static str,
-    etcdcluster: &'static str,
-}
-
-/// `/version`: `{"etcdserver": ..., "etcdcluster": ...}`, GET only.
-async fn version(method: Method) -> Response {
+/// `/version`: `{"etcdserver": ..., "etcdcluster": ..., "storage": ...}`
+/// (etcd 3.6's fields, in its order), GET only.
+async fn version(State(s): State<HttpState>, method: Method) -> Response {
     if method != Method::GET {
         return method_not_allowed();
     }
-    let body = Versions {
-        etcdserver: ETCD_COMPATIBLE_VERSION,
-        etcdcluster: CLUSTER_VERSION,
-    };
+    let body = crate::cluster_version::versions(&s.core.cluster.get());
     let mut r = serde_json::to_string(&body)
         .unwrap_or_default()
         .into_response();
@@ -227,10 +215,5 @@ mod tests {
         assert_eq!(query_values(q, "exclude"), vec!["NOSPACE", "CORRUPT", ""]);
         assert!(query_has(Some("verbose"), "verbose"));
         assert!(!query_has(Some("verbosee=1"), "verbose"));
-    }
-
-    #[test]
-    fn metrics_report_the_version_status_reports() {
-        assert_eq!(crate::metrics::SERVER_VERSION, ETCD_COMPATIBLE_VERSION);
     }
 }
