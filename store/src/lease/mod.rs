@@ -80,7 +80,7 @@ impl Lessor {
     /// Rebuilds the lessor from the lease table and the live keys' leases
     /// (start-up, snapshot install).
     pub fn reload_from_store(&self, mvcc: &MvccStore) -> Result<(), MvccError> {
-        let leased = mvcc.live_leased_keys()?;
+        let leased = mvcc.take_reloaded_leased_keys();
         self.reload(mvcc.engine().as_ref(), leased)?;
         Ok(())
     }
