@@ -144,29 +144,15 @@ async fn load_identity(
 /// The discovery flag given, if any. etcd bootstraps a fresh member
 /// through it; once a member has data, etcd ignores it, and so do we.
 fn discovery_flag(config: &Config) -> Option<&'static str> {
-    if config.discovery.as_deref().is_some_and(|d| !d.is_empty()) {
-        Some("--discovery")
-    } else if config
-        .discovery_srv
-        .as_deref()
-        .is_some_and(|d| !d.is_empty())
-    {
-        Some("--discovery-srv")
-    } else if config
-        .discovery_endpoints
-        .as_deref()
-        .is_some_and(|d| !d.is_empty())
-    {
-        Some("--discovery-endpoints")
-    } else if config
-        .discovery_token
-        .as_deref()
-        .is_some_and(|d| !d.is_empty())
-    {
-        Some("--discovery-token")
-    } else {
-        None
-    }
+    [
+        ("--discovery", &config.discovery),
+        ("--discovery-srv", &config.discovery_srv),
+        ("--discovery-endpoints", &config.discovery_endpoints),
+        ("--discovery-token", &config.discovery_token),
+    ]
+    .into_iter()
+    .find(|(_, value)| value.as_deref().is_some_and(|v| !v.is_empty()))
+    .map(|(flag, _)| flag)
 }
 
 /// Records a fresh member's identity, once it serves: listeners bound and,

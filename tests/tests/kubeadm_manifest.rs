@@ -378,19 +378,31 @@ async fn join(
     let (local, node) = (allocate_ip()?, allocate_ip()?);
     let node_dir = dir.join(name);
     let pki = node_pki(&node_dir, ca, local, node, name)?;
+    let own_url = format!("https://{node}:2380");
     let added = client
         .member_add(
-            [format!("https://{node}:2380")],
+            [own_url.clone()],
             Some(etcd_client::MemberAddOptions::new().with_is_learner()),
         )
         .await?;
     let id = added.member().map(|m| m.id()).unwrap_or_default();
+    // kubeadm names the new member by the node, and a member that has not
+    // published its name yet by its hex id.
     let initial_cluster: Vec<String> = added
         .member_list()
         .iter()
-        .map(|m| {
-            let member = if m.name().is_empty() { name } else { m.name() };
-            format!("{member}={}", m.peer_urls().join(&format!(",{member}=")))
+        .flat_map(|m| {
+            let member = if m.peer_urls().contains(&own_url) {
+                name.to_string()
+            } else if m.name().is_empty() {
+                format!("{:x}", m.id())
+            } else {
+                m.name().to_string()
+            };
+            m.peer_urls()
+                .iter()
+                .map(move |url| format!("{member}={url}"))
+                .collect::<Vec<_>>()
         })
         .collect();
     let args = kubeadm_command(

@@ -17,6 +17,8 @@
 //!   gRPC code and message through etcd-client): promoting a voter, promoting
 //!   an unstarted learner, removing an unknown id and an already removed one,
 //!   adding a member with an existing peer URL, adding a second learner.
+//! - `--max-learners` raises that limit (candidate only: etcd 3.5.1 has no
+//!   such flag).
 //!
 //! Run: `STORE_BIN=/root/.cache/etcd-rs/target/release/store cargo test -p integration-tests --test integration membership::`
 
@@ -959,4 +961,34 @@ async fn membership_errors_match_etcd() {
         "member list after removing the learner (oracle left, candidate right)"
     );
     assert_eq!(expected.len(), MEMBERS, "{expected:#?}");
+}
+
+/// `--max-learners` (etcd 3.6; 3.5.1 knows only its default of one): a
+/// cluster started with 2 takes two learners and refuses a third with
+/// etcd's error.
+#[tokio::test]
+async fn max_learners_bounds_the_learners_member_add_takes() {
+    let mut config = ClusterConfig::new(1);
+    config.extra_args = vec!["--max-learners=2".to_string()];
+    let cluster = Cluster::start(Binary::candidate().expect("candidate"), config)
+        .await
+        .expect("cluster");
+    let mut client = cluster.client(0).await.expect("client");
+    let learner = || Some(MemberAddOptions::new().with_is_learner());
+    for _ in 0..2 {
+        let url = peer_url(allocate_ip().expect("address"));
+        client
+            .member_add([url], learner())
+            .await
+            .expect("a learner within the limit");
+    }
+    let url = peer_url(allocate_ip().expect("address"));
+    let refused = client
+        .member_add([url], learner())
+        .await
+        .expect_err("a third learner");
+    assert_eq!(
+        describe_error(&refused),
+        "gRPC error code=FailedPrecondition message=\"etcdserver: too many learner members in cluster\""
+    );
 }

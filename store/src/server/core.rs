@@ -194,6 +194,19 @@ impl Core {
         }
     }
 
+    /// Every member (voters and learners) of the membership this member
+    /// knows.
+    pub fn member_ids(&self) -> Vec<NodeId> {
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// A response header at the current revision.
     pub fn current_header(&self) -> Option<ResponseHeader> {
         Some(self.header(self.mvcc.current_revision()))

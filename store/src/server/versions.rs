@@ -23,7 +23,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::async_runtime::WatchReceiver as _;
 use tokio::sync::watch;
 
 use super::core::Core;
@@ -67,15 +66,7 @@ pub fn spawn_monitor(core: Arc<Core>, downgrade_check: Duration, mut stop: watch
 /// Every member's server version (None where a member did not answer).
 async fn member_versions(core: &Core) -> Vec<Option<Version>> {
     let me = core.config.member_id;
-    let ids: Vec<NodeId> = core
-        .raft
-        .metrics()
-        .borrow_watched()
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, _)| *id)
-        .collect();
+    let ids = core.member_ids();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         out.push(if id == me {

@@ -56,18 +56,8 @@ pub fn refresh(s: &HttpState) {
 fn refresh_membership_and_alarms(s: &HttpState) {
     let m = metrics::global();
     let me = format!("{:x}", s.core.config.member_id);
-    let members: Vec<u64> = s
-        .core
-        .raft
-        .metrics()
-        .borrow_watched()
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, _)| *id)
-        .collect();
     m.network.known_peers.clear();
-    for id in members {
+    for id in s.core.member_ids() {
         let labels = vec![("Local", me.clone()), ("Remote", format!("{id:x}"))];
         m.network.known_peers.get_or_create(&labels).set(1);
     }
