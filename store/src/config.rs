@@ -868,6 +868,8 @@ mod tests {
         assert_eq!(c.data_dir(), PathBuf::from("default.etcd"));
         assert_eq!(c.listen_client_urls, "http://localhost:2379");
         assert_eq!(c.max_request_bytes, 1_572_864);
+        // etcd 3.6's default; 3.5's was 100,000.
+        assert_eq!(c.snapshot_count, 10_000);
         assert_eq!(c.initial_members().unwrap().len(), 1);
     }
 
