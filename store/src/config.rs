@@ -910,6 +910,15 @@ mod tests {
                 ("''", _) => "",
                 (d, _) => d,
             };
+            // A served flag's own default is etcd 3.6's.
+            let command = Config::command();
+            let ours = command
+                .get_arguments()
+                .find(|a| a.get_long() == Some(name))
+                .and_then(|a| a.get_default_values().first().cloned());
+            if let Some(ours) = ours {
+                assert_eq!(ours.to_str(), Some(value), "default of --{name}");
+            }
             let arg = format!("--{name}={value}");
             let parsed = try_parse(&[&arg]).unwrap_or_else(|e| panic!("{arg}: {e}"));
             match flag.handling {

@@ -117,20 +117,27 @@ fn enabled(target: &str) -> DowngradeInfo {
     }
 }
 
-const VALIDATE: i32 = DowngradeAction::Validate as i32;
-const ENABLE: i32 = DowngradeAction::Enable as i32;
-const CANCEL: i32 = DowngradeAction::Cancel as i32;
-
-#[tokio::test]
-async fn status_version_and_downgrade_answer_as_etcd_36() {
+/// A 3-member store cluster once its cluster version is decided (3.6.0),
+/// with its members' server versions.
+async fn cluster_at_36() -> (Cluster, [&'static str; 3]) {
     let cluster = Cluster::start(
         Binary::candidate().expect("candidate"),
         ClusterConfig::new(3),
     )
     .await
     .expect("cluster");
-    let current = ["3.6.14"; 3];
-    wait_versions(&cluster, &current, "3.6.0", DowngradeInfo::default()).await;
+    let server = ["3.6.14"; 3];
+    wait_versions(&cluster, &server, "3.6.0", DowngradeInfo::default()).await;
+    (cluster, server)
+}
+
+const VALIDATE: i32 = DowngradeAction::Validate as i32;
+const ENABLE: i32 = DowngradeAction::Enable as i32;
+const CANCEL: i32 = DowngradeAction::Cancel as i32;
+
+#[tokio::test]
+async fn status_version_and_downgrade_answer_as_etcd_36() {
+    let (cluster, current) = cluster_at_36().await;
     let s = status(&cluster, 0).await.expect("status");
     assert_eq!(
         s.db_size_quota,
@@ -207,14 +214,7 @@ async fn status_version_and_downgrade_answer_as_etcd_36() {
 
 #[tokio::test]
 async fn a_rolling_downgrade_finishes_when_every_member_runs_the_target() {
-    let cluster = Cluster::start(
-        Binary::candidate().expect("candidate"),
-        ClusterConfig::new(3),
-    )
-    .await
-    .expect("cluster");
-    let mut server = ["3.6.14"; 3];
-    wait_versions(&cluster, &server, "3.6.0", DowngradeInfo::default()).await;
+    let (cluster, mut server) = cluster_at_36().await;
     let answer = downgrade(&cluster, 0, ENABLE, "3.5").await.expect("rpc");
     assert_eq!(answer, Ok("3.6".to_string()));
     wait_versions(&cluster, &server, "3.5.0", enabled("3.5.0")).await;
