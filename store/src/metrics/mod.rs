@@ -191,6 +191,23 @@ pub struct Metrics {
 pub struct TxnMetrics {
     /// Latency of Range, by `success` (`true`/`false`).
     pub range_duration: Family<Labels, AtomicHistogram>,
+    /// The two series, looked up on a Range's first observation of each
+    /// (so, as in etcd, a series shows once it has a sample) and kept, so
+    /// a Range allocates no labels.
+    range_series: [std::sync::OnceLock<AtomicHistogram>; 2],
+}
+
+impl TxnMetrics {
+    /// Records one Range's latency.
+    pub fn observe_range(&self, success: bool, seconds: f64) {
+        self.range_series[usize::from(success)]
+            .get_or_init(|| {
+                let label = if success { "true" } else { "false" };
+                self.range_duration
+                    .get_or_create_owned(&vec![("success", label.to_string())])
+            })
+            .observe(seconds);
+    }
 }
 
 /// etcd's buckets for `etcd_server_range_duration_seconds`: 100 us
@@ -249,6 +266,7 @@ impl Metrics {
             grpc: GrpcMetrics::default(),
             txn: TxnMetrics {
                 range_duration: Family::new_with_constructor(range_histogram),
+                range_series: Default::default(),
             },
             registry: Registry::default(),
         };
@@ -256,7 +274,7 @@ impl Metrics {
             .version
             .get_or_create(&vec![(
                 "server_version",
-                crate::cluster_version::server_version_text(),
+                crate::cluster_version::server_version_text().to_string(),
             )])
             .set(1);
         m.register();

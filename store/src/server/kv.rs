@@ -117,12 +117,9 @@ impl Kv for KvService {
             .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
         let started = std::time::Instant::now();
         let result = kv::range::range(self.core.mvcc.as_ref(), &req);
-        let success = if result.is_ok() { "true" } else { "false" };
         crate::metrics::global()
             .txn
-            .range_duration
-            .get_or_create(&vec![("success", success.to_string())])
-            .observe(started.elapsed().as_secs_f64());
+            .observe_range(result.is_ok(), started.elapsed().as_secs_f64());
         let mut resp = result?;
         self.core.fill(&mut resp.header);
         Ok(Response::new(resp))
