@@ -31,7 +31,7 @@
 //! ([`downgrade_finished`], every `--downgrade-check-time`). CANCEL ends it
 //! early; the cluster version then goes back up.
 
-use std::sync::RwLock;
+use std::sync::{LazyLock, RwLock};
 use std::time::Duration;
 
 use crate::engine::{EngineError, EngineRead, Table};
@@ -127,21 +127,25 @@ pub fn downgrade_target(text: &str) -> Option<Version> {
         .map(Version::major_minor)
 }
 
-/// The server version this process presents (see
-/// [`TEST_SERVER_VERSION_ENV`]).
-pub fn server_version() -> Version {
-    std::env::var(TEST_SERVER_VERSION_ENV)
+/// The server version this process presents, as text and parsed: read
+/// once (see [`TEST_SERVER_VERSION_ENV`]).
+static PRESENTED: LazyLock<(String, Version)> = LazyLock::new(|| {
+    let text = std::env::var(TEST_SERVER_VERSION_ENV)
         .ok()
-        .and_then(|v| Version::parse(&v))
-        .unwrap_or_else(|| Version::parse(SERVER_VERSION).expect("SERVER_VERSION parses"))
+        .filter(|v| Version::parse(v).is_some())
+        .unwrap_or_else(|| SERVER_VERSION.to_string());
+    let version = Version::parse(&text).expect("SERVER_VERSION parses");
+    (text, version)
+});
+
+/// The server version this process presents.
+pub fn server_version() -> Version {
+    PRESENTED.1
 }
 
 /// The server version as text (Status, `/version`, the metric).
-pub fn server_version_text() -> String {
-    match std::env::var(TEST_SERVER_VERSION_ENV) {
-        Ok(v) if Version::parse(&v).is_some() => v,
-        _ => SERVER_VERSION.to_string(),
-    }
+pub fn server_version_text() -> &'static str {
+    &PRESENTED.0
 }
 
 /// `/version`'s body (etcd 3.6's fields, in its order).
@@ -158,7 +162,7 @@ pub struct Versions {
 /// What `/version` answers given the replicated state.
 pub fn versions(state: &ClusterState) -> Versions {
     Versions {
-        etcdserver: server_version_text(),
+        etcdserver: server_version_text().to_string(),
         etcdcluster: state.cluster_text(),
         storage: state
             .storage_version()

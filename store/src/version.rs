@@ -1,6 +1,6 @@
-//! The etcd versions this member presents, in one place: what `Status`,
-//! `/version`, `store --version`, the Snapshot stream and the
-//! `etcd_server_version` / `etcd_cluster_version` metrics report.
+//! The etcd release this build presents, in one place: what `Status`,
+//! `/version`, `store --version`, `etcd_server_version` and the Snapshot
+//! stream report.
 //!
 //! etcd has three: the server version (the binary's release, "3.6.14"),
 //! the cluster version (the lowest server version among the members, cut
@@ -13,15 +13,9 @@
 /// The etcd release whose flags, API and behaviour the store presents.
 pub const SERVER_VERSION: &str = "3.6.14";
 
-/// The cluster version (`/version`'s `etcdcluster`).
-pub const CLUSTER_VERSION: &str = "3.6.0";
-
-/// The cluster version as etcd's API and metric label spell it
-/// (major.minor).
-pub const CLUSTER_API_VERSION: &str = "3.6";
-
-/// The storage version (`Status.storageVersion`, `/version`'s `storage`,
-/// `SnapshotResponse.version`).
+/// The storage version this build writes (`SnapshotResponse.version`, the
+/// snapshot file's `meta/storageVersion`, and the ceiling of the storage
+/// version Status and `/version` report).
 pub const STORAGE_VERSION: &str = "3.6.0";
 
 #[cfg(test)]
@@ -29,10 +23,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_agree() {
+    fn the_storage_version_is_the_server_versions_minor() {
         let major_minor = |v: &str| v.split('.').take(2).collect::<Vec<_>>().join(".");
-        assert_eq!(major_minor(SERVER_VERSION), CLUSTER_API_VERSION);
-        assert_eq!(format!("{CLUSTER_API_VERSION}.0"), CLUSTER_VERSION);
-        assert_eq!(STORAGE_VERSION, CLUSTER_VERSION);
+        assert_eq!(
+            format!("{}.0", major_minor(SERVER_VERSION)),
+            STORAGE_VERSION
+        );
     }
 }

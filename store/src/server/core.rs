@@ -401,7 +401,7 @@ impl Core {
                 Ok(LeaderReply::HashKv(super::corruption::own_hash(self, rev)))
             }
             LeaderRequest::ServerVersion => Ok(LeaderReply::ServerVersion(
-                crate::cluster_version::server_version_text(),
+                crate::cluster_version::server_version_text().to_string(),
             )),
         }
     }

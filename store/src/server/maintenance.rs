@@ -126,7 +126,7 @@ impl Maintenance for MaintenanceService {
             header: self.core.current_header(),
             // kube-apiserver enables consistent reads from its watch cache
             // only for etcd >= 3.5.13, and clients gate features on it.
-            version: crate::cluster_version::server_version_text(),
+            version: crate::cluster_version::server_version_text().to_string(),
             db_size: engine.size_bytes() as i64,
             leader: m.current_leader.unwrap_or(0),
             raft_index: m.last_log_index.unwrap_or(0),

@@ -131,7 +131,7 @@ async fn serve_forwarded(core: &Core, request: LeaderRequest) -> Result<LeaderRe
         Ok(LeaderReply::HashKv(own_hash(core, rev)))
     } else if matches!(request, LeaderRequest::ServerVersion) {
         Ok(LeaderReply::ServerVersion(
-            crate::cluster_version::server_version_text(),
+            crate::cluster_version::server_version_text().to_string(),
         ))
     } else if core.leader() == Some(core.config.member_id) {
         let deadline = Instant::now() + core.config.request_timeout;
