@@ -541,15 +541,19 @@ impl Config {
         let rest = args.get(1..).unwrap_or_default();
         let mut scanned = etcd_flags::scan(rest)?;
         if scanned.help {
-            // clap prints the help text and exits.
-            let mut help = vec![program.clone(), "--help".to_string()];
-            help.extend(scanned.served.iter().cloned());
-            Self::parse_with(help, false)?;
+            // clap answers with the help text (`ArgsError::Flags`).
+            Self::parse_with(vec![program.clone(), "--help".to_string()], false)?;
         }
         let flags_only = Self::parse_with(with_program(&program, &scanned.served), false)?;
         if flags_only.version {
-            // etcd prints its version before it reads anything else.
-            return finish(flags_only, &scanned, Vec::new(), Vec::new());
+            // etcd prints its version before it reads or checks anything
+            // else.
+            return Ok(Parsed {
+                config: flags_only,
+                ignored: Vec::new(),
+                unknown_keys: Vec::new(),
+                deprecations: Vec::new(),
+            });
         }
         let file = flags_only
             .config_file
@@ -897,6 +901,7 @@ mod tests {
     #[test]
     fn every_flag_of_etcd_36_help_is_taken() {
         let fixture = include_str!("../testdata/etcd-3.6.14-flags.txt");
+        let command = Config::command();
         let mut help = Vec::new();
         for line in fixture.lines().filter(|l| !l.starts_with('#')) {
             let (name, default) = line.split_once(' ').expect("name default");
@@ -911,7 +916,6 @@ mod tests {
                 (d, _) => d,
             };
             // A served flag's own default is etcd 3.6's.
-            let command = Config::command();
             let ours = command
                 .get_arguments()
                 .find(|a| a.get_long() == Some(name))
