@@ -358,6 +358,35 @@ fn kubeadm_command(
         .collect()
 }
 
+/// Starts node `name`'s member as kubelet runs kubeadm's manifest: its
+/// command line ([`kubeadm_command`]), data in `<node_dir>/data`, log in
+/// `<node_dir>/etcd.log`.
+fn launch(
+    spelling: Spelling,
+    pki: &Pki,
+    node_dir: &std::path::Path,
+    ips: (Ipv4Addr, Ipv4Addr),
+    name: &str,
+    initial_cluster: &str,
+    joining: bool,
+) -> Result<Process> {
+    let args = kubeadm_command(
+        spelling,
+        pki,
+        &node_dir.join("data"),
+        ips,
+        name,
+        initial_cluster,
+        joining,
+    );
+    Process::start(
+        &Binary::candidate()?,
+        name,
+        &node_dir.join("etcd.log"),
+        &args,
+    )
+}
+
 /// A started control-plane node of the stacked cluster.
 struct Node {
     name: String,
@@ -405,20 +434,14 @@ async fn join(
                 .collect::<Vec<_>>()
         })
         .collect();
-    let args = kubeadm_command(
+    let process = launch(
         spelling,
         &pki,
-        &node_dir.join("data"),
+        &node_dir,
         (local, node),
         name,
         &initial_cluster.join(","),
         true,
-    );
-    let process = Process::start(
-        &Binary::candidate()?,
-        name,
-        &node_dir.join("etcd.log"),
-        &args,
     )?;
     retry_until("the learner's promotion", STARTUP, || {
         let mut client = client.clone();
@@ -442,24 +465,22 @@ async fn join(
 /// more, with `spelling`'s command lines; then etcd-client and etcdctl 3.5
 /// (kube-apiserver's and an operator's clients) use all three members.
 async fn stacked_cluster_from_kubeadms_command_lines(spelling: Spelling) {
-    let binary = Binary::candidate().expect("candidate binary");
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = Ca::new("etcd-ca").expect("ca");
     let (local, node) = (allocate_ip().expect("ip"), allocate_ip().expect("ip"));
     let first = "control-plane-1";
     let first_dir = dir.path().join(first);
     let pki = node_pki(&first_dir, &ca, local, node, first).expect("pki");
-    let args = kubeadm_command(
+    let process = launch(
         spelling,
         &pki,
-        &first_dir.join("data"),
+        &first_dir,
         (local, node),
         first,
         &format!("{first}=https://{node}:2380"),
         false,
-    );
-    let process =
-        Process::start(&binary, first, &first_dir.join("etcd.log"), &args).expect("start");
+    )
+    .expect("start");
     retry_until("the first member's /readyz", STARTUP, || async {
         process.ensure_running()?;
         let r = get(&format!("http://{local}:2381/readyz")).await?;
