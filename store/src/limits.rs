@@ -88,6 +88,10 @@ pub const REQUEST_TIMEOUT_BASE_MS: u64 = 5_000;
 /// (etcd: `compactionBatchLimit`), so compaction never holds the engine long.
 pub const COMPACTION_BATCH_REVISIONS: usize = 1_000;
 
+/// Keys of the index compacted per step of the background compactor, each
+/// step under the store's write lock (about a millisecond at this size).
+pub const COMPACTION_BATCH_KEYS: usize = 1_000;
+
 /// Pause between compaction batches (etcd: 10 ms `compactionSleepInterval`),
 /// letting foreground writes through.
 pub const COMPACTION_BATCH_PAUSE_MS: u64 = 10;

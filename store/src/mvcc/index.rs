@@ -218,29 +218,54 @@ impl TreeIndex {
             .collect()
     }
 
-    /// Compacts every key at `at`; returns the revisions `<= at` that must
-    /// stay on disk. Keys left with no history leave both maps and free
-    /// their slot.
-    pub fn compact(&mut self, at: i64) -> HashSet<Revision> {
-        let mut keep = HashSet::new();
-        let Self {
-            ordered,
-            by_key,
-            histories,
-            free,
-        } = self;
-        ordered.retain(|key, slot| {
-            let ki = &mut histories[*slot as usize];
-            if !ki.compact(at, &mut keep) {
-                return true;
+    /// Compacts at `at` the keys after `after` (from the first key when
+    /// None), one key at a time, until `max_keys` keys are done or
+    /// `max_dropped` revisions were dropped; adds the dropped revisions to
+    /// `dropped` ([`KeyIndex::compact_dropping`]). Keys left with no
+    /// history leave both maps and free their slot. Returns the last key
+    /// done when keys may remain, None when the index is done.
+    ///
+    /// A compaction is so cut into short steps, each under the store's
+    /// write lock for a bounded time (at a million keys, compacting the
+    /// whole index at once held writes for over a second). Reads need no
+    /// step to be done: one at or above the compaction revision sees the
+    /// same revisions in a compacted history as in the whole one.
+    pub fn compact_some(
+        &mut self,
+        at: i64,
+        after: Option<&[u8]>,
+        max_keys: usize,
+        max_dropped: usize,
+        dropped: &mut Vec<(Revision, bool)>,
+    ) -> Option<Arc<[u8]>> {
+        assert!(max_keys > 0 && max_dropped > 0, "a step does some work");
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut last = None;
+        let mut done_keys = 0;
+        let start = dropped.len();
+        loop {
+            if done_keys >= max_keys || dropped.len() - start >= max_dropped {
+                return last;
             }
-            *ki = KeyIndex::default();
-            by_key.remove(&**key);
-            free.push(*slot);
-            false
-        });
-        debug_assert_eq!(ordered.len(), by_key.len());
-        keep
+            let bounds = (
+                last.as_deref().map_or(lower, Bound::Excluded),
+                Bound::Unbounded,
+            );
+            let (key, slot) = self
+                .ordered
+                .range::<[u8], _>(bounds)
+                .next()
+                .map(|(k, s)| (k.clone(), *s))?;
+            let ki = &mut self.histories[slot as usize];
+            if ki.compact_dropping(at, dropped) {
+                *ki = KeyIndex::default();
+                self.ordered.remove(&*key);
+                self.by_key.remove(&*key);
+                self.free.push(slot);
+            }
+            done_keys += 1;
+            last = Some(key);
+        }
     }
 
     /// Revisions `<= at` still needed to read at `at` (HashKV's view).
@@ -313,15 +338,61 @@ mod tests {
         assert_eq!((now.created, now.modified, now.version), (r(6), r(6), 1));
     }
 
+    impl TreeIndex {
+        /// Compacts every key at `at` in steps of `keys`; returns what was
+        /// dropped.
+        fn compact(&mut self, at: i64, keys: usize) -> Vec<(Revision, bool)> {
+            let mut dropped = Vec::new();
+            let mut after = None;
+            loop {
+                let next = self.compact_some(at, after.as_deref(), keys, usize::MAX, &mut dropped);
+                match next {
+                    Some(key) => after = Some(key),
+                    None => return dropped,
+                }
+            }
+        }
+    }
+
     #[test]
     fn compaction_drops_dead_keys() {
         let mut idx = TreeIndex::default();
         idx.put(b"a", r(2));
         idx.put(b"b", r(3));
         assert!(idx.tombstone(b"a", r(4)));
-        let keep = idx.compact(4);
-        assert_eq!(keep, HashSet::from([r(3)]));
+        assert_eq!(idx.compact(4, 100), vec![(r(2), false), (r(4), true)]);
         assert_eq!(idx.len(), 1);
+    }
+
+    /// In steps of one key or of one revision, compaction drops the same
+    /// revisions as in one step, and a step's cursor survives the removal
+    /// of the key it names.
+    #[test]
+    fn compaction_in_steps_drops_the_same() {
+        let build = || {
+            let mut idx = TreeIndex::default();
+            for (i, k) in [b"a", b"b", b"c", b"d"].iter().enumerate() {
+                idx.put(&k[..], r(2 + i as i64));
+                idx.put(&k[..], r(10 + i as i64));
+            }
+            assert!(idx.tombstone(b"b", r(20)));
+            assert!(idx.tombstone(b"c", r(30)));
+            idx
+        };
+        let whole = build().compact(25, usize::MAX);
+        assert_eq!(build().compact(25, 1), whole);
+        let mut idx = build();
+        let mut dropped = Vec::new();
+        let mut after = None;
+        let mut steps = 0;
+        while let Some(key) = idx.compact_some(25, after.as_deref(), usize::MAX, 1, &mut dropped) {
+            after = Some(key);
+            steps += 1;
+        }
+        assert_eq!(dropped, whole);
+        assert!(steps >= 3, "{steps} steps");
+        assert_eq!(idx.len(), 3, "b is gone");
+        assert_eq!(idx.get(b"c", 25).map(|k| k.modified), Some(r(12)));
     }
 
     /// A compacted key's slot goes to the next new key: the old key is gone
@@ -333,7 +404,7 @@ mod tests {
         idx.put(b"b", r(2));
         idx.put(b"c", r(3));
         assert!(idx.tombstone(b"b", r(4)));
-        idx.compact(4);
+        idx.compact(4, 1);
         assert_eq!(idx.free.len(), 1);
         assert_eq!(idx.get(b"b", 4), None);
         assert!(!idx.tombstone(b"b", r(5)), "b is gone");

@@ -199,6 +199,30 @@ impl KeyIndex {
         self.generations.drain(..gen_idx);
         self.is_empty()
     }
+
+    /// [`Self::compact`], adding to `dropped` every revision `<= at` it
+    /// removes (each with whether it is a tombstone, as its stored key
+    /// says): what the physical compaction deletes from the engine.
+    ///
+    /// In the module's example, compacting at 4 drops `1.0`, `2.0` and the
+    /// tombstone `3.0(t)`; `4.0` stays, kept.
+    pub fn compact_dropping(&mut self, at: i64, dropped: &mut Vec<(Revision, bool)>) -> bool {
+        let last = self.generations.len().saturating_sub(1);
+        let before: Vec<(Revision, bool)> = self
+            .generations
+            .iter()
+            .enumerate()
+            .flat_map(|(i, g)| {
+                let tomb = (i != last).then(|| g.revs.last().copied()).flatten();
+                g.revs.iter().map(move |r| (*r, Some(*r) == tomb))
+            })
+            .filter(|(r, _)| r.main <= at)
+            .collect();
+        let mut keep = HashSet::new();
+        let empty = self.compact(at, &mut keep);
+        dropped.extend(before.into_iter().filter(|(r, _)| !keep.contains(r)));
+        empty
+    }
 }
 
 #[cfg(test)]
@@ -311,6 +335,23 @@ mod tests {
         assert_eq!(keep, HashSet::from([r(1)]));
         assert_eq!(ki.get(2).map(|k| k.modified), Some(r(1)));
         assert_eq!(ki.get(4), None);
+    }
+
+    #[test]
+    fn compaction_names_what_it_drops_with_the_tombstones() {
+        let mut ki = example();
+        let mut dropped = Vec::new();
+        assert!(!ki.compact_dropping(4, &mut dropped));
+        assert_eq!(dropped, vec![(r(1), false), (r(2), false), (r(3), true)]);
+        dropped.clear();
+        assert!(!ki.compact_dropping(4, &mut dropped), "again: nothing left");
+        assert!(dropped.is_empty());
+
+        let mut gone = KeyIndex::default();
+        gone.put(r(1));
+        assert!(gone.tombstone(r(2)));
+        assert!(gone.compact_dropping(2, &mut dropped));
+        assert_eq!(dropped, vec![(r(1), false), (r(2), true)]);
     }
 
     #[test]

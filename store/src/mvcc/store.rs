@@ -22,13 +22,14 @@
 //! prev_kv watcher: `put(k)` at 12 writes `{create 5, mod 12, version 4}`
 //! after one index lookup and no engine read; its event has no prev_kv.
 //!
-//! Compaction: [`WriteTxn::compact`] compacts the index at once (so reads
-//! below the compaction revision fail immediately, as in etcd) and records
-//! the scheduled revision; [`MvccStore::run_physical_compaction`] then
-//! deletes unneeded revisions from the engine in bounded batches, and
-//! records the finished revision. A restart finishes an interrupted job.
+//! Compaction: [`WriteTxn::compact`] sets the compaction revision (so reads
+//! below it fail immediately, as in etcd) and records the scheduled
+//! revision; [`MvccStore::run_physical_compaction`] then compacts the index
+//! a thousand keys at a time and deletes the revisions each step drops from
+//! the engine in the same step, and records the finished revision. A
+//! restart finishes an interrupted job.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -42,7 +43,7 @@ use super::index::{KeyRange, TreeIndex, VisibleKey};
 use super::revision::Revision;
 use crate::engine::{try_scan, BatchOp, Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
-use crate::limits::{COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS};
+use crate::limits::{COMPACTION_BATCH_KEYS, COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS};
 
 /// Meta key: the last revision any committed transaction created.
 pub const META_CURRENT_REV: &[u8] = b"mvcc/currentRev";
@@ -124,13 +125,12 @@ struct State {
 const DIVERGED: &str =
     "a write to the storage engine failed; the in-memory index no longer matches it (restart the member)";
 
-/// Work left for the physical compactor.
-#[derive(Debug, Clone)]
+/// Work left for the compactor: compacting the index at `rev` and deleting
+/// from the engine the revisions that drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactionJob {
     /// Compaction revision.
     pub rev: i64,
-    /// Revisions `<= rev` that must not be deleted.
-    pub keep: Arc<HashSet<Revision>>,
 }
 
 /// The MVCC key-value store.
@@ -242,16 +242,9 @@ impl MvccStore {
             .unwrap_or(NO_COMPACTION);
         let finished = read_i64(self.engine.as_ref(), META_FINISHED_COMPACT_REV)?;
         let stored_current = read_i64(self.engine.as_ref(), META_CURRENT_REV)?;
-        let mut job = None;
-        if scheduled > 0 {
-            let keep = index.compact(scheduled);
-            if scheduled > finished {
-                job = Some(CompactionJob {
-                    rev: scheduled,
-                    keep: Arc::new(keep),
-                });
-            }
-        }
+        // A finished compaction left nothing below its revision for the
+        // index to drop; an unfinished one is resumed by the compactor.
+        let job = (scheduled > finished).then_some(CompactionJob { rev: scheduled });
         let mut state = self.write_state();
         state.index = index;
         state.current_rev = INITIAL_REVISION
@@ -384,47 +377,45 @@ impl MvccStore {
         }
     }
 
-    /// Deletes the revisions a compaction made unreachable, in batches of
-    /// [`COMPACTION_BATCH_REVISIONS`] with a pause between them.
+    /// Compacts the index at `job.rev` and deletes from the engine the
+    /// revisions that drops, in steps of at most
+    /// [`COMPACTION_BATCH_KEYS`] keys and [`COMPACTION_BATCH_REVISIONS`]
+    /// revisions, each under the write lock, with a pause between them
+    /// (etcd's batched compaction). A step holds writes for about a
+    /// millisecond, where compacting a million keys at once held them for
+    /// over a second. Reads at or above the compaction revision do not
+    /// depend on how far the job got, and a restart resumes an unfinished
+    /// job from the start (the rebuilt index holds what was not deleted).
     pub async fn run_physical_compaction(&self, job: CompactionJob) -> Result<(), MvccError> {
-        let end = Revision::start_key(job.rev + 1);
-        let mut start = Vec::new();
+        let mut after: Option<Arc<[u8]>> = None;
         loop {
-            let mut doomed = Vec::new();
-            let mut next = None;
-            self.engine
-                .scan(Table::Kv, &start, Some(&end), &mut |k, _| {
-                    if doomed.len() >= COMPACTION_BATCH_REVISIONS {
-                        next = Some(k.to_vec());
-                        return ControlFlow::Break(());
-                    }
-                    if let Some((rev, _)) = Revision::from_key(k) {
-                        if !job.keep.contains(&rev) {
-                            doomed.push(k.to_vec());
-                        }
-                    }
-                    ControlFlow::Continue(())
-                })?;
-            let mut batch = WriteBatch::new();
-            for k in doomed {
-                batch.delete(Table::Kv, k);
-            }
-            let done = next.is_none();
-            if done {
-                batch.put(
-                    Table::Meta,
-                    META_FINISHED_COMPACT_REV.to_vec(),
-                    job.rev.to_be_bytes().to_vec(),
-                );
-            }
+            let mut dropped = Vec::new();
             {
-                // Exclude readers so none sees a half-deleted revision set.
-                let _guard = self.write_state();
+                let mut state = self.write_state();
+                after = state.index.compact_some(
+                    job.rev,
+                    after.as_deref(),
+                    COMPACTION_BATCH_KEYS,
+                    COMPACTION_BATCH_REVISIONS,
+                    &mut dropped,
+                );
+                let mut batch = WriteBatch::new();
+                for (rev, tombstone) in dropped {
+                    batch.delete(Table::Kv, rev.to_key(tombstone));
+                }
+                if after.is_none() {
+                    batch.put(
+                        Table::Meta,
+                        META_FINISHED_COMPACT_REV.to_vec(),
+                        job.rev.to_be_bytes().to_vec(),
+                    );
+                }
+                // Under the lock: a small read loads its values under it,
+                // and must not find a revision its plan named deleted.
                 self.engine.write(batch, false)?;
             }
-            match next {
-                Some(k) => start = k,
-                None => break,
+            if after.is_none() {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(COMPACTION_BATCH_PAUSE_MS)).await;
         }
@@ -862,17 +853,13 @@ impl WriteTxn<'_> {
         if rev > self.state.current_rev {
             return Err(MvccError::FutureRev);
         }
-        let keep = self.state.index.compact(rev);
         self.state.compact_rev = rev;
         self.batch.put(
             Table::Meta,
             META_SCHEDULED_COMPACT_REV.to_vec(),
             rev.to_be_bytes().to_vec(),
         );
-        Ok(CompactionJob {
-            rev,
-            keep: Arc::new(keep),
-        })
+        Ok(CompactionJob { rev })
     }
 
     /// Ends the current revision: later writes of this transaction make
