@@ -364,6 +364,7 @@ impl Member {
         let sm = sm
             .keeping_alarms_in(alarms.clone())
             .keeping_cluster_state_in(cluster.clone());
+        let log_reader = log_store.clone();
         let raft = Raft::new(
             identity.member_id,
             Arc::new(raft_config(&config)?),
@@ -456,6 +457,7 @@ impl Member {
             corruption::spawn_periodic_check(core.clone(), every, member.shutdown.subscribe());
         }
         versions::spawn_monitor(core.clone(), downgrade_check, member.shutdown.subscribe());
+        crate::raft::log_bound::spawn(core.raft.clone(), log_reader, member.shutdown.subscribe());
         for l in client_listeners {
             let Bound { listener: l, tls } = l;
             let services = ClientServices {

@@ -423,6 +423,39 @@ impl Drop for Flusher {
 }
 
 impl LogStore {
+    /// Bytes of the live entries' records with an index above `index`.
+    pub fn bytes_after(&self, index: u64) -> u64 {
+        let log = self.log();
+        let from = index.saturating_add(1).saturating_sub(log.index.first) as usize;
+        log.index
+            .locations
+            .iter()
+            .skip(from)
+            .map(|at| u64::from(at.len))
+            .sum()
+    }
+
+    /// The highest index at or below `upto` whose entry lies wholly beyond
+    /// `bytes` counted back from `upto`: purging up to it keeps at least
+    /// `bytes` of entries at or below `upto`. None when every live entry
+    /// at or below `upto` fits in `bytes`.
+    ///
+    /// Example: entries 5..=9 of 10 bytes each, `upto` 9, `bytes` 25:
+    /// 9, 8 and 7 hold 30 bytes, so entries up to 6 may go (`Some(6)`).
+    pub fn purge_point_keeping(&self, upto: u64, bytes: u64) -> Option<u64> {
+        let log = self.log();
+        let first = log.index.first;
+        let end = upto.checked_sub(first)?.saturating_add(1);
+        let end = usize::try_from(end).ok()?.min(log.index.locations.len());
+        let mut kept = 0u64;
+        for i in (0..end).rev() {
+            if kept >= bytes {
+                return Some(first + i as u64);
+            }
+            kept += u64::from(log.index.locations[i].len);
+        }
+        None
+    }
     /// The log store in `dir` (created if missing; a log still in the
     /// engine's tables is moved there first), starting its flusher thread.
     /// `engine` is the state machine's, synced before segments go.
@@ -878,6 +911,71 @@ mod tests {
         assert_eq!(indexes(&first.expect("read")), vec![1, 2]);
         let tail = store.limited_get_log_entries(ENTRIES, ENTRIES + 1).await;
         assert_eq!(indexes(&tail.expect("read")), vec![ENTRIES]);
+    }
+
+    /// The byte counts the log bound works from ([`super::super::log_bound`]).
+    #[tokio::test]
+    async fn byte_counts_follow_the_live_entries() {
+        let (_dir, mut store) = store_with_large_entries();
+        let all = store.bytes_after(0);
+        let one = all / ENTRIES;
+        assert!(
+            one > VALUE_BYTES as u64 && one < 2 * VALUE_BYTES as u64,
+            "{one}"
+        );
+        assert_eq!(store.bytes_after(ENTRIES - 2), 2 * one);
+        assert_eq!(store.bytes_after(ENTRIES), 0);
+        // Keeping two and a half entries' bytes at or below 5: 5, 4, 3 stay.
+        assert_eq!(store.purge_point_keeping(5, 2 * one + one / 2), Some(2));
+        assert_eq!(store.purge_point_keeping(5, 2 * one), Some(3));
+        assert_eq!(store.purge_point_keeping(5, 10 * one), None);
+        store
+            .purge(LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                2,
+            ))
+            .await
+            .expect("purge");
+        assert_eq!(store.bytes_after(0), all - 2 * one);
+        assert_eq!(
+            store.purge_point_keeping(5, 2 * one + one / 2),
+            None,
+            "3 is the first"
+        );
+    }
+
+    /// The byte bounds ask for a snapshot past `per_snapshot` bytes after
+    /// the last one, and a purge that keeps `catch_up` bytes behind it.
+    #[tokio::test]
+    async fn the_log_bound_decides_from_bytes() {
+        use super::super::log_bound::{decide, Actions, Bounds};
+        let (_dir, store) = store_with_large_entries();
+        let one = store.bytes_after(0) / ENTRIES;
+        let bounds = Bounds {
+            per_snapshot: 3 * one,
+            catch_up: one + one / 2,
+        };
+        assert_eq!(
+            decide(&store, bounds, None, None),
+            Actions {
+                snapshot: true,
+                purge_upto: None
+            },
+            "six entries and no snapshot"
+        );
+        // Snapshot at 4: two entries past it; keep 4 and 3, purge up to 2.
+        let actions = decide(&store, bounds, Some(4), None);
+        assert_eq!(
+            actions,
+            Actions {
+                snapshot: false,
+                purge_upto: Some(2)
+            }
+        );
+        assert_eq!(decide(&store, bounds, Some(4), Some(2)).purge_upto, None);
     }
 
     #[tokio::test]

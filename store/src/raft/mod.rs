@@ -2,7 +2,10 @@
 //!
 //! - [`types`]: the openraft type configuration, the replicated
 //!   [`Command`]s and their [`CommandResponse`]s, and member identities.
-//! - [`log_store`]: the Raft log and vote in the engine, with group commit.
+//! - [`log_store`]: the Raft log and vote in segment files, with group
+//!   commit.
+//! - [`log_bound`]: snapshots and purges by the log's bytes, beside
+//!   openraft's entry counts.
 //! - [`state_machine`]: applies committed commands to the MVCC store, builds
 //!   and installs snapshots.
 //! - [`network`]: the client side of the peer protocol (the server side is
@@ -20,6 +23,7 @@ pub mod batcher;
 pub mod commit_hold;
 pub mod elections;
 pub mod leadership;
+pub mod log_bound;
 pub mod log_store;
 pub mod metrics;
 pub mod network;

@@ -1,0 +1,115 @@
+//! The Raft log bounded in bytes as well as in entries.
+//!
+//! openraft snapshots the state machine every `--snapshot-count` entries
+//! and then purges the log up to `SNAPSHOT_CATCH_UP_ENTRIES` behind the
+//! snapshot. Entries are batches of proposals, so an entry count says
+//! little about bytes: under a put load of 1 KiB values, 10,000 entries
+//! held about 140 MB, and a log that never reached the count was never
+//! purged (1.6 GiB after a million puts).
+//!
+//! Every [`CHECK_INTERVAL`], this task looks at the log's bytes:
+//! - past the last snapshot, more than [`LOG_BYTES_PER_SNAPSHOT`]: it asks
+//!   openraft for a snapshot (as the entry count would);
+//! - at or below the last snapshot, more than [`CATCH_UP_LOG_BYTES`]: it
+//!   asks openraft to purge the entries beyond that many bytes (a follower
+//!   further behind gets the snapshot instead, as with the entry bound).
+//!
+//! Worked example, 14 KB entries: 64 MiB past the snapshot is about 4,800
+//! entries, so a snapshot comes every ~4,800 entries instead of every
+//! 10,000; after it, 64 MiB of entries (~4,800) stay behind it, fewer than
+//! the 5,000 the entry bound would keep, and the log's files stay under
+//! about 128 MiB plus one segment. The snapshot is a checkpoint of the
+//! engine (hard links), so its cost does not grow with how often it runs.
+
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver as _;
+use tokio::sync::watch;
+
+use super::log_store::LogStore;
+use super::Raft;
+
+/// Bytes of log entries past the last snapshot that make the next one.
+pub const LOG_BYTES_PER_SNAPSHOT: u64 = 64 * 1024 * 1024;
+/// Bytes of log entries kept at or below the last snapshot, so a follower
+/// a little behind catches up from the log rather than a snapshot.
+pub const CATCH_UP_LOG_BYTES: u64 = 64 * 1024 * 1024;
+/// How often the bounds are checked.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What to ask openraft for, from the log's bytes.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Actions {
+    /// Build a snapshot now.
+    pub snapshot: bool,
+    /// Purge the log up to this index.
+    pub purge_upto: Option<u64>,
+}
+
+/// The two byte bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// [`LOG_BYTES_PER_SNAPSHOT`].
+    pub per_snapshot: u64,
+    /// [`CATCH_UP_LOG_BYTES`].
+    pub catch_up: u64,
+}
+
+impl Bounds {
+    /// The member's bounds.
+    pub const MEMBER: Bounds = Bounds {
+        per_snapshot: LOG_BYTES_PER_SNAPSHOT,
+        catch_up: CATCH_UP_LOG_BYTES,
+    };
+}
+
+/// Decides from the snapshot's index, the purge point and the log store.
+pub fn decide(
+    log: &LogStore,
+    bounds: Bounds,
+    snapshot: Option<u64>,
+    purged: Option<u64>,
+) -> Actions {
+    let past = log.bytes_after(snapshot.unwrap_or(0));
+    let purge_upto = snapshot
+        .and_then(|at| log.purge_point_keeping(at, bounds.catch_up))
+        .filter(|upto| purged.is_none_or(|p| *upto > p));
+    Actions {
+        snapshot: past > bounds.per_snapshot,
+        purge_upto,
+    }
+}
+
+/// Checks the bounds every [`CHECK_INTERVAL`] until `stop` turns true.
+pub fn spawn(raft: Raft, log: LogStore, mut stop: watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        let mut requested_at: Option<u64> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(CHECK_INTERVAL) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let metrics = raft.metrics().borrow_watched().clone();
+            let snapshot = metrics.snapshot.map(|l| l.index);
+            let purged = metrics.purged.map(|l| l.index);
+            let actions = decide(&log, Bounds::MEMBER, snapshot, purged);
+            // One request per snapshot: a snapshot being built is not in
+            // the metrics yet, and asking again would queue another.
+            if actions.snapshot && requested_at != Some(snapshot.unwrap_or(0)) {
+                requested_at = Some(snapshot.unwrap_or(0));
+                tracing::info!(
+                    bytes = log.bytes_after(snapshot.unwrap_or(0)),
+                    "raft log past its byte bound; snapshotting"
+                );
+                if raft.trigger().snapshot().await.is_err() {
+                    return;
+                }
+            }
+            if let Some(upto) = actions.purge_upto {
+                if raft.trigger().purge_log(upto).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+}
