@@ -60,15 +60,28 @@ impl ClusterSpec {
 pub struct Member {
     pub name: String,
     pub client_url: String,
+    /// The member's `--data-dir` (`<cluster dir>/<name>.data`).
+    pub data_dir: PathBuf,
     proc: Proc,
+}
+
+impl Member {
+    /// The member's pid.
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
 }
 
 /// A running cluster; dropping it kills every member.
 pub struct Cluster {
     pub label: String,
     pub members: Vec<Member>,
-    /// Kept so the data directory (and member logs) lives as long as the cluster.
-    _dir: tempfile::TempDir,
+    /// What the members were started from, to start one again ([`Cluster::restart`]).
+    spec: ClusterSpec,
+    token: String,
+    /// The members' data directories and logs, removed on drop (after the
+    /// members, which are dropped first and so killed first).
+    dir: tempfile::TempDir,
 }
 
 impl Cluster {
@@ -92,7 +105,9 @@ impl Cluster {
         let mut cluster = Cluster {
             label: spec.label.clone(),
             members,
-            _dir: dir,
+            spec: spec.clone(),
+            token,
+            dir,
         };
         cluster.wait_ready().await?;
         Ok(cluster)
@@ -131,6 +146,16 @@ impl Cluster {
         let at = Instant::now();
         self.members[i].proc.kill9();
         at
+    }
+
+    /// Starts member `i` again with its original command line and data
+    /// directory (SIGKILLing it first if it still runs); returns the instant
+    /// of the spawn. Does not wait for the member to be ready.
+    pub fn restart(&mut self, i: usize) -> Result<Instant> {
+        self.members[i].proc.kill9();
+        let at = Instant::now();
+        self.members[i] = start_member(&self.spec, i, self.dir.path(), &self.token)?;
+        Ok(at)
     }
 
     async fn wait_ready(&mut self) -> Result<()> {
@@ -192,9 +217,10 @@ fn start_member(spec: &ClusterSpec, i: usize, dir: &Path, token: &str) -> Result
         .map(|j| format!("m{}=http://{}:{PEER_PORT}", j + 1, spec.ip(j)))
         .collect::<Vec<_>>()
         .join(",");
+    let data_dir = dir.join(format!("{name}.data"));
     let mut cmd = Command::new(&spec.bin);
     cmd.arg("--name").arg(&name);
-    cmd.arg("--data-dir").arg(dir.join(format!("{name}.data")));
+    cmd.arg("--data-dir").arg(&data_dir);
     cmd.args([
         "--listen-client-urls",
         &client_url,
@@ -223,6 +249,7 @@ fn start_member(spec: &ClusterSpec, i: usize, dir: &Path, token: &str) -> Result
     Ok(Member {
         name,
         client_url,
+        data_dir,
         proc,
     })
 }

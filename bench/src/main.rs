@@ -9,6 +9,8 @@
 //! * `gateway`: direct vs our gateway vs HAProxy in front of nginx ([`gateway`]).
 //! * `h2load`: raw gRPC from nghttp2's h2load, both systems ([`h2load`]).
 //! * `apiserver`: a kube-apiserver-shaped workload ([`apiserver`]).
+//! * `scale`: a large key space in both systems, then lists, snapshot,
+//!   compaction, defragmentation and restarts ([`scale`]).
 //! * `all`: every comparison, one report ([`all`]).
 //!
 //! Every run is bounded in operations and time, uses a printed seed, and
@@ -38,6 +40,7 @@ mod pace;
 mod plot;
 mod procs;
 mod report;
+mod scale;
 mod stats;
 mod systems;
 mod watch;
@@ -89,6 +92,8 @@ enum Cmd {
     H2load(h2load::H2loadArgs),
     /// A kube-apiserver-shaped workload on both systems.
     Apiserver(apiserver::ApiserverArgs),
+    /// Load N keys into each system, then restart, list, snapshot, compact and defrag, side by side.
+    Scale(scale::ScaleArgs),
     /// compare + h2load + failover + gateway + apiserver into one report folder, opening with the goals table.
     All(all::AllArgs),
 }
@@ -159,6 +164,9 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::H2load(a) => return report::emit(&h2load::run(&a).await?, &a.out),
         Cmd::Apiserver(a) => {
             return report::emit(&apiserver::run(&a, seed, progress).await?, &a.out)
+        }
+        Cmd::Scale(a) => {
+            return report::emit(&scale::run(&a, seed, progress).await?, &a.out_args())
         }
         Cmd::All(a) => return all::run(&a, seed, progress).await,
         Cmd::Put(a) => (a, Workload::Put),

@@ -480,3 +480,99 @@ fn all_smoke() {
         );
     }
 }
+
+#[test]
+fn scale_smoke() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report");
+    let bin = store_bin().display().to_string();
+    let out = run_bench(&[
+        "scale",
+        "--smoke",
+        "--ours-bin",
+        &bin,
+        "--subnet",
+        "127.0.58",
+        "--out",
+        report.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("store/etcd"), "{stdout}");
+    let md = read_report(&report);
+    assert!(md.contains("## scale"), "{md}");
+    for row in [
+        "load: puts/s",
+        "load: put p50 ms",
+        "load: put p99 ms",
+        "sizes after load: data dir MiB m1 / m2 / m3",
+        "sizes after load: dbSize MiB",
+        "sizes after load: dbSizeInUse MiB",
+        "full list: s",
+        "full list: answer MiB",
+        "full list: leader RSS MiB before -> peak",
+        "full list: leader RSS growth MiB",
+        "full list: RSS growth / answer",
+        "paginated list: s (pages)",
+        "count only: ms",
+        "snapshot save: s",
+        "snapshot save: MiB",
+        "paced writer steady: p50 ms",
+        "paced writer steady: p99 ms",
+        "paced writer during maintenance: p50 ms",
+        "paced writer during maintenance: p99 ms",
+        "paced writer during maintenance: max ms",
+        "compaction: ms",
+        "defrag: ms m1 / m2 / m3",
+        "sizes after defrag: data dir MiB m1 / m2 / m3",
+        "full list after compaction: s",
+        "full list after compaction: leader RSS MiB before -> peak",
+        "full list after compaction: leader RSS growth MiB",
+        "restart follower: ms to linearizable Get",
+        "restart all: ms to linearizable Get on every member",
+    ] {
+        let line = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| {row} |")))
+            .unwrap_or_else(|| panic!("row {row:?} missing:\n{md}"));
+        // step | etcd | store | ratio, both systems with a value.
+        assert_eq!(line.matches(" | ").count(), 3, "{line}");
+        assert!(stdout.contains(row), "{row:?} not printed");
+    }
+    let json = read_json(&report.join("results.json"));
+    let systems = json["systems"].as_array().unwrap();
+    let names: Vec<&str> = systems
+        .iter()
+        .map(|s| s["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["store", "etcd"]);
+    for s in systems {
+        for step in [
+            "load",
+            "sizes_after_load",
+            "full_list",
+            "paginated_list",
+            "count_only",
+            "snapshot",
+            "maintenance",
+            "sizes_after_defrag",
+            "full_list_after_compaction",
+            "restart_follower",
+            "restart_all",
+        ] {
+            assert!(
+                s[step]["ok"].is_object(),
+                "{} {step} failed: {}",
+                s["system"],
+                s[step]
+            );
+        }
+        assert_eq!(s["full_list"]["ok"]["keys"], 20_000, "{}", s["full_list"]);
+        assert_eq!(
+            s["count_only"]["ok"]["count"], 20_000,
+            "{}",
+            s["count_only"]
+        );
+        assert_op(&s["load"]["ok"]["puts"]);
+    }
+}

@@ -1,0 +1,1406 @@
+//! `scale`: a large key space in each system, then the operations whose
+//! cost grows with it, side by side.
+//!
+//! The systems run one after the other (ours, then etcd), each as a fresh
+//! 3-member cluster that is killed before the other starts, so that neither
+//! shares the machine with the other. On each, in order:
+//!
+//! 1. load: `--keys` Puts of distinct keys ([`KEY_SIZE`] bytes under
+//!    [`KEY_PREFIX`]) with `--value-size`-byte values, from `--clients`
+//!    closed-loop writers over [`crate::load::connect`] connections spread
+//!    over the members. Values are random bytes from the run's seeded RNG:
+//!    RocksDB compresses its blocks and bbolt does not, so repetitive values
+//!    would flatter our sizes. Rate, put p50/p99.
+//! 2. sizes after load: each member's data directory (the sum of its file
+//!    lengths, so etcd's preallocated 64 MiB WAL segments count in full) and
+//!    the leader's Status `dbSize` and `dbSizeInUse`.
+//! 3. full list: one linearizable Range over the whole key space from the
+//!    leader, on a connection whose client accepts answers up to
+//!    [`MAX_ANSWER_BYTES`] (both servers send up to 2 GiB). Time, answer
+//!    bytes (sum of key and value lengths), and the leader's RSS before and
+//!    at its peak, sampled every [`RSS_SAMPLE_INTERVAL`] by a thread of its
+//!    own during the call: growth and growth per answer byte. (A process
+//!    that keeps freed memory, as Go's runtime does for a while, starts a
+//!    later list from a higher RSS and shows less growth: compare the peaks.)
+//! 4. paginated list, as kube-apiserver lists: pages of [`PAGE_LIMIT`] keys,
+//!    each next page from the last key + `"\0"`, every page after the first at
+//!    the first page's revision, until `more` is false. Time and pages.
+//! 5. count only: one `count_only` Range over the whole key space.
+//! 6. snapshot save: the leader's Maintenance Snapshot stream into a
+//!    temporary file, fsynced at the end. Time and bytes.
+//! 7. compaction and defragmentation under a paced writer: open-loop Puts
+//!    at `--paced-rate` of random existing keys from [`PACED_WRITERS`]
+//!    writers; after [`PACED_BEFORE`] a physical Compact at the current
+//!    revision, then Defragment of each member in turn; the writer goes on for
+//!    [`PACED_AFTER`]. The writes' latencies (from their intended start, so
+//!    stalls count in full) split by intended start into steady (before the
+//!    Compact), during maintenance, and after; compaction and per-member
+//!    defragmentation times. Then the members' data directories again.
+//! 8. full list after compaction: step 3 again.
+//! 9. restart one follower: SIGKILL it, start it again with the same
+//!    command line and data directory, and time from the spawn until a
+//!    linearizable Get through its own endpoint succeeds (probed every
+//!    [`RESTART_POLL`], each probe bounded by [`PROBE_TIMEOUT`]).
+//! 10. restart all: SIGKILL all three, start all three, and time from the
+//!     first spawn until a linearizable Get succeeds through every member.
+//!
+//! Every step is bounded in time (the lists and the count by
+//! `--list-timeout`, the others by the constants below). A step that fails or
+//! runs out of time is reported in its row ("did not finish in 600 s") and
+//! the run goes on with the next.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use etcd_client::{Client, CompactionOptions, GetOptions, KvClient};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::Rng;
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use crate::cluster::{control_client, leader_endpoint, Cluster, ClusterSpec, MEMBERS};
+use crate::grpc_conn::connect_one;
+use crate::keys::{client_rng, key_with_prefix, prefix_end, KeyGen};
+use crate::load::{merge_tasks, Recorders, CONNECT_TIMEOUT, OP_TIMEOUT};
+use crate::pace::{Pacer, Stop};
+use crate::report::{fmt_ratio, ratio, table, text_table, OutArgs, Outcome};
+use crate::stats::{OpResult, Recorder};
+use crate::systems::SystemArgs;
+
+/// Default subnet of `scale`.
+pub const DEFAULT_SUBNET: &str = "127.0.57";
+/// Default keys loaded.
+pub const DEFAULT_KEYS: u64 = 1_000_000;
+/// Default value size, in bytes.
+pub const DEFAULT_VALUE_SIZE: usize = 1024;
+/// Default concurrent writers of the load.
+pub const DEFAULT_CLIENTS: usize = 256;
+/// Default rate of the paced writer, in Puts per second.
+pub const DEFAULT_PACED_RATE: f64 = 200.0;
+/// Default bound of each list and of the count.
+pub const DEFAULT_LIST_TIMEOUT: &str = "600s";
+/// Smoke mode: keys, value size (bytes), writers, paced writes per second,
+/// paced writer time before and after the maintenance, list bound.
+const SMOKE_KEYS: u64 = 20_000;
+const SMOKE_VALUE_SIZE: usize = 256;
+const SMOKE_CLIENTS: usize = 16;
+const SMOKE_PACED_RATE: f64 = 50.0;
+const SMOKE_PACED_BEFORE: Duration = Duration::from_secs(1);
+const SMOKE_PACED_AFTER: Duration = Duration::from_secs(1);
+const SMOKE_LIST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Prefix of every key of the run.
+pub const KEY_PREFIX: &str = "scale/";
+/// Key size in bytes (prefix and zero-padded number).
+pub const KEY_SIZE: usize = 32;
+/// Load writers per gRPC connection.
+const CLIENTS_PER_CONN: usize = 16;
+/// Longest the load may issue Puts (each is bounded by [`OP_TIMEOUT`] on top).
+const LOAD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Bound of the size measurements (directory walks and a Status).
+const SIZES_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest Range answer the list client accepts, in bytes (4 GiB; gRPC's
+/// length prefix cannot say more).
+pub const MAX_ANSWER_BYTES: usize = 4 << 30;
+/// Interval of the leader's RSS samples during a full list.
+pub const RSS_SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
+/// Keys per page of the paginated list (kube-apiserver's default page).
+pub const PAGE_LIMIT: i64 = 500;
+/// Bound of the snapshot save.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Steady state of the paced writer before the Compact, and its run after the
+/// last Defragment.
+pub const PACED_BEFORE: Duration = Duration::from_secs(3);
+pub const PACED_AFTER: Duration = Duration::from_secs(3);
+/// Writers (and connections, one per member) of the paced writer.
+pub const PACED_WRITERS: usize = 16;
+const PACED_CONNS: usize = MEMBERS;
+/// Bound of the physical Compact.
+const COMPACT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Bound of each member's Defragment.
+const DEFRAG_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Bound of a restart: from the spawn until the members answer.
+const RESTART_TIMEOUT: Duration = Duration::from_secs(120);
+/// Interval of the readiness probes after a restart.
+pub const RESTART_POLL: Duration = Duration::from_millis(20);
+/// Bound of one readiness probe (connect and linearizable Get).
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Tick of the spinner naming the running step.
+const SPINNER_TICK: Duration = Duration::from_millis(200);
+/// Longest error message shown in a table cell, in characters (the JSON
+/// keeps all of it).
+const MAX_CELL_CHARS: usize = 60;
+/// Bytes per MiB.
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Options of `bench scale`.
+#[derive(Args, Clone, Debug)]
+pub struct ScaleArgs {
+    #[command(flatten)]
+    pub systems: SystemArgs,
+    /// Keys to load into each system.
+    #[arg(long, default_value_t = DEFAULT_KEYS)]
+    pub keys: u64,
+    /// Value size in bytes (random bytes).
+    #[arg(long, default_value_t = DEFAULT_VALUE_SIZE)]
+    pub value_size: usize,
+    /// Concurrent writers of the load.
+    #[arg(long, default_value_t = DEFAULT_CLIENTS)]
+    pub clients: usize,
+    /// Puts per second of the writer running during compaction and defragmentation (open loop).
+    #[arg(long, default_value_t = DEFAULT_PACED_RATE)]
+    pub paced_rate: f64,
+    /// Bound of each full list, the paginated list and the count.
+    #[arg(long, default_value = DEFAULT_LIST_TIMEOUT, value_parser = crate::cli::parse_duration)]
+    pub list_timeout: Duration,
+    /// Tiny run (CI): 20,000 keys of 256 bytes, 16 writers, paced writer 50/s, lists bounded by 60 s.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Same as --report: write report.md and results.json into this folder.
+    #[arg(long = "out", value_name = "DIR", conflicts_with = "report")]
+    pub out_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: OutArgs,
+}
+
+impl ScaleArgs {
+    /// The output options, `--out` standing for `--report`.
+    pub fn out_args(&self) -> OutArgs {
+        let mut out = self.out.clone();
+        if let Some(dir) = &self.out_dir {
+            out.report = Some(dir.clone());
+        }
+        out
+    }
+}
+
+/// The result of one step, or why it has none.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step<T> {
+    Ok(T),
+    Failed(String),
+}
+
+impl<T> From<Result<T>> for Step<T> {
+    fn from(r: Result<T>) -> Self {
+        match r {
+            Ok(t) => Step::Ok(t),
+            Err(e) => Step::Failed(format!("{e:#}")),
+        }
+    }
+}
+
+/// Step 1.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadStep {
+    pub keys_written: u64,
+    pub elapsed_s: f64,
+    pub puts: OpResult,
+}
+
+/// Steps 2 and 7 (after the defragmentation).
+#[derive(Clone, Debug, Serialize)]
+pub struct Sizes {
+    /// Each member's data directory, in member order, in bytes.
+    pub data_dir_bytes: Vec<u64>,
+    pub leader: String,
+    pub db_size_bytes: i64,
+    pub db_size_in_use_bytes: i64,
+}
+
+/// Steps 3 and 8.
+#[derive(Clone, Debug, Serialize)]
+pub struct ListStep {
+    pub leader: String,
+    pub seconds: f64,
+    pub keys: u64,
+    pub answer_bytes: u64,
+    pub rss_before_kib: u64,
+    pub rss_peak_kib: u64,
+    pub rss_growth_kib: u64,
+    /// RSS growth per byte of answer.
+    pub growth_per_answer_byte: f64,
+}
+
+/// Step 4.
+#[derive(Clone, Debug, Serialize)]
+pub struct PagedStep {
+    pub seconds: f64,
+    pub pages: u64,
+    pub keys: u64,
+}
+
+/// Step 5.
+#[derive(Clone, Debug, Serialize)]
+pub struct CountStep {
+    pub ms: f64,
+    pub count: i64,
+}
+
+/// Step 6.
+#[derive(Clone, Debug, Serialize)]
+pub struct SnapshotStep {
+    pub seconds: f64,
+    pub bytes: u64,
+}
+
+/// Step 7.
+#[derive(Clone, Debug, Serialize)]
+pub struct MaintenanceStep {
+    pub compacted_revision: i64,
+    pub compaction_ms: f64,
+    /// Each member's Defragment, in member order.
+    pub defrag_ms: Vec<f64>,
+    /// Paced writes meant to start before the Compact.
+    pub steady: OpResult,
+    /// Paced writes meant to start from the Compact to the last Defragment's end.
+    pub during: OpResult,
+    /// Paced writes meant to start after it.
+    pub after: OpResult,
+}
+
+/// Steps 9 and 10.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestartStep {
+    /// The members restarted.
+    pub members: Vec<String>,
+    /// From the (first) spawn until each answered, in the order of `members`.
+    pub ready_ms: Vec<f64>,
+    /// The longest of them.
+    pub ms: f64,
+}
+
+/// Every step on one system.
+#[derive(Clone, Debug, Serialize)]
+pub struct SystemRun {
+    pub system: String,
+    pub load: Step<LoadStep>,
+    pub sizes_after_load: Step<Sizes>,
+    pub full_list: Step<ListStep>,
+    pub paginated_list: Step<PagedStep>,
+    pub count_only: Step<CountStep>,
+    pub snapshot: Step<SnapshotStep>,
+    pub maintenance: Step<MaintenanceStep>,
+    pub sizes_after_defrag: Step<Sizes>,
+    pub full_list_after_compaction: Step<ListStep>,
+    pub restart_follower: Step<RestartStep>,
+    pub restart_all: Step<RestartStep>,
+}
+
+/// Both systems.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScaleOutcome {
+    pub seed: u64,
+    pub keys: u64,
+    pub value_size: usize,
+    pub clients: usize,
+    pub paced_rate: f64,
+    pub paced_before_s: f64,
+    pub paced_after_s: f64,
+    pub list_timeout_s: f64,
+    pub ours_bin: String,
+    pub etcd_bin: String,
+    /// Ours, then etcd.
+    pub systems: Vec<SystemRun>,
+}
+
+struct Plan {
+    keys: u64,
+    value_size: usize,
+    clients: usize,
+    paced_rate: f64,
+    paced_before: Duration,
+    paced_after: Duration,
+    list_timeout: Duration,
+    seed: u64,
+    progress: bool,
+}
+
+impl Plan {
+    fn new(args: &ScaleArgs, seed: u64, progress: bool) -> Plan {
+        if args.smoke {
+            return Plan {
+                keys: SMOKE_KEYS,
+                value_size: SMOKE_VALUE_SIZE,
+                clients: SMOKE_CLIENTS,
+                paced_rate: SMOKE_PACED_RATE,
+                paced_before: SMOKE_PACED_BEFORE,
+                paced_after: SMOKE_PACED_AFTER,
+                list_timeout: SMOKE_LIST_TIMEOUT,
+                seed,
+                progress,
+            };
+        }
+        Plan {
+            keys: args.keys.max(1),
+            value_size: args.value_size,
+            clients: args.clients.max(1),
+            paced_rate: args.paced_rate,
+            paced_before: PACED_BEFORE,
+            paced_after: PACED_AFTER,
+            list_timeout: args.list_timeout,
+            seed,
+            progress,
+        }
+    }
+}
+
+/// Runs every step on ours, then on etcd.
+pub async fn run(args: &ScaleArgs, seed: u64, progress: bool) -> Result<ScaleOutcome> {
+    let plan = Plan::new(args, seed, progress);
+    if !(plan.paced_rate.is_finite() && plan.paced_rate > 0.0) {
+        bail!("--paced-rate must be a positive number of Puts per second");
+    }
+    let (ours, etcd) = args.systems.specs(DEFAULT_SUBNET)?;
+    let mut systems = Vec::with_capacity(2);
+    for spec in [&ours, &etcd] {
+        systems.push(run_system(spec, &plan).await);
+    }
+    Ok(ScaleOutcome {
+        seed,
+        keys: plan.keys,
+        value_size: plan.value_size,
+        clients: plan.clients,
+        paced_rate: plan.paced_rate,
+        paced_before_s: plan.paced_before.as_secs_f64(),
+        paced_after_s: plan.paced_after.as_secs_f64(),
+        list_timeout_s: plan.list_timeout.as_secs_f64(),
+        ours_bin: ours.bin.display().to_string(),
+        etcd_bin: etcd.bin.display().to_string(),
+        systems,
+    })
+}
+
+/// Every step on a fresh cluster of `spec`, killed at the end.
+async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
+    eprintln!(
+        "bench: scale: starting {} cluster ({})",
+        spec.label,
+        spec.bin.display()
+    );
+    let mut cluster = match Cluster::start(spec).await {
+        Ok(c) => c,
+        Err(e) => return SystemRun::not_started(&spec.label, &e),
+    };
+    let (c, label, show) = (&cluster, spec.label.as_str(), plan.progress);
+    let load = step(label, "load", false, load(c, plan)).await;
+    let sizes_after_load = step(label, "sizes", show, bounded(SIZES_TIMEOUT, sizes(c))).await;
+    let full_list = step(label, "full list", show, list_everything(c, plan)).await;
+    let paginated_list = step(label, "paginated list", show, paginated_list(c, plan)).await;
+    let count_only = step(label, "count only", show, count_only(c, plan)).await;
+    let snapshot = step(label, "snapshot save", show, snapshot(c)).await;
+    let maintenance = step(label, "compaction and defrag", false, maintenance(c, plan)).await;
+    let sizes_after_defrag = step(label, "sizes", show, bounded(SIZES_TIMEOUT, sizes(c))).await;
+    let full_list_after_compaction = step(
+        label,
+        "full list after compaction",
+        show,
+        list_everything(c, plan),
+    )
+    .await;
+    let restart_follower = step(
+        label,
+        "restart follower",
+        show,
+        bounded(RESTART_TIMEOUT, restart_follower(&mut cluster)),
+    )
+    .await;
+    let restart_all = step(
+        label,
+        "restart all",
+        show,
+        bounded(RESTART_TIMEOUT, restart_all(&mut cluster)),
+    )
+    .await;
+    drop(cluster);
+    SystemRun {
+        system: spec.label.clone(),
+        load,
+        sizes_after_load,
+        full_list,
+        paginated_list,
+        count_only,
+        snapshot,
+        maintenance,
+        sizes_after_defrag,
+        full_list_after_compaction,
+        restart_follower,
+        restart_all,
+    }
+}
+
+impl SystemRun {
+    /// Every step failed: the cluster did not start.
+    fn not_started(system: &str, e: &anyhow::Error) -> SystemRun {
+        let why = format!("cluster did not start: {e:#}");
+        SystemRun {
+            system: system.to_string(),
+            load: Step::Failed(why.clone()),
+            sizes_after_load: Step::Failed(why.clone()),
+            full_list: Step::Failed(why.clone()),
+            paginated_list: Step::Failed(why.clone()),
+            count_only: Step::Failed(why.clone()),
+            snapshot: Step::Failed(why.clone()),
+            maintenance: Step::Failed(why.clone()),
+            sizes_after_defrag: Step::Failed(why.clone()),
+            full_list_after_compaction: Step::Failed(why.clone()),
+            restart_follower: Step::Failed(why.clone()),
+            restart_all: Step::Failed(why.clone()),
+        }
+    }
+}
+
+/// Runs one step of `system` (under a spinner naming it if `show`), logs
+/// how it ended and keeps its result or error.
+async fn step<T>(
+    system: &str,
+    name: &str,
+    show: bool,
+    fut: impl Future<Output = Result<T>>,
+) -> Step<T> {
+    let bar = spinner(show, &format!("scale {system}: {name}"));
+    let started = Instant::now();
+    let result = fut.await;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    match &result {
+        Ok(_) => eprintln!("bench: scale {system}: {name} done in {secs:.1} s"),
+        Err(e) => eprintln!("bench: scale {system}: {name} failed after {secs:.1} s: {e:#}"),
+    }
+    result.into()
+}
+
+/// A spinner naming the running step (hidden unless `show`).
+fn spinner(show: bool, label: &str) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {prefix} [{elapsed_precise}] {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar.set_prefix(label.to_string());
+    bar.enable_steady_tick(SPINNER_TICK);
+    bar
+}
+
+/// `fut`, failing with "did not finish in N s" after `limit`.
+async fn bounded<T>(limit: Duration, fut: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| not_finished(limit))?
+}
+
+fn not_finished(limit: Duration) -> anyhow::Error {
+    anyhow!("did not finish in {} s", limit.as_secs())
+}
+
+/// `size` random bytes.
+fn random_value(rng: &mut StdRng, size: usize) -> Vec<u8> {
+    let mut v = vec![0u8; size];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// Key number `n` of the run.
+fn key(n: u64) -> Vec<u8> {
+    key_with_prefix(KEY_PREFIX, KEY_SIZE, n)
+}
+
+/// Step 1: every key once, closed loop.
+async fn load(cluster: &Cluster, plan: &Plan) -> Result<LoadStep> {
+    let conns = crate::load::connect(
+        &cluster.endpoints(),
+        plan.clients.div_ceil(CLIENTS_PER_CONN),
+    )
+    .await?;
+    let kvs: Vec<KvClient> = conns.iter().map(Client::kv_client).collect();
+    let stop = Stop::new(Some(plan.keys), Some(LOAD_TIMEOUT));
+    let label = format!("scale load {}", cluster.label);
+    let pacer = Arc::new(Pacer::new(None, stop, plan.progress, &label));
+    let started = Instant::now();
+    let tasks = (0..plan.clients)
+        .map(|c| {
+            let rng = client_rng(plan.seed, c as u64);
+            let loader = Loader {
+                kvs: kvs.clone(),
+                turn: c,
+                rng,
+                value_size: plan.value_size,
+                pacer: pacer.clone(),
+            };
+            tokio::spawn(loader.run())
+        })
+        .collect();
+    let recs = merge_tasks(tasks).await;
+    pacer.finish();
+    let elapsed = started.elapsed();
+    let mut puts = Recorder::new();
+    for r in recs.values() {
+        puts.merge(r);
+    }
+    if puts.ok() == 0 {
+        bail!("no Put succeeded ({} failed)", puts.errors());
+    }
+    Ok(LoadStep {
+        keys_written: puts.ok(),
+        elapsed_s: elapsed.as_secs_f64(),
+        puts: puts.result("put", elapsed),
+    })
+}
+
+/// One load writer: the keys of the tickets it draws, each on the next connection.
+struct Loader {
+    kvs: Vec<KvClient>,
+    turn: usize,
+    rng: StdRng,
+    value_size: usize,
+    pacer: Arc<Pacer>,
+}
+
+impl Loader {
+    async fn run(mut self) -> Recorders {
+        let mut recs = Recorders::new();
+        let rec = recs.entry("put").or_default();
+        while let Some(t) = self.pacer.next().await {
+            let conn = self.turn % self.kvs.len();
+            self.turn = conn + 1;
+            let value = random_value(&mut self.rng, self.value_size);
+            let put = self.kvs[conn].put(key(t.index), value, None);
+            match tokio::time::timeout(OP_TIMEOUT, put).await {
+                Ok(Ok(_)) => rec.record(t.intended.elapsed()),
+                Ok(Err(e)) => rec.error(e),
+                Err(_) => rec.error("timeout"),
+            }
+            self.pacer.done();
+        }
+        recs
+    }
+}
+
+/// Index of the current leader (retrying while an election runs).
+async fn leader(cluster: &Cluster) -> Result<usize> {
+    let endpoints = cluster.endpoints();
+    let ep = leader_endpoint(&endpoints).await?;
+    endpoints
+        .iter()
+        .position(|e| *e == ep)
+        .context("the leader is not a member")
+}
+
+/// Steps 2 and 7: data directories and the leader's Status.
+async fn sizes(cluster: &Cluster) -> Result<Sizes> {
+    let data_dir_bytes = cluster
+        .members
+        .iter()
+        .map(|m| dir_size(&m.data_dir).with_context(|| format!("sizing {}", m.data_dir.display())))
+        .collect::<Result<Vec<_>>>()?;
+    let i = leader(cluster).await?;
+    let member = &cluster.members[i];
+    let status = control_client(std::slice::from_ref(&member.client_url))
+        .await?
+        .status()
+        .await
+        .with_context(|| format!("Status of {}", member.name))?;
+    Ok(Sizes {
+        data_dir_bytes,
+        leader: member.name.clone(),
+        db_size_bytes: status.db_size(),
+        db_size_in_use_bytes: status.raft_used_db_size(),
+    })
+}
+
+/// Sum of the lengths of the files under `dir` (symbolic links not
+/// followed; files removed during the walk are skipped).
+pub fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = match entry.path().symlink_metadata() {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if meta.is_dir() {
+            total += dir_size(&entry.path())?;
+        } else if meta.is_file() {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+/// A KV client on its own connection to `endpoint` that accepts answers of
+/// up to [`MAX_ANSWER_BYTES`].
+async fn list_client(endpoint: &str) -> Result<KvClient> {
+    let client = connect_one(endpoint, CONNECT_TIMEOUT)
+        .await
+        .with_context(|| format!("connecting to {endpoint}"))?;
+    Ok(client
+        .kv_client()
+        .max_decoding_message_size(MAX_ANSWER_BYTES))
+}
+
+/// The Range options selecting the whole key space.
+fn whole_space() -> GetOptions {
+    GetOptions::new().with_range(prefix_end(KEY_PREFIX.as_bytes()))
+}
+
+/// Steps 3 and 8: one linearizable Range of everything from the leader.
+async fn list_everything(cluster: &Cluster, plan: &Plan) -> Result<ListStep> {
+    let member = &cluster.members[leader(cluster).await?];
+    let mut kv = list_client(&member.client_url).await?;
+    let sampler = RssSampler::start(member.pid())?;
+    let started = Instant::now();
+    let answer =
+        tokio::time::timeout(plan.list_timeout, kv.get(KEY_PREFIX, Some(whole_space()))).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let (before, peak) = sampler.finish();
+    let answer = answer
+        .map_err(|_| not_finished(plan.list_timeout))?
+        .context("Range")?;
+    let answer_bytes: u64 = answer
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key().len() + kv.value().len()) as u64)
+        .sum();
+    let growth = peak.saturating_sub(before);
+    Ok(ListStep {
+        leader: member.name.clone(),
+        seconds,
+        keys: answer.kvs().len() as u64,
+        answer_bytes,
+        rss_before_kib: before,
+        rss_peak_kib: peak,
+        rss_growth_kib: growth,
+        growth_per_answer_byte: ratio(growth as f64 * 1024.0, answer_bytes as f64),
+    })
+}
+
+/// Samples a process's RSS on a thread of its own (so that a busy runtime
+/// does not delay the samples) until finished.
+struct RssSampler {
+    before_kib: u64,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> Result<RssSampler> {
+        let before_kib = crate::procs::rss_kib(pid)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = before_kib;
+            loop {
+                if let Ok(rss) = crate::procs::rss_kib(pid) {
+                    peak = peak.max(rss);
+                }
+                if stopped.load(Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(RSS_SAMPLE_INTERVAL);
+            }
+        });
+        Ok(RssSampler {
+            before_kib,
+            stop,
+            thread,
+        })
+    }
+
+    /// (RSS before, peak RSS), in KiB.
+    fn finish(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let peak = self.thread.join().unwrap_or(self.before_kib);
+        (self.before_kib, peak)
+    }
+}
+
+/// Step 4: kube-apiserver's pages.
+async fn paginated_list(cluster: &Cluster, plan: &Plan) -> Result<PagedStep> {
+    let member = &cluster.members[leader(cluster).await?];
+    let mut kv = list_client(&member.client_url).await?;
+    let started = Instant::now();
+    let (pages, keys) = bounded(plan.list_timeout, list_pages(&mut kv)).await?;
+    Ok(PagedStep {
+        seconds: started.elapsed().as_secs_f64(),
+        pages,
+        keys,
+    })
+}
+
+/// Lists the key space in pages; returns (pages, keys).
+async fn list_pages(kv: &mut KvClient) -> Result<(u64, u64)> {
+    let mut from = KEY_PREFIX.as_bytes().to_vec();
+    let mut revision = 0;
+    let (mut pages, mut keys) = (0u64, 0u64);
+    loop {
+        let mut opts = whole_space().with_limit(PAGE_LIMIT);
+        if revision > 0 {
+            opts = opts.with_revision(revision);
+        }
+        let page = kv
+            .get(from.clone(), Some(opts))
+            .await
+            .with_context(|| format!("page {}", pages + 1))?;
+        pages += 1;
+        keys += page.kvs().len() as u64;
+        if revision == 0 {
+            revision = page.header().map_or(0, |h| h.revision());
+        }
+        match page.kvs().last() {
+            Some(last) if page.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => return Ok((pages, keys)),
+        }
+    }
+}
+
+/// Step 5.
+async fn count_only(cluster: &Cluster, plan: &Plan) -> Result<CountStep> {
+    let member = &cluster.members[leader(cluster).await?];
+    let mut kv = list_client(&member.client_url).await?;
+    let started = Instant::now();
+    let opts = whole_space().with_count_only();
+    let answer = bounded(plan.list_timeout, async {
+        kv.get(KEY_PREFIX, Some(opts)).await.context("Range")
+    })
+    .await?;
+    Ok(CountStep {
+        ms: started.elapsed().as_secs_f64() * 1000.0,
+        count: answer.count(),
+    })
+}
+
+/// Step 6.
+async fn snapshot(cluster: &Cluster) -> Result<SnapshotStep> {
+    let member = &cluster.members[leader(cluster).await?];
+    let client = connect_one(&member.client_url, CONNECT_TIMEOUT).await?;
+    let mut maintenance = client.maintenance_client();
+    let dir = tempfile::Builder::new()
+        .prefix("bench-scale-snapshot-")
+        .tempdir()
+        .context("creating snapshot dir")?;
+    let path = dir.path().join("snapshot.db");
+    let mut file = tokio::fs::File::create(&path)
+        .await
+        .with_context(|| format!("creating {}", path.display()))?;
+    let started = Instant::now();
+    let bytes = bounded(SNAPSHOT_TIMEOUT, async {
+        let mut stream = maintenance.snapshot().await.context("Snapshot")?;
+        let mut bytes = 0u64;
+        while let Some(chunk) = stream.message().await.context("Snapshot stream")? {
+            file.write_all(chunk.blob())
+                .await
+                .context("writing snapshot")?;
+            bytes += chunk.blob().len() as u64;
+        }
+        file.sync_all().await.context("syncing snapshot")?;
+        anyhow::Ok(bytes)
+    })
+    .await?;
+    Ok(SnapshotStep {
+        seconds: started.elapsed().as_secs_f64(),
+        bytes,
+    })
+}
+
+/// One paced write: when it was meant to start (seconds since the writer
+/// started) and its latency from then, or its error.
+struct PacedWrite {
+    intended_s: f64,
+    outcome: Result<Duration, String>,
+}
+
+/// Step 7: the paced writer around a Compact and the Defragments.
+async fn maintenance(cluster: &Cluster, plan: &Plan) -> Result<MaintenanceStep> {
+    let conns = crate::load::connect(&cluster.endpoints(), PACED_CONNS).await?;
+    let kvs: Vec<KvClient> = conns.iter().map(Client::kv_client).collect();
+    let limit =
+        plan.paced_before + COMPACT_TIMEOUT + DEFRAG_TIMEOUT * MEMBERS as u32 + plan.paced_after;
+    let pacer = Arc::new(Pacer::new(
+        Some(plan.paced_rate),
+        Stop::new(None, Some(limit)),
+        false,
+        "paced writer",
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..PACED_WRITERS)
+        .map(|w| {
+            let keys = KeyGen::new(KEY_PREFIX, KEY_SIZE, plan.keys, false, plan.seed, w as u64);
+            let writer = PacedWriter {
+                kvs: kvs.clone(),
+                turn: w,
+                keys,
+                value_size: plan.value_size,
+                pacer: pacer.clone(),
+                stop: stop.clone(),
+            };
+            tokio::spawn(writer.run())
+        })
+        .collect();
+    let bar = spinner(
+        plan.progress,
+        &format!("scale {}: maintenance", cluster.label),
+    );
+    bar.set_message("steady state");
+    tokio::time::sleep_until((pacer.start() + plan.paced_before).into()).await;
+    let compact_at = pacer.start().elapsed().as_secs_f64();
+    let work = compact_and_defrag(cluster, &bar).await;
+    let done_at = pacer.start().elapsed().as_secs_f64();
+    bar.set_message("after");
+    tokio::time::sleep(plan.paced_after).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut log = Vec::new();
+    for w in writers {
+        log.extend(w.await.context("paced writer task")?);
+    }
+    bar.finish_and_clear();
+    let (compacted_revision, compaction_ms, defrag_ms) = work?;
+    let [steady, during, after] = split_phases(&log, compact_at, done_at);
+    Ok(MaintenanceStep {
+        compacted_revision,
+        compaction_ms,
+        defrag_ms,
+        steady: steady.result("put", Duration::from_secs_f64(compact_at)),
+        during: during.result("put", Duration::from_secs_f64(done_at - compact_at)),
+        after: after.result("put", plan.paced_after),
+    })
+}
+
+/// Compacts at the current revision (physically), then defragments each
+/// member in turn; returns (revision, compaction ms, defrag ms per member).
+async fn compact_and_defrag(cluster: &Cluster, bar: &ProgressBar) -> Result<(i64, f64, Vec<f64>)> {
+    let member = &cluster.members[leader(cluster).await?];
+    let mut kv = connect_one(&member.client_url, CONNECT_TIMEOUT)
+        .await?
+        .kv_client();
+    let probe = GetOptions::new().with_count_only();
+    let revision = tokio::time::timeout(OP_TIMEOUT, kv.get(key(0), Some(probe)))
+        .await
+        .context("current revision: timeout")??
+        .header()
+        .map(|h| h.revision())
+        .context("no header in a Range answer")?;
+    bar.set_message(format!("compacting at revision {revision}"));
+    let started = Instant::now();
+    let physical = CompactionOptions::new().with_physical();
+    bounded(COMPACT_TIMEOUT, async {
+        kv.compact(revision, Some(physical))
+            .await
+            .context("Compact")
+    })
+    .await?;
+    let compaction_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut defrag_ms = Vec::with_capacity(cluster.members.len());
+    for m in &cluster.members {
+        bar.set_message(format!("defragmenting {}", m.name));
+        let mut maintenance = connect_one(&m.client_url, CONNECT_TIMEOUT)
+            .await?
+            .maintenance_client();
+        let started = Instant::now();
+        bounded(DEFRAG_TIMEOUT, async {
+            maintenance
+                .defragment()
+                .await
+                .with_context(|| format!("Defragment of {}", m.name))
+        })
+        .await?;
+        defrag_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok((revision, compaction_ms, defrag_ms))
+}
+
+/// Recorders of the writes meant to start before `from`, from `from` to
+/// `to`, and after `to` (seconds since the writer started).
+fn split_phases(log: &[PacedWrite], from: f64, to: f64) -> [Recorder; 3] {
+    let mut phases = [Recorder::new(), Recorder::new(), Recorder::new()];
+    for w in log {
+        let phase = match w.intended_s {
+            t if t < from => 0,
+            t if t < to => 1,
+            _ => 2,
+        };
+        match &w.outcome {
+            Ok(latency) => phases[phase].record(*latency),
+            Err(e) => phases[phase].error(e),
+        }
+    }
+    phases
+}
+
+/// One writer of the paced writer: open-loop Puts of random existing keys
+/// until `stop`.
+struct PacedWriter {
+    kvs: Vec<KvClient>,
+    turn: usize,
+    keys: KeyGen,
+    value_size: usize,
+    pacer: Arc<Pacer>,
+    stop: Arc<AtomicBool>,
+}
+
+impl PacedWriter {
+    async fn run(mut self) -> Vec<PacedWrite> {
+        let mut log = Vec::new();
+        while let Some(t) = self.pacer.next().await {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let conn = self.turn % self.kvs.len();
+            self.turn = conn + 1;
+            let key = self.keys.key(t.index);
+            let value = random_value(self.keys.rng(), self.value_size);
+            let put = self.kvs[conn].put(key, value, None);
+            let outcome = match tokio::time::timeout(OP_TIMEOUT, put).await {
+                Ok(Ok(_)) => Ok(t.intended.elapsed()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("timeout".to_string()),
+            };
+            log.push(PacedWrite {
+                intended_s: t.intended.duration_since(self.pacer.start()).as_secs_f64(),
+                outcome,
+            });
+            self.pacer.done();
+        }
+        log
+    }
+}
+
+/// Step 9: kill -9 a follower and start it again.
+async fn restart_follower(cluster: &mut Cluster) -> Result<RestartStep> {
+    let i = (leader(cluster).await? + 1) % cluster.members.len();
+    cluster.kill9(i);
+    let spawned = cluster.restart(i)?;
+    let ms = until_readable(cluster.members[i].client_url.clone(), spawned).await;
+    Ok(RestartStep {
+        members: vec![cluster.members[i].name.clone()],
+        ready_ms: vec![ms],
+        ms,
+    })
+}
+
+/// Step 10: kill -9 every member and start them all again.
+async fn restart_all(cluster: &mut Cluster) -> Result<RestartStep> {
+    let n = cluster.members.len();
+    for i in 0..n {
+        cluster.kill9(i);
+    }
+    let mut first = None;
+    for i in 0..n {
+        let at = cluster.restart(i)?;
+        first.get_or_insert(at);
+    }
+    let first = first.context("a cluster without members")?;
+    // A JoinSet aborts the probes still running if the step's bound drops it.
+    let mut probes = tokio::task::JoinSet::new();
+    for (i, m) in cluster.members.iter().enumerate() {
+        let endpoint = m.client_url.clone();
+        probes.spawn(async move { (i, until_readable(endpoint, first).await) });
+    }
+    let mut ready_ms = vec![0.0; n];
+    while let Some(done) = probes.join_next().await {
+        let (i, ms) = done.context("probe task")?;
+        ready_ms[i] = ms;
+    }
+    Ok(RestartStep {
+        members: cluster.members.iter().map(|m| m.name.clone()).collect(),
+        ms: ready_ms.iter().copied().fold(0.0, f64::max),
+        ready_ms,
+    })
+}
+
+/// Milliseconds from `since` until a linearizable Get through `endpoint`
+/// succeeds, probing every [`RESTART_POLL`] (the caller bounds it).
+async fn until_readable(endpoint: String, since: Instant) -> f64 {
+    loop {
+        if probe(&endpoint).await.is_ok() {
+            return since.elapsed().as_secs_f64() * 1000.0;
+        }
+        tokio::time::sleep(RESTART_POLL).await;
+    }
+}
+
+/// One linearizable Get of key 0 on a new connection to `endpoint`, bounded by [`PROBE_TIMEOUT`].
+async fn probe(endpoint: &str) -> Result<()> {
+    bounded(PROBE_TIMEOUT, async {
+        let client = connect_one(endpoint, PROBE_TIMEOUT).await?;
+        client.kv_client().get(key(0), None).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// One table cell: a value (shown, and compared in the ratio column) or
+/// why there is none.
+enum Cell {
+    Value { shown: String, value: f64 },
+    Failed(String),
+}
+
+impl Cell {
+    fn text(&self) -> String {
+        match self {
+            Cell::Value { shown, .. } => shown.clone(),
+            Cell::Failed(e) if e.chars().count() > MAX_CELL_CHARS => {
+                let short: String = e.chars().take(MAX_CELL_CHARS).collect();
+                format!("{short}…")
+            }
+            Cell::Failed(e) => e.clone(),
+        }
+    }
+
+    fn value(&self) -> Option<f64> {
+        match self {
+            Cell::Value { value, .. } => Some(*value),
+            Cell::Failed(_) => None,
+        }
+    }
+}
+
+/// The cell of `step`, read by `read` as (value, shown text).
+fn cell<T>(step: &Step<T>, read: impl Fn(&T) -> (f64, String)) -> Cell {
+    match step {
+        Step::Ok(t) => {
+            let (value, shown) = read(t);
+            Cell::Value { shown, value }
+        }
+        Step::Failed(e) => Cell::Failed(e.clone()),
+    }
+}
+
+/// `v` with `decimals` decimals.
+fn fixed(v: f64, decimals: usize) -> (f64, String) {
+    (v, format!("{v:.decimals$}"))
+}
+
+fn mib(bytes: f64) -> f64 {
+    bytes / MIB
+}
+
+/// Per-member sizes shown as `a / b / c` MiB; the value is their sum.
+fn per_member_mib(bytes: &[u64]) -> (f64, String) {
+    let shown: Vec<String> = bytes
+        .iter()
+        .map(|b| format!("{:.0}", mib(*b as f64)))
+        .collect();
+    (bytes.iter().sum::<u64>() as f64, shown.join(" / "))
+}
+
+/// Per-member times shown as `a / b / c`; the value is their sum.
+fn per_member_ms(ms: &[f64]) -> (f64, String) {
+    let shown: Vec<String> = ms.iter().map(|m| format!("{m:.0}")).collect();
+    (ms.iter().sum(), shown.join(" / "))
+}
+
+/// The leader's RSS shown as `before -> peak` MiB; the value is the peak.
+fn rss_before_peak(l: &ListStep) -> (f64, String) {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let shown = format!("{:.0} -> {:.0}", mib(l.rss_before_kib), mib(l.rss_peak_kib));
+    (mib(l.rss_peak_kib), shown)
+}
+
+/// A row of the table: its label and how to read its cell from one system's run.
+struct Row {
+    label: &'static str,
+    cell: fn(&SystemRun) -> Cell,
+}
+
+/// The table's rows, in step order.
+const ROWS: &[Row] = &[
+    Row {
+        label: "load: puts/s",
+        cell: |r| {
+            cell(&r.load, |l| {
+                let rate = l.puts.throughput_ops_s;
+                let short = if l.puts.errors > 0 {
+                    format!(" ({} errors)", l.puts.errors)
+                } else {
+                    String::new()
+                };
+                (rate, format!("{rate:.0}{short}"))
+            })
+        },
+    },
+    Row {
+        label: "load: put p50 ms",
+        cell: |r| cell(&r.load, |l| fixed(l.puts.latency.p50_ms, 2)),
+    },
+    Row {
+        label: "load: put p99 ms",
+        cell: |r| cell(&r.load, |l| fixed(l.puts.latency.p99_ms, 2)),
+    },
+    Row {
+        label: "sizes after load: data dir MiB m1 / m2 / m3",
+        cell: |r| cell(&r.sizes_after_load, |s| per_member_mib(&s.data_dir_bytes)),
+    },
+    Row {
+        label: "sizes after load: dbSize MiB",
+        cell: |r| {
+            cell(&r.sizes_after_load, |s| {
+                fixed(mib(s.db_size_bytes as f64), 0)
+            })
+        },
+    },
+    Row {
+        label: "sizes after load: dbSizeInUse MiB",
+        cell: |r| {
+            cell(&r.sizes_after_load, |s| {
+                fixed(mib(s.db_size_in_use_bytes as f64), 0)
+            })
+        },
+    },
+    Row {
+        label: "full list: s",
+        cell: |r| cell(&r.full_list, |l| fixed(l.seconds, 2)),
+    },
+    Row {
+        label: "full list: answer MiB",
+        cell: |r| cell(&r.full_list, |l| fixed(mib(l.answer_bytes as f64), 0)),
+    },
+    Row {
+        label: "full list: leader RSS MiB before -> peak",
+        cell: |r| cell(&r.full_list, rss_before_peak),
+    },
+    Row {
+        label: "full list: leader RSS growth MiB",
+        cell: |r| cell(&r.full_list, |l| fixed(l.rss_growth_kib as f64 / 1024.0, 0)),
+    },
+    Row {
+        label: "full list: RSS growth / answer",
+        cell: |r| cell(&r.full_list, |l| fixed(l.growth_per_answer_byte, 2)),
+    },
+    Row {
+        label: "paginated list: s (pages)",
+        cell: |r| {
+            cell(&r.paginated_list, |p| {
+                (p.seconds, format!("{:.2} ({})", p.seconds, p.pages))
+            })
+        },
+    },
+    Row {
+        label: "count only: ms",
+        cell: |r| cell(&r.count_only, |c| fixed(c.ms, 1)),
+    },
+    Row {
+        label: "snapshot save: s",
+        cell: |r| cell(&r.snapshot, |s| fixed(s.seconds, 2)),
+    },
+    Row {
+        label: "snapshot save: MiB",
+        cell: |r| cell(&r.snapshot, |s| fixed(mib(s.bytes as f64), 0)),
+    },
+    Row {
+        label: "paced writer steady: p50 ms",
+        cell: |r| cell(&r.maintenance, |m| fixed(m.steady.latency.p50_ms, 2)),
+    },
+    Row {
+        label: "paced writer steady: p99 ms",
+        cell: |r| cell(&r.maintenance, |m| fixed(m.steady.latency.p99_ms, 2)),
+    },
+    Row {
+        label: "paced writer during maintenance: p50 ms",
+        cell: |r| cell(&r.maintenance, |m| fixed(m.during.latency.p50_ms, 2)),
+    },
+    Row {
+        label: "paced writer during maintenance: p99 ms",
+        cell: |r| cell(&r.maintenance, |m| fixed(m.during.latency.p99_ms, 2)),
+    },
+    Row {
+        label: "paced writer during maintenance: max ms",
+        cell: |r| cell(&r.maintenance, |m| fixed(m.during.latency.max_ms, 2)),
+    },
+    Row {
+        label: "compaction: ms",
+        cell: |r| cell(&r.maintenance, |m| fixed(m.compaction_ms, 0)),
+    },
+    Row {
+        label: "defrag: ms m1 / m2 / m3",
+        cell: |r| cell(&r.maintenance, |m| per_member_ms(&m.defrag_ms)),
+    },
+    Row {
+        label: "sizes after defrag: data dir MiB m1 / m2 / m3",
+        cell: |r| cell(&r.sizes_after_defrag, |s| per_member_mib(&s.data_dir_bytes)),
+    },
+    Row {
+        label: "full list after compaction: s",
+        cell: |r| cell(&r.full_list_after_compaction, |l| fixed(l.seconds, 2)),
+    },
+    Row {
+        label: "full list after compaction: leader RSS MiB before -> peak",
+        cell: |r| cell(&r.full_list_after_compaction, rss_before_peak),
+    },
+    Row {
+        label: "full list after compaction: leader RSS growth MiB",
+        cell: |r| {
+            cell(&r.full_list_after_compaction, |l| {
+                fixed(l.rss_growth_kib as f64 / 1024.0, 0)
+            })
+        },
+    },
+    Row {
+        label: "restart follower: ms to linearizable Get",
+        cell: |r| cell(&r.restart_follower, |s| fixed(s.ms, 0)),
+    },
+    Row {
+        label: "restart all: ms to linearizable Get on every member",
+        cell: |r| cell(&r.restart_all, |s| fixed(s.ms, 0)),
+    },
+];
+
+const HEADERS: [&str; 4] = ["step", "etcd 3.5.1", "store", "store/etcd"];
+
+impl ScaleOutcome {
+    fn system(&self, name: &str) -> Option<&SystemRun> {
+        self.systems.iter().find(|s| s.system == name)
+    }
+
+    fn rows(&self) -> Vec<Vec<String>> {
+        let missing = || Cell::Failed("not run".into());
+        ROWS.iter()
+            .map(|row| {
+                let etcd = self
+                    .system(crate::systems::ETCD)
+                    .map_or_else(missing, |s| (row.cell)(s));
+                let ours = self
+                    .system(crate::systems::OURS)
+                    .map_or_else(missing, |s| (row.cell)(s));
+                let r = match (ours.value(), etcd.value()) {
+                    (Some(o), Some(e)) => ratio(o, e),
+                    _ => f64::NAN,
+                };
+                vec![
+                    row.label.to_string(),
+                    etcd.text(),
+                    ours.text(),
+                    fmt_ratio(r),
+                ]
+            })
+            .collect()
+    }
+
+    /// "system step: error" for every failed step.
+    fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in &self.systems {
+            for row in ROWS {
+                if let Cell::Failed(e) = (row.cell)(s) {
+                    let line = format!("{} {}: {e}", s.system, row.label);
+                    if !out.contains(&line) {
+                        out.push(line);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Outcome for ScaleOutcome {
+    fn title(&self) -> String {
+        "scale: a large key space, store vs etcd 3.5".into()
+    }
+
+    fn text(&self) -> String {
+        let mut text = format!(
+            "scale (seed {}, {} keys of {} bytes by {} writers, paced writer {} puts/s; ratio = store / etcd)\n{}",
+            self.seed,
+            self.keys,
+            self.value_size,
+            self.clients,
+            self.paced_rate,
+            text_table(&HEADERS, &self.rows())
+        );
+        for f in self.failures() {
+            text.push_str(&format!("failed: {f}\n"));
+        }
+        text
+    }
+
+    fn markdown(&self, _dir: &Path) -> Result<String> {
+        let mut md = format!(
+            "Each system in turn on a fresh 3-member cluster (never both at once): {} keys of {} random bytes \
+             Put by {} closed-loop writers; then the members' data directories and the leader's dbSize; \
+             one linearizable Range of everything from the leader (its RSS sampled every {} ms); \
+             kube-apiserver-style pages of {}; a count-only Range; a snapshot save; a physical Compact \
+             and a Defragment of each member under an open-loop writer at {} puts/s ({:.0} s before, {:.0} s after); \
+             the full list again; kill -9 and restart of one follower, then of all members (time to a \
+             linearizable Get through each restarted member). Lists are bounded by {:.0} s. \
+             Ratio = store / etcd (lower is better except for puts/s).\n\n\
+             - store: `{}`\n- etcd: `{}`\n\n",
+            self.keys,
+            self.value_size,
+            self.clients,
+            RSS_SAMPLE_INTERVAL.as_millis(),
+            PAGE_LIMIT,
+            self.paced_rate,
+            self.paced_before_s,
+            self.paced_after_s,
+            self.list_timeout_s,
+            self.ours_bin,
+            self.etcd_bin
+        );
+        md.push_str(&table(&HEADERS, &self.rows()));
+        let failures = self.failures();
+        if !failures.is_empty() {
+            md.push_str("\nFailed steps:\n\n");
+            for f in failures {
+                md.push_str(&format!("- `{f}`\n"));
+            }
+        }
+        Ok(md)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_sizes_add_up() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), vec![0u8; 1000]).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b"), vec![0u8; 24]).unwrap();
+        assert_eq!(dir_size(dir.path()).unwrap(), 1024);
+    }
+
+    #[test]
+    fn writes_split_at_the_maintenance() {
+        let write = |intended_s, ms| PacedWrite {
+            intended_s,
+            outcome: Ok(Duration::from_millis(ms)),
+        };
+        let log = [write(0.5, 1), write(1.5, 100), write(2.5, 2), write(3.5, 3)];
+        let [steady, during, after] = split_phases(&log, 1.0, 3.0);
+        assert_eq!((steady.ok(), during.ok(), after.ok()), (1, 2, 1));
+    }
+
+    #[test]
+    fn random_values_do_not_repeat() {
+        let mut rng = client_rng(1, 0);
+        let v = random_value(&mut rng, 1024);
+        assert_eq!(v.len(), 1024);
+        let distinct: std::collections::BTreeSet<u8> = v.iter().copied().collect();
+        assert!(distinct.len() > 200, "{} distinct bytes", distinct.len());
+    }
+
+    #[test]
+    fn failed_steps_fill_their_rows() {
+        let e = anyhow!("boom");
+        let run = SystemRun::not_started("etcd", &e);
+        for row in ROWS {
+            assert!(matches!((row.cell)(&run), Cell::Failed(m) if m.contains("boom")));
+        }
+    }
+}
