@@ -620,6 +620,14 @@ async fn sizes(cluster: &Cluster) -> Result<Sizes> {
 /// Sum of the lengths of the files under `dir` (symbolic links not
 /// followed; files removed during the walk are skipped).
 pub fn dir_size(dir: &Path) -> Result<u64> {
+    let mut seen = std::collections::HashSet::new();
+    dir_size_once(dir, &mut seen)
+}
+
+/// [`dir_size`], counting a file with several names (hard links: our
+/// snapshot checkpoints link the engine's table files) once, as `du` does.
+fn dir_size_once(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
     let mut total = 0;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -629,8 +637,8 @@ pub fn dir_size(dir: &Path) -> Result<u64> {
             Err(e) => return Err(e.into()),
         };
         if meta.is_dir() {
-            total += dir_size(&entry.path())?;
-        } else if meta.is_file() {
+            total += dir_size_once(&entry.path(), seen)?;
+        } else if meta.is_file() && seen.insert((meta.dev(), meta.ino())) {
             total += meta.len();
         }
     }

@@ -312,9 +312,14 @@ impl Member {
         let client_listeners = bind_all(&client_addrs, &config.client_tls(), "--").await?;
         let metrics_addrs = listen_addrs("listen-metrics-urls", &config.listen_metrics_urls)?;
         let metrics_listeners = bind_all(&metrics_addrs, &config.client_tls(), "--").await?;
+        let opening = std::time::Instant::now();
         let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(
             &data_dir.join(crate::data_dir::ENGINE_DIR),
         )?);
+        tracing::info!(
+            took_ms = opening.elapsed().as_millis() as u64,
+            "opened the storage engine"
+        );
         let peer_tls = if config.peer_tls().enabled() || config.peer_trusted_ca_file.is_some() {
             Some(config.peer_tls().tonic_client()?)
         } else {
@@ -325,8 +330,13 @@ impl Member {
         let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
         let mvcc = Arc::new(mvcc);
         let compactor = spawn_compactor(mvcc.clone(), pending);
+        let opening = std::time::Instant::now();
         let mut log_store =
             LogStore::open(engine.clone(), &data_dir.join(crate::data_dir::LOG_DIR))?;
+        tracing::info!(
+            took_ms = opening.elapsed().as_millis() as u64,
+            "opened the raft log"
+        );
         if config.force_new_cluster && !identity.fresh {
             let forced =
                 force_new_cluster(&mut log_store, engine.as_ref(), identity.member_id).await?;

@@ -22,7 +22,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, ReadOptions, WriteOptions, DB};
+use rocksdb::{ColumnFamilyDescriptor, Options, ReadOptions, WriteOptions, DB};
 
 use super::{
     BatchOp, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch,
@@ -320,30 +320,35 @@ fn read_opts(start: &[u8], end: Option<&[u8]>) -> ReadOptions {
     ro
 }
 
-/// Shared scan over the DB or a snapshot: `make_iter` builds the iterator.
-fn drive<I>(iter: I, visit: &mut ScanVisitor<'_>) -> EngineResult<()>
-where
-    I: Iterator<Item = Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>,
-{
-    for item in iter {
-        let (k, v) = item.map_err(err)?;
-        if visit(&k, &v).is_break() {
-            break;
+/// Shared scan over the DB or a snapshot, with RocksDB's raw iterator:
+/// the visitor borrows each key and value from the iterator, where the
+/// boxed iterator copied both into new allocations (a start-up's index
+/// rebuild copied every stored value once).
+fn drive(
+    mut iter: rocksdb::DBRawIteratorWithThreadMode<'_, DB>,
+    reverse: bool,
+    visit: &mut ScanVisitor<'_>,
+) -> EngineResult<()> {
+    if reverse {
+        iter.seek_to_last();
+    } else {
+        iter.seek_to_first();
+    }
+    while let Some((k, v)) = iter.item() {
+        if visit(k, v).is_break() {
+            return Ok(());
+        }
+        if reverse {
+            iter.prev();
+        } else {
+            iter.next();
         }
     }
-    Ok(())
+    iter.status().map_err(err)
 }
 
 fn empty_range(start: &[u8], end: Option<&[u8]>) -> bool {
     matches!(end, Some(e) if e <= start)
-}
-
-fn mode(reverse: bool) -> IteratorMode<'static> {
-    if reverse {
-        IteratorMode::End
-    } else {
-        IteratorMode::Start
-    }
 }
 
 impl EngineRead for RocksEngine {
@@ -365,8 +370,8 @@ impl EngineRead for RocksEngine {
         }
         let iter = self
             .db
-            .iterator_cf_opt(self.cf(table), read_opts(start, end), mode(reverse));
-        drive(iter, visit)
+            .raw_iterator_cf_opt(self.cf(table), read_opts(start, end));
+        drive(iter, reverse, visit)
     }
 }
 
@@ -502,10 +507,8 @@ impl EngineRead for RocksSnapshot {
             return Ok(());
         }
         let cf = cf_of(&self.db, table);
-        let iter = self
-            .snapshot
-            .iterator_cf_opt(cf, read_opts(start, end), mode(reverse));
-        drive(iter, visit)
+        let iter = self.snapshot.raw_iterator_cf_opt(cf, read_opts(start, end));
+        drive(iter, reverse, visit)
     }
 }
 

@@ -11,12 +11,14 @@
 //! - [`key_index`]: one key's generations, with a worked example.
 //! - [`index`]: the ordered in-memory index over all keys.
 //! - [`store`]: reads, write transactions, compaction, rebuild at start-up.
+//! - [`stored`]: a stored key-value's index fields, read without its value.
 
 pub mod compactor;
 pub mod index;
 pub mod key_index;
 pub mod revision;
 pub mod store;
+pub mod stored;
 
 pub use index::KeyRange;
 pub use revision::Revision;

@@ -29,7 +29,6 @@
 //! the engine in the same step, and records the finished revision. A
 //! restart finishes an interrupted job.
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -39,7 +38,7 @@ use etcd_proto::mvccpb::{event::EventType, Event, KeyValue};
 use prost::Message;
 use tokio::sync::watch;
 
-use super::index::{KeyRange, TreeIndex, VisibleKey};
+use super::index::{KeyRange, Rebuild, TreeIndex, VisibleKey};
 use super::revision::Revision;
 use crate::engine::{try_scan, BatchOp, Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
@@ -226,18 +225,39 @@ impl MvccStore {
     /// of reading every live value again by key, which at a million keys
     /// was a random read per key.
     pub fn reload(&self) -> Result<Option<CompactionJob>, MvccError> {
-        let mut index = TreeIndex::default();
-        let mut leased = HashMap::new();
+        let started = std::time::Instant::now();
+        let mut rebuild = TreeIndex::rebuild();
+        let mut leased = Vec::new();
         let mut max_rev = 0;
+        let mut revisions = 0u64;
         try_scan(self.engine.as_ref(), Table::Kv, b"", None, &mut |k, v| {
-            let rev = restore_one(&mut index, &mut leased, k, v)?;
+            let rev = restore_one(&mut rebuild, &mut leased, k, v)?;
             max_rev = max_rev.max(rev);
+            revisions += 1;
             Ok::<_, MvccError>(ControlFlow::Continue(()))
         })?;
+        let index = rebuild.finish();
+        // A leased put names a live leased key if it is still the key's
+        // newest revision.
+        leased.retain(|(key, _, rev): &(Vec<u8>, i64, Revision)| {
+            index
+                .get(key, i64::MAX)
+                .is_some_and(|now| now.modified == *rev)
+        });
+        tracing::info!(
+            keys = index.len(),
+            revisions,
+            leased_keys = leased.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "rebuilt the key index"
+        );
         *self
             .reloaded_leased
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = leased.into_iter().collect();
+            .unwrap_or_else(|p| p.into_inner()) = leased
+            .into_iter()
+            .map(|(key, lease, _)| (key, lease))
+            .collect();
         let scheduled = read_opt_i64(self.engine.as_ref(), META_SCHEDULED_COMPACT_REV)?
             .unwrap_or(NO_COMPACTION);
         let finished = read_i64(self.engine.as_ref(), META_FINISHED_COMPACT_REV)?;
@@ -541,26 +561,26 @@ fn history_event(
 /// Adds one stored revision to `index`, and to `leased` (the newest
 /// revision of each key decides whether it holds a lease); returns its
 /// main revision.
+/// Restores one stored revision into `index`; a put with a lease is added
+/// to `leased` (key, lease, revision) for [`MvccStore::reload`] to check.
 fn restore_one(
-    index: &mut TreeIndex,
-    leased: &mut HashMap<Vec<u8>, i64>,
+    index: &mut Rebuild,
+    leased: &mut Vec<(Vec<u8>, i64, Revision)>,
     key: &[u8],
     value: &[u8],
 ) -> Result<i64, MvccError> {
     let (rev, tombstone) = Revision::from_key(key)
         .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
-    let kv = decode_kv(value)?;
-    if tombstone || kv.lease == 0 {
-        leased.remove(&kv.key);
-    } else {
-        leased.insert(kv.key.clone(), kv.lease);
+    let kv = super::stored::parse(value)?;
+    if !tombstone && kv.lease != 0 {
+        leased.push((kv.key.to_vec(), kv.lease, rev));
     }
     if tombstone {
         // A tombstone whose puts were all compacted away is harmless.
-        index.tombstone(&kv.key, rev);
+        index.tombstone(kv.key, rev);
     } else {
         index.restore(
-            &kv.key,
+            kv.key,
             Revision::new(kv.create_revision, 0),
             rev,
             kv.version,

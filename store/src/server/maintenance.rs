@@ -166,6 +166,12 @@ impl Maintenance for MaintenanceService {
         tokio::task::spawn_blocking(move || engine.compact_files())
             .await
             .map_err(task_failed)??;
+        // The last snapshot's checkpoint links the table files the
+        // defragment replaced and keeps them on disk (a second copy of the
+        // data) until a newer snapshot replaces it: ask for one now.
+        if let Err(e) = self.core.raft.trigger().snapshot().await {
+            tracing::warn!(error = %e, "requesting a snapshot after a defragment");
+        }
         let header = self.core.current_header();
         Ok(Response::new(DefragmentResponse { header }))
     }
