@@ -89,6 +89,9 @@ pub struct TreeIndex {
     histories: Vec<KeyIndex>,
     /// Slots to reuse.
     free: Vec<Slot>,
+    /// Keys live now (etcd's `keysGauge`): kept as puts, deletions and
+    /// rebuilds change it, so reading it costs nothing.
+    live: usize,
 }
 
 impl TreeIndex {
@@ -154,7 +157,15 @@ impl TreeIndex {
         let ki = self.history_or_new(key);
         let previous = ki.get(rev.main);
         ki.put(rev);
+        if previous.is_none() {
+            self.live += 1;
+        }
         previous
+    }
+
+    /// Number of keys live now.
+    pub fn live_len(&self) -> usize {
+        self.live
     }
 
     /// Rebuild path: see [`KeyIndex::restore`].
@@ -175,7 +186,8 @@ impl TreeIndex {
             None => self.insert_with(key, ordered),
         };
         let ki = &mut self.histories[slot as usize];
-        if ki.is_live() {
+        let was_live = ki.is_live();
+        if was_live {
             ki.put(modified);
         } else {
             if let Some(last) = ki.generations.last() {
@@ -184,12 +196,17 @@ impl TreeIndex {
                 }
             }
             ki.restore(created, modified, version);
+            self.live += 1;
         }
     }
 
     /// Records a deletion; false if the key was not live.
     pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
-        self.history_mut(key).is_some_and(|ki| ki.tombstone(rev))
+        let deleted = self.history_mut(key).is_some_and(|ki| ki.tombstone(rev));
+        if deleted {
+            self.live -= 1;
+        }
+        deleted
     }
 
     /// An empty index to rebuild from stored revisions ([`Rebuild`]).
@@ -419,6 +436,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The live count follows puts, deletions, re-creations, compaction
+    /// and a rebuild: always the count of a range over every key now.
+    #[test]
+    fn the_live_count_is_the_count_of_every_key() {
+        let all = KeyRange::new(b"\0", b"\0");
+        let check = |idx: &TreeIndex, step: &str| {
+            assert_eq!(idx.live_len(), idx.range(&all, i64::MAX, 0).1, "{step}");
+        };
+        let mut idx = TreeIndex::default();
+        let mut rebuild = TreeIndex::rebuild();
+        let mut rev = 1;
+        for round in 0..4u8 {
+            for k in 0..6u8 {
+                rev += 1;
+                let key = [b'k', k];
+                if (k + round) % 3 == 0 {
+                    let deleted = idx.tombstone(&key, r(rev));
+                    assert_eq!(rebuild.tombstone(&key, r(rev)), deleted);
+                } else {
+                    idx.put(&key, r(rev));
+                    rebuild.restore(&key, r(rev), r(rev), 1);
+                }
+                check(&idx, &format!("round {round} key {k}"));
+            }
+        }
+        let rebuilt = rebuild.finish();
+        assert_eq!(rebuilt.live_len(), idx.live_len());
+        check(&rebuilt, "rebuilt");
+        idx.compact(rev, 2);
+        check(&idx, "compacted");
+        assert!(idx.live_len() > 0 && idx.live_len() < 6);
     }
 
     /// A rebuilt index answers as one built key by key.

@@ -329,6 +329,12 @@ impl MvccStore {
         })
     }
 
+    /// Number of keys live now (`etcd_debugging_mvcc_keys_total`), without
+    /// visiting them.
+    pub fn live_keys(&self) -> usize {
+        self.read_state().index.live_len()
+    }
+
     /// Starts a write transaction (blocks other writers and readers until
     /// it commits or is dropped).
     pub fn write(&self) -> WriteTxn<'_> {

@@ -9,7 +9,6 @@ use openraft::async_runtime::WatchReceiver as _;
 
 use super::HttpState;
 use crate::metrics::{self, exposition};
-use crate::mvcc::{KeyRange, RangeOptions};
 
 /// `/metrics` (any method, as promhttp).
 pub async fn metrics(State(s): State<HttpState>) -> Response {
@@ -41,13 +40,9 @@ pub fn refresh(s: &HttpState) {
     m.mvcc
         .db_total_size_in_use
         .set(engine.size_in_use_bytes() as i64);
-    let all = RangeOptions {
-        count_only: true,
-        ..Default::default()
-    };
-    if let Ok(r) = s.core.mvcc.range(&KeyRange::From(Vec::new()), all) {
-        m.mvcc.keys.set(r.count as i64);
-    }
+    // Kept by the index: counting a million keys took ~100 ms under the
+    // store's read lock at every scrape.
+    m.mvcc.keys.set(s.core.mvcc.live_keys() as i64);
     refresh_membership_and_alarms(s);
 }
 
