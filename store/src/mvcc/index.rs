@@ -168,22 +168,19 @@ impl TreeIndex {
         self.live
     }
 
-    /// Rebuild path: see [`KeyIndex::restore`].
-    pub fn restore(&mut self, key: &[u8], created: Revision, modified: Revision, version: i64) {
-        self.restore_with(key, created, modified, version, true);
-    }
-
-    fn restore_with(
+    /// Rebuild path ([`Rebuild::restore`]): see [`KeyIndex::restore`]. A
+    /// new key goes into the hash map only; [`Rebuild::finish`] builds the
+    /// B-tree.
+    fn restore_unordered(
         &mut self,
         key: &[u8],
         created: Revision,
         modified: Revision,
         version: i64,
-        ordered: bool,
     ) {
         let slot = match self.by_key.get(key) {
             Some(slot) => *slot,
-            None => self.insert_with(key, ordered),
+            None => self.insert_with(key, false),
         };
         let ki = &mut self.histories[slot as usize];
         let was_live = ki.is_live();
@@ -336,10 +333,10 @@ pub struct Rebuild {
 }
 
 impl Rebuild {
-    /// See [`TreeIndex::restore`].
+    /// Records a stored put ([`KeyIndex::restore`]).
     pub fn restore(&mut self, key: &[u8], created: Revision, modified: Revision, version: i64) {
         self.index
-            .restore_with(key, created, modified, version, false);
+            .restore_unordered(key, created, modified, version);
     }
 
     /// See [`TreeIndex::tombstone`].
@@ -471,15 +468,17 @@ mod tests {
         assert!(idx.live_len() > 0 && idx.live_len() < 6);
     }
 
-    /// A rebuilt index answers as one built key by key.
+    /// A rebuilt index answers as the one its stored puts were made in.
     #[test]
     fn a_rebuild_answers_as_the_index_it_restores() {
         let mut one_by_one = TreeIndex::default();
         let mut rebuild = TreeIndex::rebuild();
         for (i, key) in [&b"m"[..], b"c", b"x", b"c", b"a"].iter().enumerate() {
             let rev = r(2 + i as i64);
-            one_by_one.restore(key, rev, rev, 1);
-            rebuild.restore(key, rev, rev, 1);
+            let before = one_by_one.put(key, rev);
+            let created = before.map_or(rev, |b| b.created);
+            let version = before.map_or(1, |b| b.version + 1);
+            rebuild.restore(key, created, rev, version);
         }
         assert!(one_by_one.tombstone(b"x", r(9)));
         assert!(rebuild.tombstone(b"x", r(9)));
