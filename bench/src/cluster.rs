@@ -12,12 +12,23 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 
 use crate::procs::Proc;
 
 /// Members per cluster.
 pub const MEMBERS: usize = 3;
+/// Members a cluster may grow to with [`Cluster::add_learner`]: its
+/// addresses are checked free at start.
+const MAX_MEMBERS: usize = MEMBERS + 1;
+/// What both systems answer to a MemberPromote of a learner that has not
+/// caught up.
+const LEARNER_NOT_READY: &str = "can only promote a learner member which is in sync with leader";
+/// What etcd answers to a MemberAdd while a member has not been connected
+/// long enough (the caller bounds the retries).
+const UNHEALTHY_CLUSTER: &str = "etcdserver: unhealthy cluster";
+/// Interval of MemberAdd and MemberPromote attempts while a learner catches up.
+const PROMOTE_POLL: Duration = Duration::from_millis(100);
 /// Client port of every member.
 pub const CLIENT_PORT: u16 = 2379;
 /// Peer port of every member.
@@ -79,6 +90,9 @@ pub struct Cluster {
     /// What the members were started from, to start one again ([`Cluster::restart`]).
     spec: ClusterSpec,
     token: String,
+    /// How each member was bootstrapped (its `--initial-cluster` and
+    /// state), in member order, to start it again with the same command line.
+    boots: Vec<Boot>,
     /// The members' data directories and logs, removed on drop (after the
     /// members, which are dropped first and so killed first).
     dir: tempfile::TempDir,
@@ -100,7 +114,8 @@ impl Cluster {
         let token = format!("bench-{}-{}", spec.label, std::process::id());
         let mut members = Vec::with_capacity(MEMBERS);
         for i in 0..MEMBERS {
-            members.push(start_member(spec, i, dir.path(), &token)?);
+            let boot = Boot::new(spec, MEMBERS, "new");
+            members.push(start_member(spec, i, &boot, dir.path(), &token)?);
         }
         let mut cluster = Cluster {
             label: spec.label.clone(),
@@ -108,6 +123,7 @@ impl Cluster {
             spec: spec.clone(),
             token,
             dir,
+            boots: vec![Boot::new(spec, MEMBERS, "new"); MEMBERS],
         };
         cluster.wait_ready().await?;
         Ok(cluster)
@@ -154,8 +170,62 @@ impl Cluster {
     pub fn restart(&mut self, i: usize) -> Result<Instant> {
         self.members[i].proc.kill9();
         let at = Instant::now();
-        self.members[i] = start_member(&self.spec, i, self.dir.path(), &self.token)?;
+        let boot = &self.boots[i];
+        self.members[i] = start_member(&self.spec, i, boot, self.dir.path(), &self.token)?;
         Ok(at)
+    }
+
+    /// Adds a learner with an empty data directory: MemberAdd as a learner
+    /// through the members, then starts it with `--initial-cluster-state
+    /// existing`. Returns its index and the instant of the MemberAdd.
+    pub async fn add_learner(&mut self) -> Result<(usize, Instant)> {
+        let i = self.members.len();
+        if i >= MAX_MEMBERS {
+            bail!("{}: already {i} members", self.label);
+        }
+        let peer_url = format!("http://{}:{PEER_PORT}", self.spec.ip(i));
+        let mut client = control_client(&self.endpoints()).await?;
+        let at = loop {
+            let at = Instant::now();
+            let opts = MemberAddOptions::new().with_is_learner();
+            match client.member_add([peer_url.clone()], Some(opts)).await {
+                Ok(_) => break at,
+                // etcd's strict reconfiguration check: every member must
+                // have been connected for a while (after a restart).
+                Err(e) if e.to_string().contains(UNHEALTHY_CLUSTER) => {
+                    tokio::time::sleep(PROMOTE_POLL).await
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("MemberAdd (learner)")),
+            }
+        };
+        let boot = Boot::new(&self.spec, i + 1, "existing");
+        let member = start_member(&self.spec, i, &boot, self.dir.path(), &self.token)?;
+        self.members.push(member);
+        self.boots.push(boot);
+        Ok((i, at))
+    }
+
+    /// Promotes learner `i`, retrying every [`PROMOTE_POLL`] while the
+    /// cluster refuses because it has not caught up (the caller bounds it).
+    pub async fn promote(&self, i: usize) -> Result<()> {
+        let voters = self.endpoints()[..i].to_vec();
+        let id = loop {
+            let (_, ids) = statuses(&self.endpoints()).await?;
+            match ids.get(i).copied().flatten() {
+                Some(id) => break id,
+                None => tokio::time::sleep(PROMOTE_POLL).await,
+            }
+        };
+        loop {
+            let mut client = control_client(&voters).await?;
+            match client.member_promote(id).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.to_string().contains(LEARNER_NOT_READY) => {
+                    tokio::time::sleep(PROMOTE_POLL).await
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("MemberPromote")),
+            }
+        }
     }
 
     async fn wait_ready(&mut self) -> Result<()> {
@@ -197,7 +267,7 @@ impl Cluster {
 }
 
 fn check_ports_free(spec: &ClusterSpec) -> Result<()> {
-    for i in 0..MEMBERS {
+    for i in 0..MAX_MEMBERS {
         for port in [CLIENT_PORT, PEER_PORT] {
             let addr = format!("{}:{port}", spec.ip(i));
             TcpListener::bind(&addr).with_context(|| {
@@ -208,15 +278,38 @@ fn check_ports_free(spec: &ClusterSpec) -> Result<()> {
     Ok(())
 }
 
-fn start_member(spec: &ClusterSpec, i: usize, dir: &Path, token: &str) -> Result<Member> {
+/// A member's bootstrap flags: `--initial-cluster` (members `m1..mN`) and
+/// `--initial-cluster-state`.
+#[derive(Clone, Debug)]
+struct Boot {
+    initial_cluster: String,
+    state: &'static str,
+}
+
+impl Boot {
+    fn new(spec: &ClusterSpec, members: usize, state: &'static str) -> Boot {
+        let initial_cluster = (0..members)
+            .map(|j| format!("m{}=http://{}:{PEER_PORT}", j + 1, spec.ip(j)))
+            .collect::<Vec<_>>()
+            .join(",");
+        Boot {
+            initial_cluster,
+            state,
+        }
+    }
+}
+
+fn start_member(
+    spec: &ClusterSpec,
+    i: usize,
+    boot: &Boot,
+    dir: &Path,
+    token: &str,
+) -> Result<Member> {
     let name = format!("m{}", i + 1);
     let ip = spec.ip(i);
     let client_url = format!("http://{ip}:{CLIENT_PORT}");
     let peer_url = format!("http://{ip}:{PEER_PORT}");
-    let initial_cluster = (0..MEMBERS)
-        .map(|j| format!("m{}=http://{}:{PEER_PORT}", j + 1, spec.ip(j)))
-        .collect::<Vec<_>>()
-        .join(",");
     let data_dir = dir.join(format!("{name}.data"));
     let mut cmd = Command::new(&spec.bin);
     cmd.arg("--name").arg(&name);
@@ -235,9 +328,9 @@ fn start_member(spec: &ClusterSpec, i: usize, dir: &Path, token: &str) -> Result
     ]);
     cmd.args([
         "--initial-cluster",
-        &initial_cluster,
+        &boot.initial_cluster,
         "--initial-cluster-state",
-        "new",
+        boot.state,
     ]);
     cmd.args(["--initial-cluster-token", token]);
     cmd.args(["--snapshot-count", &spec.snapshot_count.to_string()]);

@@ -43,6 +43,13 @@
 //!    [`RESTART_POLL`], each probe bounded by [`PROBE_TIMEOUT`]).
 //! 10. restart all: SIGKILL all three, start all three, and time from the
 //!     first spawn until a linearizable Get succeeds through every member.
+//! 11. learner join: MemberAdd of a learner, start it with an empty data
+//!     directory (`--initial-cluster-state existing`), and time from the
+//!     MemberAdd until a MemberPromote succeeds (both systems refuse it
+//!     until the learner has caught up, from a snapshot of everything), then
+//!     until a linearizable Get through it succeeds.
+//!
+//! `--system` runs one system only (its column alone, no ratio).
 //!
 //! Every step is bounded in time (the lists and the count by
 //! `--list-timeout`, the others by the constants below). A step that fails or
@@ -117,6 +124,8 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// last Defragment.
 pub const PACED_BEFORE: Duration = Duration::from_secs(3);
 pub const PACED_AFTER: Duration = Duration::from_secs(3);
+/// Slowest paced writes kept with their start times.
+const SLOWEST_KEPT: usize = 10;
 /// Writers (and connections, one per member) of the paced writer.
 pub const PACED_WRITERS: usize = 16;
 const PACED_CONNS: usize = MEMBERS;
@@ -126,6 +135,8 @@ const COMPACT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 const DEFRAG_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Bound of a restart: from the spawn until the members answer.
 const RESTART_TIMEOUT: Duration = Duration::from_secs(120);
+/// Bound of the learner join (MemberAdd until promoted and serving).
+const LEARNER_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Interval of the readiness probes after a restart.
 pub const RESTART_POLL: Duration = Duration::from_millis(20);
 /// Bound of one readiness probe (connect and linearizable Get).
@@ -138,11 +149,54 @@ const MAX_CELL_CHARS: usize = 60;
 /// Bytes per MiB.
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// Groups of steps `--steps` can choose (the load always runs).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepGroup {
+    /// Sizes after the load.
+    Sizes,
+    /// Full list, paginated list, count only.
+    Lists,
+    /// Snapshot save.
+    Snapshot,
+    /// Compaction and defrag under the paced writer, sizes and full list after.
+    Maintenance,
+    /// Restart one follower, then all.
+    Restart,
+    /// A learner from nothing until promoted.
+    Learner,
+}
+
+impl StepGroup {
+    const ALL: [StepGroup; 6] = [
+        StepGroup::Sizes,
+        StepGroup::Lists,
+        StepGroup::Snapshot,
+        StepGroup::Maintenance,
+        StepGroup::Restart,
+        StepGroup::Learner,
+    ];
+}
+
+/// Which systems `bench scale` runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    Both,
+    /// Our store only.
+    Ours,
+    Etcd,
+}
+
 /// Options of `bench scale`.
 #[derive(Args, Clone, Debug)]
 pub struct ScaleArgs {
     #[command(flatten)]
     pub systems: SystemArgs,
+    /// Run both systems, or one of them only.
+    #[arg(long = "system", value_enum, default_value_t = Which::Both)]
+    pub which: Which,
+    /// Run only these groups of steps after the load (comma-separated; default all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub steps: Vec<StepGroup>,
     /// Keys to load into each system.
     #[arg(long, default_value_t = DEFAULT_KEYS)]
     pub keys: u64,
@@ -185,6 +239,8 @@ impl ScaleArgs {
 pub enum Step<T> {
     Ok(T),
     Failed(String),
+    /// Left out by `--steps`.
+    Skipped,
 }
 
 impl<T> From<Result<T>> for Step<T> {
@@ -263,6 +319,13 @@ pub struct MaintenanceStep {
     pub during: OpResult,
     /// Paced writes meant to start after it.
     pub after: OpResult,
+    /// What the maintenance did when, in seconds since the writer started:
+    /// ("compact", start, end), ("defrag m1", start, end), ...
+    pub events: Vec<(String, f64, f64)>,
+    /// The [`SLOWEST_KEPT`] slowest writes: (intended start in seconds
+    /// since the writer started, latency ms), slowest first, to line stalls
+    /// up with `events`.
+    pub slowest: Vec<(f64, f64)>,
 }
 
 /// Steps 9 and 10.
@@ -274,6 +337,18 @@ pub struct RestartStep {
     pub ready_ms: Vec<f64>,
     /// The longest of them.
     pub ms: f64,
+}
+
+/// Step 11.
+#[derive(Clone, Debug, Serialize)]
+pub struct JoinStep {
+    pub learner: String,
+    /// From the MemberAdd until a MemberPromote succeeded.
+    pub promoted_ms: f64,
+    /// From the MemberAdd until a linearizable Get through it succeeded.
+    pub serving_ms: f64,
+    /// The learner's data directory once promoted, in bytes.
+    pub data_dir_bytes: u64,
 }
 
 /// Every step on one system.
@@ -291,6 +366,7 @@ pub struct SystemRun {
     pub full_list_after_compaction: Step<ListStep>,
     pub restart_follower: Step<RestartStep>,
     pub restart_all: Step<RestartStep>,
+    pub learner_join: Step<JoinStep>,
 }
 
 /// Both systems.
@@ -320,10 +396,20 @@ struct Plan {
     list_timeout: Duration,
     seed: u64,
     progress: bool,
+    steps: Vec<StepGroup>,
 }
 
 impl Plan {
+    fn runs(&self, group: StepGroup) -> bool {
+        self.steps.contains(&group)
+    }
+
     fn new(args: &ScaleArgs, seed: u64, progress: bool) -> Plan {
+        let steps = if args.steps.is_empty() {
+            StepGroup::ALL.to_vec()
+        } else {
+            args.steps.clone()
+        };
         if args.smoke {
             return Plan {
                 keys: SMOKE_KEYS,
@@ -335,6 +421,7 @@ impl Plan {
                 list_timeout: SMOKE_LIST_TIMEOUT,
                 seed,
                 progress,
+                steps,
             };
         }
         Plan {
@@ -347,6 +434,7 @@ impl Plan {
             list_timeout: args.list_timeout,
             seed,
             progress,
+            steps,
         }
     }
 }
@@ -359,7 +447,12 @@ pub async fn run(args: &ScaleArgs, seed: u64, progress: bool) -> Result<ScaleOut
     }
     let (ours, etcd) = args.systems.specs(DEFAULT_SUBNET)?;
     let mut systems = Vec::with_capacity(2);
-    for spec in [&ours, &etcd] {
+    let chosen = match args.which {
+        Which::Both => vec![&ours, &etcd],
+        Which::Ours => vec![&ours],
+        Which::Etcd => vec![&etcd],
+    };
+    for spec in chosen {
         systems.push(run_system(spec, &plan).await);
     }
     Ok(ScaleOutcome {
@@ -389,33 +482,67 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
         Err(e) => return SystemRun::not_started(&spec.label, &e),
     };
     let (c, label, show) = (&cluster, spec.label.as_str(), plan.progress);
-    let load = step(label, "load", false, load(c, plan)).await;
-    let sizes_after_load = step(label, "sizes", show, bounded(SIZES_TIMEOUT, sizes(c))).await;
-    let full_list = step(label, "full list", show, list_everything(c, plan)).await;
-    let paginated_list = step(label, "paginated list", show, paginated_list(c, plan)).await;
-    let count_only = step(label, "count only", show, count_only(c, plan)).await;
-    let snapshot = step(label, "snapshot save", show, snapshot(c)).await;
-    let maintenance = step(label, "compaction and defrag", false, maintenance(c, plan)).await;
-    let sizes_after_defrag = step(label, "sizes", show, bounded(SIZES_TIMEOUT, sizes(c))).await;
+    let load = step(label, "load", false, true, load(c, plan)).await;
+    let runs = |g| plan.runs(g);
+    let sizes_after_load = step(label, "sizes", show, runs(StepGroup::Sizes), async {
+        bounded(SIZES_TIMEOUT, sizes(c)).await
+    })
+    .await;
+    let lists = runs(StepGroup::Lists);
+    let full_list = step(label, "full list", show, lists, list_everything(c, plan)).await;
+    let paginated_list = step(
+        label,
+        "paginated list",
+        show,
+        lists,
+        paginated_list(c, plan),
+    )
+    .await;
+    let count_only = step(label, "count only", show, lists, count_only(c, plan)).await;
+    let snapshot = step(
+        label,
+        "snapshot save",
+        show,
+        runs(StepGroup::Snapshot),
+        snapshot(c),
+    )
+    .await;
+    let maint = runs(StepGroup::Maintenance);
+    let maintenance = step(
+        label,
+        "compaction and defrag",
+        false,
+        maint,
+        maintenance(c, plan),
+    )
+    .await;
+    let sizes_after_defrag = step(label, "sizes", show, maint, async {
+        bounded(SIZES_TIMEOUT, sizes(c)).await
+    })
+    .await;
     let full_list_after_compaction = step(
         label,
         "full list after compaction",
         show,
+        maint,
         list_everything(c, plan),
     )
     .await;
-    let restart_follower = step(
-        label,
-        "restart follower",
-        show,
-        bounded(RESTART_TIMEOUT, restart_follower(&mut cluster)),
-    )
+    let restarts = runs(StepGroup::Restart);
+    let restart_follower = step(label, "restart follower", show, restarts, async {
+        bounded(RESTART_TIMEOUT, restart_follower(&mut cluster)).await
+    })
     .await;
-    let restart_all = step(
+    let restart_all = step(label, "restart all", show, restarts, async {
+        bounded(RESTART_TIMEOUT, restart_all(&mut cluster)).await
+    })
+    .await;
+    let learner_join = step(
         label,
-        "restart all",
+        "learner join",
         show,
-        bounded(RESTART_TIMEOUT, restart_all(&mut cluster)),
+        runs(StepGroup::Learner),
+        async { bounded(LEARNER_TIMEOUT, learner_join(&mut cluster)).await },
     )
     .await;
     drop(cluster);
@@ -432,6 +559,7 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
         full_list_after_compaction,
         restart_follower,
         restart_all,
+        learner_join,
     }
 }
 
@@ -452,18 +580,23 @@ impl SystemRun {
             full_list_after_compaction: Step::Failed(why.clone()),
             restart_follower: Step::Failed(why.clone()),
             restart_all: Step::Failed(why.clone()),
+            learner_join: Step::Failed(why.clone()),
         }
     }
 }
 
-/// Runs one step of `system` (under a spinner naming it if `show`), logs
+/// Runs one step of `system` unless not `chosen` (under a spinner naming it if `show`), logs
 /// how it ended and keeps its result or error.
 async fn step<T>(
     system: &str,
     name: &str,
     show: bool,
+    chosen: bool,
     fut: impl Future<Output = Result<T>>,
 ) -> Step<T> {
+    if !chosen {
+        return Step::Skipped;
+    }
     let bar = spinner(show, &format!("scale {system}: {name}"));
     let started = Instant::now();
     let result = fut.await;
@@ -864,7 +997,7 @@ async fn maintenance(cluster: &Cluster, plan: &Plan) -> Result<MaintenanceStep> 
     bar.set_message("steady state");
     tokio::time::sleep_until((pacer.start() + plan.paced_before).into()).await;
     let compact_at = pacer.start().elapsed().as_secs_f64();
-    let work = compact_and_defrag(cluster, &bar).await;
+    let work = compact_and_defrag(cluster, &bar, pacer.start()).await;
     let done_at = pacer.start().elapsed().as_secs_f64();
     bar.set_message("after");
     tokio::time::sleep(plan.paced_after).await;
@@ -874,8 +1007,11 @@ async fn maintenance(cluster: &Cluster, plan: &Plan) -> Result<MaintenanceStep> 
         log.extend(w.await.context("paced writer task")?);
     }
     bar.finish_and_clear();
-    let (compacted_revision, compaction_ms, defrag_ms) = work?;
+    let (compacted_revision, events) = work?;
     let [steady, during, after] = split_phases(&log, compact_at, done_at);
+    let ms = |(_, from, to): &(String, f64, f64)| (to - from) * 1000.0;
+    let compaction_ms = events.first().map_or(0.0, ms);
+    let defrag_ms = events.iter().skip(1).map(ms).collect();
     Ok(MaintenanceStep {
         compacted_revision,
         compaction_ms,
@@ -883,12 +1019,35 @@ async fn maintenance(cluster: &Cluster, plan: &Plan) -> Result<MaintenanceStep> 
         steady: steady.result("put", Duration::from_secs_f64(compact_at)),
         during: during.result("put", Duration::from_secs_f64(done_at - compact_at)),
         after: after.result("put", plan.paced_after),
+        events,
+        slowest: slowest(&log, SLOWEST_KEPT),
     })
 }
 
+/// The `n` slowest successful writes of `log`: (intended start s, ms).
+fn slowest(log: &[PacedWrite], n: usize) -> Vec<(f64, f64)> {
+    let mut writes: Vec<(f64, f64)> = log
+        .iter()
+        .filter_map(|w| {
+            let latency = w.outcome.as_ref().ok()?;
+            Some((w.intended_s, latency.as_secs_f64() * 1000.0))
+        })
+        .collect();
+    writes.sort_by(|a, b| b.1.total_cmp(&a.1));
+    writes.truncate(n);
+    writes
+}
+
 /// Compacts at the current revision (physically), then defragments each
-/// member in turn; returns (revision, compaction ms, defrag ms per member).
-async fn compact_and_defrag(cluster: &Cluster, bar: &ProgressBar) -> Result<(i64, f64, Vec<f64>)> {
+/// member in turn; returns the revision and the timeline: ("compact",
+/// start, end), then ("defrag <member>", start, end) for each, in seconds
+/// since `epoch`.
+async fn compact_and_defrag(
+    cluster: &Cluster,
+    bar: &ProgressBar,
+    epoch: Instant,
+) -> Result<(i64, Vec<(String, f64, f64)>)> {
+    let since = |at: Instant| at.duration_since(epoch).as_secs_f64();
     let member = &cluster.members[leader(cluster).await?];
     let mut kv = connect_one(&member.client_url, CONNECT_TIMEOUT)
         .await?
@@ -909,8 +1068,7 @@ async fn compact_and_defrag(cluster: &Cluster, bar: &ProgressBar) -> Result<(i64
             .context("Compact")
     })
     .await?;
-    let compaction_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let mut defrag_ms = Vec::with_capacity(cluster.members.len());
+    let mut events = vec![("compact".to_string(), since(started), since(Instant::now()))];
     for m in &cluster.members {
         bar.set_message(format!("defragmenting {}", m.name));
         let mut maintenance = connect_one(&m.client_url, CONNECT_TIMEOUT)
@@ -924,9 +1082,10 @@ async fn compact_and_defrag(cluster: &Cluster, bar: &ProgressBar) -> Result<(i64
                 .with_context(|| format!("Defragment of {}", m.name))
         })
         .await?;
-        defrag_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        let name = format!("defrag {}", m.name);
+        events.push((name, since(started), since(Instant::now())));
     }
-    Ok((revision, compaction_ms, defrag_ms))
+    Ok((revision, events))
 }
 
 /// Recorders of the writes meant to start before `from`, from `from` to
@@ -1028,6 +1187,21 @@ async fn restart_all(cluster: &mut Cluster) -> Result<RestartStep> {
     })
 }
 
+/// Step 11: a learner from nothing until promoted and serving.
+async fn learner_join(cluster: &mut Cluster) -> Result<JoinStep> {
+    let (i, added) = cluster.add_learner().await?;
+    cluster.promote(i).await?;
+    let promoted_ms = added.elapsed().as_secs_f64() * 1000.0;
+    let member = &cluster.members[i];
+    let serving_ms = until_readable(member.client_url.clone(), added).await;
+    Ok(JoinStep {
+        learner: member.name.clone(),
+        promoted_ms,
+        serving_ms,
+        data_dir_bytes: dir_size(&member.data_dir)?,
+    })
+}
+
 /// Milliseconds from `since` until a linearizable Get through `endpoint`
 /// succeeds, probing every [`RESTART_POLL`] (the caller bounds it).
 async fn until_readable(endpoint: String, since: Instant) -> f64 {
@@ -1054,6 +1228,7 @@ async fn probe(endpoint: &str) -> Result<()> {
 enum Cell {
     Value { shown: String, value: f64 },
     Failed(String),
+    Skipped,
 }
 
 impl Cell {
@@ -1065,13 +1240,14 @@ impl Cell {
                 format!("{short}…")
             }
             Cell::Failed(e) => e.clone(),
+            Cell::Skipped => "skipped".to_string(),
         }
     }
 
     fn value(&self) -> Option<f64> {
         match self {
             Cell::Value { value, .. } => Some(*value),
-            Cell::Failed(_) => None,
+            Cell::Failed(_) | Cell::Skipped => None,
         }
     }
 }
@@ -1084,6 +1260,7 @@ fn cell<T>(step: &Step<T>, read: impl Fn(&T) -> (f64, String)) -> Cell {
             Cell::Value { shown, value }
         }
         Step::Failed(e) => Cell::Failed(e.clone()),
+        Step::Skipped => Cell::Skipped,
     }
 }
 
@@ -1264,6 +1441,18 @@ const ROWS: &[Row] = &[
         label: "restart all: ms to linearizable Get on every member",
         cell: |r| cell(&r.restart_all, |s| fixed(s.ms, 0)),
     },
+    Row {
+        label: "learner join: ms from MemberAdd to promoted",
+        cell: |r| cell(&r.learner_join, |j| fixed(j.promoted_ms, 0)),
+    },
+    Row {
+        label: "learner join: ms to linearizable Get",
+        cell: |r| cell(&r.learner_join, |j| fixed(j.serving_ms, 0)),
+    },
+    Row {
+        label: "learner join: its data dir MiB",
+        cell: |r| cell(&r.learner_join, |j| fixed(mib(j.data_dir_bytes as f64), 0)),
+    },
 ];
 
 const HEADERS: [&str; 4] = ["step", "etcd 3.5.1", "store", "store/etcd"];
@@ -1295,6 +1484,33 @@ impl ScaleOutcome {
                 ]
             })
             .collect()
+    }
+
+    /// For each system that ran the maintenance: what it did when, and its
+    /// slowest writes, to line stalls up with their cause.
+    fn timelines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in &self.systems {
+            if let Step::Ok(m) = &s.maintenance {
+                let events: Vec<String> = m
+                    .events
+                    .iter()
+                    .map(|(what, from, to)| format!("{what} {from:.1}-{to:.1} s"))
+                    .collect();
+                let slowest: Vec<String> = m
+                    .slowest
+                    .iter()
+                    .map(|(at, ms)| format!("{ms:.0} ms at {at:.1} s"))
+                    .collect();
+                out.push(format!("{} maintenance: {}", s.system, events.join(", ")));
+                out.push(format!(
+                    "{} slowest paced writes: {}",
+                    s.system,
+                    slowest.join(", ")
+                ));
+            }
+        }
+        out
     }
 
     /// "system step: error" for every failed step.
@@ -1332,6 +1548,10 @@ impl Outcome for ScaleOutcome {
         for f in self.failures() {
             text.push_str(&format!("failed: {f}\n"));
         }
+        for line in self.timelines() {
+            text.push_str(&line);
+            text.push('\n');
+        }
         text
     }
 
@@ -1343,7 +1563,8 @@ impl Outcome for ScaleOutcome {
              kube-apiserver-style pages of {}; a count-only Range; a snapshot save; a physical Compact \
              and a Defragment of each member under an open-loop writer at {} puts/s ({:.0} s before, {:.0} s after); \
              the full list again; kill -9 and restart of one follower, then of all members (time to a \
-             linearizable Get through each restarted member). Lists are bounded by {:.0} s. \
+             linearizable Get through each restarted member); a learner added from nothing until promoted \
+             and serving. Lists are bounded by {:.0} s. \
              Ratio = store / etcd (lower is better except for puts/s).\n\n\
              - store: `{}`\n- etcd: `{}`\n\n",
             self.keys,
