@@ -88,6 +88,18 @@ pub const REQUEST_TIMEOUT_BASE_MS: u64 = 5_000;
 /// (etcd: `compactionBatchLimit`), so compaction never holds the engine long.
 pub const COMPACTION_BATCH_REVISIONS: usize = 1_000;
 
+/// Stored revisions per batch passed from the scanning thread to the
+/// index-building thread of a start-up rebuild (`mvcc::store`), unless its
+/// keys reach [`REBUILD_BATCH_KEY_BYTES`] first.
+pub const REBUILD_BATCH_REVISIONS: usize = 4_096;
+
+/// Bytes of keys that end a rebuild batch (a batch holds at least one key).
+pub const REBUILD_BATCH_KEY_BYTES: usize = 1024 * 1024;
+
+/// Batches in flight between the two threads of a rebuild: with the batch
+/// bounds above, at most a few megabytes in memory.
+pub const REBUILD_BATCHES_IN_FLIGHT: usize = 4;
+
 /// Keys of the index compacted per step of the background compactor, each
 /// step under the store's write lock (about a millisecond at this size).
 pub const COMPACTION_BATCH_KEYS: usize = 1_000;

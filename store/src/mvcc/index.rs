@@ -4,7 +4,10 @@
 //! at the read revision); values are then fetched from the engine by
 //! revision. The index is rebuilt from the engine at start-up.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
+
+use hashbrown::hash_table::{Entry, HashTable};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -84,7 +87,7 @@ pub struct TreeIndex {
     /// Key order: key -> slot.
     ordered: BTreeMap<Arc<[u8]>, Slot>,
     /// Point lookups: key -> slot (the same keys as `ordered`).
-    by_key: HashMap<Arc<[u8]>, Slot>,
+    by_key: KeyTable,
     /// Histories by slot; slots of compacted keys are in `free`.
     histories: Vec<KeyIndex>,
     /// Slots to reuse.
@@ -106,19 +109,19 @@ impl TreeIndex {
     }
 
     fn history(&self, key: &[u8]) -> Option<&KeyIndex> {
-        let slot = *self.by_key.get(key)?;
+        let slot = self.by_key.get(key)?;
         Some(&self.histories[slot as usize])
     }
 
     fn history_mut(&mut self, key: &[u8]) -> Option<&mut KeyIndex> {
-        let slot = *self.by_key.get(key)?;
+        let slot = self.by_key.get(key)?;
         Some(&mut self.histories[slot as usize])
     }
 
     /// The history of `key`, created empty if the key has none.
     fn history_or_new(&mut self, key: &[u8]) -> &mut KeyIndex {
         let slot = match self.by_key.get(key) {
-            Some(slot) => *slot,
+            Some(slot) => slot,
             None => self.insert(key),
         };
         &mut self.histories[slot as usize]
@@ -131,22 +134,12 @@ impl TreeIndex {
     }
 
     fn insert_with(&mut self, key: &[u8], ordered: bool) -> Slot {
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                let slot = Slot::try_from(self.histories.len())
-                    .expect("fewer than 2^32 keys in the index");
-                self.histories.push(KeyIndex::default());
-                slot
-            }
-        };
-        debug_assert!(self.histories[slot as usize].generations.is_empty());
+        let slot = new_slot(&mut self.histories, &mut self.free);
         let key: Arc<[u8]> = Arc::from(key);
         if ordered {
             self.ordered.insert(Arc::clone(&key), slot);
         }
-        let previous = self.by_key.insert(key, slot);
-        assert!(previous.is_none(), "a key inserted twice into the index");
+        self.by_key.insert_new(key, slot);
         slot
     }
 
@@ -178,10 +171,10 @@ impl TreeIndex {
         modified: Revision,
         version: i64,
     ) {
-        let slot = match self.by_key.get(key) {
-            Some(slot) => *slot,
-            None => self.insert_with(key, false),
-        };
+        let (histories, free) = (&mut self.histories, &mut self.free);
+        let slot = self
+            .by_key
+            .get_or_insert_with(key, || new_slot(histories, free));
         let ki = &mut self.histories[slot as usize];
         let was_live = ki.is_live();
         if was_live {
@@ -322,6 +315,122 @@ impl TreeIndex {
     }
 }
 
+/// The hash side of [`TreeIndex`]: key -> slot, each entry keeping its
+/// key's hash. Keys are hashed with SipHash under a per-process key (std's
+/// `RandomState`), so clients cannot choose colliding keys; each operation
+/// hashes its key once, and growing the table reuses the kept hashes
+/// instead of hashing every key again (a million-key rebuild spent a sixth
+/// of its time in SipHash, half of it rehashing as the table grew).
+#[derive(Debug)]
+struct KeyTable {
+    entries: HashTable<(u64, Arc<[u8]>, Slot)>,
+    hasher: RandomState,
+}
+
+impl Default for KeyTable {
+    fn default() -> Self {
+        Self {
+            entries: HashTable::new(),
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl KeyTable {
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Slot> {
+        let hash = self.hash(key);
+        let found = self.entries.find(hash, |e| *e.1 == *key)?;
+        Some(found.2)
+    }
+
+    /// Adds `key`, which must not be in the table.
+    fn insert_new(&mut self, key: Arc<[u8]>, slot: Slot) {
+        let hash = self.hash(&key);
+        match self.entries.entry(hash, |e| e.1 == key, |e| e.0) {
+            Entry::Occupied(_) => panic!("a key inserted twice into the index"),
+            Entry::Vacant(v) => {
+                v.insert((hash, key, slot));
+            }
+        }
+    }
+
+    /// The slot of `key`, inserted with `new()` if absent.
+    fn get_or_insert_with(&mut self, key: &[u8], new: impl FnOnce() -> Slot) -> Slot {
+        let hash = self.hash(key);
+        match self.entries.entry(hash, |e| *e.1 == *key, |e| e.0) {
+            Entry::Occupied(o) => o.get().2,
+            Entry::Vacant(v) => {
+                let slot = new();
+                v.insert((hash, Arc::from(key), slot));
+                slot
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        let hash = self.hash(key);
+        if let Ok(found) = self.entries.find_entry(hash, |e| *e.1 == *key) {
+            found.remove();
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Arc<[u8]>, Slot)> {
+        self.entries.iter().map(|e| (&e.1, e.2))
+    }
+}
+
+/// A slot for a new key's (empty) history: a free one, else a new one.
+fn new_slot(histories: &mut Vec<KeyIndex>, free: &mut Vec<Slot>) -> Slot {
+    let slot = match free.pop() {
+        Some(slot) => slot,
+        None => {
+            let slot = Slot::try_from(histories.len()).expect("fewer than 2^32 keys in the index");
+            histories.push(KeyIndex::default());
+            slot
+        }
+    };
+    debug_assert!(histories[slot as usize].generations.is_empty());
+    slot
+}
+
+/// The sort key of [`Rebuild::finish`]: the 8 bytes of `key` from `skip`
+/// (the length every key shares), zero-padded, big-endian. Two keys whose
+/// words differ are in the order of their words; equal words need the
+/// whole keys compared (a key that ends early pads with zeros, as a key
+/// with real zeros there would).
+fn sort_word(key: &[u8], skip: usize) -> u64 {
+    let mut word = [0u8; 8];
+    let rest = key.get(skip..).unwrap_or_default();
+    let n = rest.len().min(8);
+    word[..n].copy_from_slice(&rest[..n]);
+    u64::from_be_bytes(word)
+}
+
+/// Length of the prefix every key of `keys` shares: that of the smallest
+/// and the largest (any key between them shares what they share).
+fn shared_prefix<'a>(mut keys: impl Iterator<Item = &'a [u8]>) -> usize {
+    let Some(first) = keys.next() else {
+        return 0;
+    };
+    let (mut min, mut max) = (first, first);
+    for k in keys {
+        if k < min {
+            min = k;
+        } else if k > max {
+            max = k;
+        }
+    }
+    min.iter().zip(max).take_while(|(a, b)| a == b).count()
+}
+
 /// An index being rebuilt from the stored revisions in revision order
 /// (start-up). Keys go into the hash map as they come; the B-tree is built
 /// once at the end from the keys sorted, instead of one tree insertion per
@@ -344,17 +453,22 @@ impl Rebuild {
         self.index.tombstone(key, rev)
     }
 
-    /// The finished index.
+    /// The finished index. The keys are sorted by an 8-byte word read past
+    /// the prefix they all share ([`sort_word`]), so most comparisons are
+    /// one integer comparison instead of a `memcmp` through two pointers
+    /// over that shared prefix (Kubernetes keys share `/registry/`): at a
+    /// million keys the plain sort was a sixth of the rebuild.
     pub fn finish(self) -> TreeIndex {
         let mut index = self.index;
-        let mut keys: Vec<(Arc<[u8]>, Slot)> = index
+        let skip = shared_prefix(index.by_key.iter().map(|(k, _)| &k[..]));
+        let mut keys: Vec<(u64, Arc<[u8]>, Slot)> = index
             .by_key
             .iter()
-            .map(|(key, slot)| (Arc::clone(key), *slot))
+            .map(|(key, slot)| (sort_word(key, skip), Arc::clone(key), slot))
             .collect();
-        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         // From sorted pairs, the B-tree is built in one pass.
-        index.ordered = keys.into_iter().collect();
+        index.ordered = keys.into_iter().map(|(_, k, s)| (k, s)).collect();
         debug_assert_eq!(index.ordered.len(), index.by_key.len());
         index
     }
@@ -366,6 +480,40 @@ mod tests {
 
     fn r(main: i64) -> Revision {
         Revision::new(main, 0)
+    }
+
+    /// The rebuilt B-tree is in key order whatever the keys share: a long
+    /// common prefix, keys that are prefixes of others, zero bytes where
+    /// the sort pads shorter keys with zeros.
+    #[test]
+    fn rebuild_orders_keys_past_their_shared_prefix() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut rebuild = TreeIndex::rebuild();
+        let mut expected = std::collections::BTreeSet::new();
+        for main in 1..2000 {
+            let mut key = b"/registry/pods/".to_vec();
+            let len = rng.gen_range(0..14);
+            key.extend((0..len).map(|_| [0u8, 1, b'a', 0xff][rng.gen_range(0..4)]));
+            rebuild.restore(&key, r(main), r(main), 1);
+            expected.insert(key);
+        }
+        let index = rebuild.finish();
+        let got: Vec<Vec<u8>> = index.ordered.keys().map(|k| k.to_vec()).collect();
+        assert_eq!(got, expected.into_iter().collect::<Vec<_>>());
+        assert_eq!(index.by_key.len(), got.len());
+    }
+
+    #[test]
+    fn sort_words_pad_short_keys() {
+        assert_eq!(
+            shared_prefix([&b"ab1"[..], b"ab", b"ab\0\0"].into_iter()),
+            2
+        );
+        assert_eq!(shared_prefix(std::iter::empty()), 0);
+        assert_eq!(sort_word(b"ab", 2), 0);
+        assert_eq!(sort_word(b"ab\x01", 2), 1 << 56);
+        assert!(sort_word(b"xx123456789", 2) == sort_word(b"xx12345678", 2));
     }
 
     #[test]

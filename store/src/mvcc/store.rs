@@ -42,7 +42,10 @@ use super::index::{KeyRange, Rebuild, TreeIndex, VisibleKey};
 use super::revision::Revision;
 use crate::engine::{try_scan, BatchOp, Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
-use crate::limits::{COMPACTION_BATCH_KEYS, COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS};
+use crate::limits::{
+    COMPACTION_BATCH_KEYS, COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS,
+    REBUILD_BATCHES_IN_FLIGHT, REBUILD_BATCH_KEY_BYTES, REBUILD_BATCH_REVISIONS,
+};
 
 /// Meta key: the last revision any committed transaction created.
 pub const META_CURRENT_REV: &[u8] = b"mvcc/currentRev";
@@ -230,11 +233,12 @@ impl MvccStore {
         let mut leased = Vec::new();
         let mut max_rev = 0;
         let mut revisions = 0u64;
-        try_scan(self.engine.as_ref(), Table::Kv, b"", None, &mut |k, v| {
-            let rev = restore_one(&mut rebuild, &mut leased, k, v)?;
-            max_rev = max_rev.max(rev);
-            revisions += 1;
-            Ok::<_, MvccError>(ControlFlow::Continue(()))
+        rebuild_pipelined(self.engine.as_ref(), &mut |batch| {
+            for r in batch.revisions() {
+                restore_parsed(&mut rebuild, &mut leased, &r);
+                max_rev = max_rev.max(r.rev.main);
+                revisions += 1;
+            }
         })?;
         let index = rebuild.finish();
         // A leased put names a live leased key if it is still the key's
@@ -569,30 +573,116 @@ fn history_event(
 /// main revision.
 /// Restores one stored revision into `index`; a put with a lease is added
 /// to `leased` (key, lease, revision) for [`MvccStore::reload`] to check.
-fn restore_one(
+fn restore_parsed(
     index: &mut Rebuild,
     leased: &mut Vec<(Vec<u8>, i64, Revision)>,
-    key: &[u8],
-    value: &[u8],
-) -> Result<i64, MvccError> {
-    let (rev, tombstone) = Revision::from_key(key)
-        .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
-    let kv = super::stored::parse(value)?;
-    if !tombstone && kv.lease != 0 {
-        leased.push((kv.key.to_vec(), kv.lease, rev));
+    r: &ParsedRevision<'_>,
+) {
+    if !r.tombstone && r.lease != 0 {
+        leased.push((r.key.to_vec(), r.lease, r.rev));
     }
-    if tombstone {
+    if r.tombstone {
         // A tombstone whose puts were all compacted away is harmless.
-        index.tombstone(kv.key, rev);
+        index.tombstone(r.key, r.rev);
     } else {
-        index.restore(
-            kv.key,
-            Revision::new(kv.create_revision, 0),
-            rev,
-            kv.version,
-        );
+        index.restore(r.key, Revision::new(r.create_revision, 0), r.rev, r.version);
     }
-    Ok(rev.main)
+}
+
+/// One stored revision's index fields, as the rebuild needs them.
+struct ParsedRevision<'a> {
+    key: &'a [u8],
+    rev: Revision,
+    tombstone: bool,
+    create_revision: i64,
+    version: i64,
+    lease: i64,
+}
+
+/// Up to [`REBUILD_BATCH_REVISIONS`] parsed revisions (or fewer whose keys
+/// make [`REBUILD_BATCH_KEY_BYTES`]), their keys in one buffer.
+#[derive(Default)]
+struct ParsedBatch {
+    keys: Vec<u8>,
+    /// (end of the key in `keys`, revision, tombstone, create revision,
+    /// version, lease).
+    revisions: Vec<(usize, Revision, bool, i64, i64, i64)>,
+}
+
+impl ParsedBatch {
+    fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
+        let (rev, tombstone) = Revision::from_key(key)
+            .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
+        let kv = super::stored::parse(value)?;
+        self.keys.extend_from_slice(kv.key);
+        self.revisions.push((
+            self.keys.len(),
+            rev,
+            tombstone,
+            kv.create_revision,
+            kv.version,
+            kv.lease,
+        ));
+        Ok(())
+    }
+
+    fn revisions(&self) -> impl Iterator<Item = ParsedRevision<'_>> {
+        let mut start = 0;
+        self.revisions.iter().map(
+            move |&(end, rev, tombstone, create_revision, version, lease)| {
+                let key = &self.keys[start..end];
+                start = end;
+                ParsedRevision {
+                    key,
+                    rev,
+                    tombstone,
+                    create_revision,
+                    version,
+                    lease,
+                }
+            },
+        )
+    }
+}
+
+/// Scans every stored revision in revision order on a thread of its own,
+/// parsing each into batches that `restore` receives in order on the
+/// calling thread: reading the engine (block reads, checksums) and building
+/// the index (hashing, allocating) run on two cores at once.
+fn rebuild_pipelined(
+    engine: &dyn Engine,
+    restore: &mut dyn FnMut(&ParsedBatch),
+) -> Result<(), MvccError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<ParsedBatch>(REBUILD_BATCHES_IN_FLIGHT);
+    std::thread::scope(|scope| {
+        let scanner = std::thread::Builder::new()
+            .name("index-rebuild-scan".into())
+            .spawn_scoped(scope, move || -> Result<(), MvccError> {
+                let mut batch = ParsedBatch::default();
+                try_scan(engine, Table::Kv, b"", None, &mut |k, v| {
+                    batch.push(k, v)?;
+                    if batch.revisions.len() >= REBUILD_BATCH_REVISIONS
+                        || batch.keys.len() >= REBUILD_BATCH_KEY_BYTES
+                    {
+                        let full = std::mem::take(&mut batch);
+                        if tx.send(full).is_err() {
+                            // The receiver is gone: nothing left to do.
+                            return Ok(ControlFlow::Break(()));
+                        }
+                    }
+                    Ok::<_, MvccError>(ControlFlow::Continue(()))
+                })?;
+                let _ = tx.send(batch);
+                Ok(())
+            })
+            .map_err(|e| EngineError::Backend(Box::new(e)))?;
+        for batch in rx {
+            restore(&batch);
+        }
+        scanner
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// The index half of a read: which revisions a range sees (none for a
