@@ -563,6 +563,7 @@ impl StateMachine {
                 "an installed snapshot has no last log id",
             ));
         };
+        let started = std::time::Instant::now();
         let mut batch = WriteBatch::new();
         for t in Table::STATE_MACHINE {
             batch.delete_range(t, Vec::new(), vec![0xff; 32]);
@@ -589,6 +590,10 @@ impl StateMachine {
             Some(&meta.last_membership),
         ));
         self.engine().write(batch, true).map_err(sm_write_err)?;
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "wrote the snapshot's records into the tables"
+        );
         self.refresh_alarms()?;
         self.refresh_cluster_state()?;
         match self.mvcc.reload() {
@@ -703,6 +708,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> std::io::Result<()> {
+        let started = std::time::Instant::now();
         let gate = Arc::clone(&self.entry_gate);
         let _held = gate.hold();
         let records = self
@@ -711,7 +717,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .map_err(|e| io_error("saving the installed snapshot", e))?;
         self.replace_state(meta, &records)?;
         self.partial = None;
-        tracing::info!(meta = %meta, bytes = records.len(), "installed snapshot");
+        let bytes = records.len();
+        drop(records);
+        if let Err(e) = self.snapshot_files.replace_installed_file(meta) {
+            tracing::warn!(error = %e, "keeping the received snapshot file as the current snapshot");
+        }
+        tracing::info!(
+            meta = %meta,
+            bytes,
+            took_ms = started.elapsed().as_millis() as u64,
+            "installed snapshot"
+        );
         Ok(())
     }
 
