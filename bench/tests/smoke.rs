@@ -499,6 +499,12 @@ fn scale_smoke() {
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("store/etcd"), "{stdout}");
+    for system in ["store", "etcd"] {
+        assert!(
+            stdout.contains(&format!("{system} slowest paced writes: ")),
+            "{stdout}"
+        );
+    }
     let md = read_report(&report);
     assert!(md.contains("## scale"), "{md}");
     for row in [
@@ -530,6 +536,9 @@ fn scale_smoke() {
         "full list after compaction: leader RSS growth MiB",
         "restart follower: ms to linearizable Get",
         "restart all: ms to linearizable Get on every member",
+        "learner join: ms from MemberAdd to promoted",
+        "learner join: ms to linearizable Get",
+        "learner join: its data dir MiB",
     ] {
         let line = md
             .lines()
@@ -559,6 +568,7 @@ fn scale_smoke() {
             "full_list_after_compaction",
             "restart_follower",
             "restart_all",
+            "learner_join",
         ] {
             assert!(
                 s[step]["ok"].is_object(),
