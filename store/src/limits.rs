@@ -12,9 +12,9 @@
 //! | `lease` | `MAX_LEASE_TTL_SECONDS` |
 //! | `watch::hub` | `WATCH_RING_REVISIONS`, `WATCH_RING_BYTES` |
 //! | `mvcc::compactor` | `COMPACTOR_QUEUE` |
-//! | `engine::rocks` | `WRITE_BUFFER_BYTES`, `MAX_TOTAL_WAL_BYTES`, `BYTES_PER_SYNC` |
+//! | `engine::rocks` | `WRITE_BUFFER_BYTES`, `MAX_TOTAL_WAL_BYTES`, `BYTES_PER_SYNC`, `BACKGROUND_WRITE_BYTES_PER_SEC`, `BULK_FILE_BYTES` |
 //! | `raft::network` | `MAX_PEER_MESSAGE_BYTES` |
-//! | `raft::state_machine::snapshot_file` | `FILE_BUFFER_BYTES` |
+//! | `raft::state_machine::snapshot_file` | `FILE_BUFFER_BYTES`, `REMOVE_STEP_BYTES`, `REMOVE_STEP_PAUSE` |
 //! | `raft::elections` | `CAMPAIGN_RETRY_HEARTBEATS` |
 //! | `auth::token` | `SIMPLE_TOKEN_PREFIX_LEN`, `DEFAULT_SIMPLE_TOKEN_TTL`, `DEFAULT_JWT_TTL`, `SIMPLE_TOKEN_SWEEP_AT` |
 //! | `tls` | `HANDSHAKE_TIMEOUT`, `ACCEPT_QUEUE` |
@@ -116,11 +116,6 @@ pub const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
 /// `--quota-backend-bytes` (8 GiB); snapshots live in files, so memory does
 /// not grow with it.
 pub const MAX_SNAPSHOT_BYTES: u64 = 64 * 1024 * 1024 * 1024;
-
-/// Records written per engine batch while installing a Raft snapshot
-/// (bytes, in the snapshot format): installing holds one batch in memory,
-/// whatever the snapshot's size.
-pub const SNAPSHOT_INSTALL_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// Largest batch of log entries sent in one AppendEntries RPC.
 pub const MAX_APPEND_ENTRIES_PER_RPC: u64 = 512;

@@ -331,8 +331,9 @@ impl store::engine::EngineRead for FailingEngine {
     }
 }
 
-impl Engine for FailingEngine {
-    fn write(&self, batch: WriteBatch, sync: bool) -> store::engine::EngineResult<()> {
+impl FailingEngine {
+    /// Uses up one write (a batch or a bulk load), or fails it.
+    fn take_write(&self) -> store::engine::EngineResult<()> {
         let left = self
             .writes_left
             .fetch_update(
@@ -346,7 +347,22 @@ impl Engine for FailingEngine {
                 "injected write failure",
             ));
         }
+        Ok(())
+    }
+}
+
+impl Engine for FailingEngine {
+    fn write(&self, batch: WriteBatch, sync: bool) -> store::engine::EngineResult<()> {
+        self.take_write()?;
         self.inner.write(batch, sync)
+    }
+    fn bulk_load(
+        &self,
+        staging: &std::path::Path,
+        next: &mut store::engine::BulkSource<'_>,
+    ) -> store::engine::EngineResult<()> {
+        self.take_write()?;
+        self.inner.bulk_load(staging, next)
     }
     fn sync(&self) -> store::engine::EngineResult<()> {
         self.inner.sync()
@@ -417,7 +433,7 @@ async fn an_interrupted_snapshot_install_completes_at_the_next_start() {
     let source_dir = tempfile::tempdir().expect("tempdir");
     let (source_mvcc, mut source) = state_machine(Arc::new(MemoryEngine::new()), source_dir.path());
     source.applied_state().await.expect("applied state");
-    // 6 MiB of values: more than one install batch (4 MiB).
+    // 6 MiB of values.
     let values = (0..6).map(|i| put_large(&format!("k{i}"), 1024 * 1024));
     source
         .apply_entries([entry(1, values.collect())])
@@ -440,7 +456,10 @@ async fn an_interrupted_snapshot_install_completes_at_the_next_start() {
         .expect("apply");
     engine.allow_writes(1);
     let cut = member.install_snapshot(&meta, snapshot.snapshot).await;
-    assert!(cut.is_err(), "the second batch fails: {cut:?}");
+    assert!(
+        cut.is_err(),
+        "the bulk load after the clearing batch fails: {cut:?}"
+    );
 
     // The next start.
     engine.allow_writes(-1);

@@ -130,6 +130,13 @@ impl Engine for GatedEngine {
     fn open_checkpoint(&self, dir: &std::path::Path) -> EngineResult<Arc<dyn EngineRead>> {
         self.inner.open_checkpoint(dir)
     }
+    fn bulk_load(
+        &self,
+        staging: &std::path::Path,
+        next: &mut store::engine::BulkSource<'_>,
+    ) -> EngineResult<()> {
+        self.inner.bulk_load(staging, next)
+    }
 }
 
 fn put(mvcc: &MvccStore, key: &str, value: &str) {

@@ -594,6 +594,20 @@ async fn catch_up_large_values(how: CatchUp) {
         "the member caught up by {how:?}:\n{}",
         cluster.log_tail(lagging)
     );
+    if how != CatchUp::Log {
+        // The received records file gave way to a checkpoint of the tables
+        // it filled: the member does not keep the store twice on disk.
+        let snap = cluster.data_dir(lagging).join("member/snap");
+        let files: Vec<String> = std::fs::read_dir(&snap)
+            .expect("the snapshot directory")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            files.iter().all(|f| !f.ends_with(".snap"))
+                && files.iter().any(|f| f.ends_with(".ckpt")),
+            "snapshot directory after the install: {files:?}"
+        );
+    }
     let member_peak = status_bytes(cluster.pid(lagging).expect("running"), "VmHWM:").expect("peak");
     let leader_growth = status_bytes(leader_pid, "VmHWM:")
         .expect("leader peak")

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use super::{
-    BatchOp, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch,
+    BatchOp, BulkSource, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table,
+    WriteBatch,
 };
 use crate::codec;
 
@@ -165,6 +166,14 @@ impl Engine for MemoryEngine {
 
     fn sync(&self) -> EngineResult<()> {
         Ok(())
+    }
+
+    fn bulk_load(&self, _staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()> {
+        let mut batch = WriteBatch::new();
+        while let Some((table, key, value)) = next()? {
+            batch.put(table, key, value);
+        }
+        self.write(batch, true)
     }
 
     fn snapshot(&self) -> Arc<dyn EngineRead> {

@@ -204,6 +204,13 @@ pub trait EngineRead: Send + Sync {
     }
 }
 
+/// One pair of a bulk load: (table, key, value).
+pub type BulkPair = (Table, Vec<u8>, Vec<u8>);
+
+/// The pairs of a bulk load ([`Engine::bulk_load`]), one call each until
+/// `None`.
+pub type BulkSource<'a> = dyn FnMut() -> EngineResult<Option<BulkPair>> + 'a;
+
 /// A storage engine. Implementations are internally synchronized.
 pub trait Engine: EngineRead + 'static {
     /// Applies `batch` atomically. With `sync`, it is durable (fsynced)
@@ -240,6 +247,16 @@ pub trait Engine: EngineRead + 'static {
 
     /// Opens a copy [`Engine::checkpoint`] wrote into `dir`, read-only.
     fn open_checkpoint(&self, dir: &Path) -> EngineResult<Arc<dyn EngineRead>>;
+
+    /// Adds the pairs `next` yields, outside the write path: each table's
+    /// pairs in ascending key order, one table after the other, into
+    /// tables that hold none of those keys (a snapshot install clears them
+    /// first). Durable when this returns. The RocksDB engine writes table
+    /// files into `staging` (a directory it creates and removes, on the
+    /// engine's file system) and ingests them: no WAL, no memtable, and no
+    /// compaction on the way in, so a store-sized load runs at disk speed.
+    /// Out-of-order pairs may be refused.
+    fn bulk_load(&self, staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()>;
 }
 
 /// Collects `[start, end)` of `table` into a vector, at most `limit` pairs

@@ -25,7 +25,8 @@ use std::time::Duration;
 use rocksdb::{ColumnFamilyDescriptor, Options, ReadOptions, WriteOptions, DB};
 
 use super::{
-    BatchOp, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table, WriteBatch,
+    BatchOp, BulkSource, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table,
+    WriteBatch,
 };
 
 /// Memtable size per column family: large enough that bursts of small writes
@@ -104,6 +105,14 @@ const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
 /// count them; the size reports take them out again (an empty store is
 /// not 1.3 MiB).
 const MEMTABLE_BLOOM_BYTES: u64 = (WRITE_BUFFER_BYTES as f64 * MEMTABLE_BLOOM_RATIO) as u64;
+
+/// Largest table file a bulk load writes before it starts the next
+/// (RocksDB's default target file size).
+const BULK_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Block cache of the table-file writers of a bulk load (they read nothing
+/// back; the table options want one).
+const BULK_BLOCK_CACHE_BYTES: usize = 1024 * 1024;
 
 /// Block cache of a checkpoint opened to be read (a snapshot being sent
 /// reads each block once, in order).
@@ -226,20 +235,9 @@ impl RocksEngine {
         );
         opts.set_manual_wal_flush(true);
         let cache = block_cache();
-        let cfs = Table::ALL.iter().map(|t| {
-            let mut cf_opts = Options::default();
-            cf_opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
-            cf_opts.set_block_based_table_factory(&table_options(&cache));
-            if *t == Table::Kv {
-                cf_opts.set_memtable_whole_key_filtering(true);
-                cf_opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
-                // Every point read of `kv` names a revision the index knows
-                // exists, so it always finds its key: a filter on the last
-                // level (most of the data) would never spare a read.
-                cf_opts.set_optimize_filters_for_hits(true);
-            }
-            ColumnFamilyDescriptor::new(t.name(), cf_opts)
-        });
+        let cfs = Table::ALL
+            .iter()
+            .map(|t| ColumnFamilyDescriptor::new(t.name(), table_file_options(*t, &cache)));
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?);
         let flusher =
             WalFlusher::start(db.clone()).map_err(|e| EngineError::Backend(Box::new(e)))?;
@@ -269,6 +267,55 @@ impl RocksEngine {
             .sum()
     }
 
+    /// [`Engine::bulk_load`]'s work, `staging` existing.
+    fn write_and_ingest(&self, staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()> {
+        let cache = rocksdb::Cache::new_lru_cache(BULK_BLOCK_CACHE_BYTES);
+        let options: Vec<Options> = Table::ALL
+            .iter()
+            .map(|t| table_file_options(*t, &cache))
+            .collect();
+        let mut files: Vec<(Table, std::path::PathBuf)> = Vec::new();
+        let mut open: Option<(Table, rocksdb::SstFileWriter<'_>)> = None;
+        while let Some((table, key, value)) = next()? {
+            let start_new = match &open {
+                Some((t, writer)) => *t != table || writer.file_size() >= BULK_FILE_BYTES,
+                None => true,
+            };
+            if start_new {
+                if let Some((_, mut writer)) = open.take() {
+                    writer.finish().map_err(err)?;
+                }
+                let i = Table::ALL.iter().position(|t| *t == table).unwrap_or(0);
+                let writer = rocksdb::SstFileWriter::create(&options[i]);
+                let path = staging.join(format!("{:06}.sst", files.len()));
+                writer.open(&path).map_err(err)?;
+                files.push((table, path));
+                open = Some((table, writer));
+            }
+            if let Some((_, writer)) = &mut open {
+                writer.put(&key, &value).map_err(err)?;
+            }
+        }
+        if let Some((_, mut writer)) = open.take() {
+            writer.finish().map_err(err)?;
+        }
+        let mut ingest = rocksdb::IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
+        for table in Table::ALL {
+            let paths: Vec<&std::path::PathBuf> = files
+                .iter()
+                .filter(|(t, _)| *t == table)
+                .map(|(_, p)| p)
+                .collect();
+            if !paths.is_empty() {
+                self.db
+                    .ingest_external_file_cf_opts(self.cf(table), &ingest, paths)
+                    .map_err(err)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes of the unflushed memtables of `tables`, without the `kv`
     /// memtables' bloom filters.
     fn memtable_bytes(&self, tables: &[Table]) -> u64 {
@@ -279,6 +326,23 @@ impl RocksEngine {
         let immutable = self.property_sum_of(&[Table::Kv], "rocksdb.num-immutable-mem-table");
         all.saturating_sub((immutable + 1) * MEMTABLE_BLOOM_BYTES)
     }
+}
+
+/// The options of `table`'s column family, which its table files follow
+/// (files written for a bulk load too).
+fn table_file_options(table: Table, cache: &rocksdb::Cache) -> Options {
+    let mut cf_opts = Options::default();
+    cf_opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
+    cf_opts.set_block_based_table_factory(&table_options(cache));
+    if table == Table::Kv {
+        cf_opts.set_memtable_whole_key_filtering(true);
+        cf_opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+        // Every point read of `kv` names a revision the index knows
+        // exists, so it always finds its key: a filter on the last
+        // level (most of the data) would never spare a read.
+        cf_opts.set_optimize_filters_for_hits(true);
+    }
+    cf_opts
 }
 
 /// The LRU block cache every table shares, in [`BLOCK_CACHE_SHARD_BITS`]
@@ -463,6 +527,19 @@ impl Engine for RocksEngine {
             );
         }
         Ok(())
+    }
+
+    /// Writes the pairs into table files in `staging` (a new file at each
+    /// table change or past [`BULK_FILE_BYTES`]), then ingests each table's
+    /// files, moved (hard-linked) into the engine: RocksDB gives them
+    /// sequence numbers above everything written before, so they read as
+    /// the newest data, and syncs them and its manifest before returning.
+    fn bulk_load(&self, staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()> {
+        let io = |e: std::io::Error| EngineError::Backend(Box::new(e));
+        std::fs::create_dir_all(staging).map_err(io)?;
+        let loaded = self.write_and_ingest(staging, next);
+        let removed = std::fs::remove_dir_all(staging).map_err(io);
+        loaded.and(removed)
     }
 
     /// A RocksDB checkpoint: the memtables are flushed, the table files

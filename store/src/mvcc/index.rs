@@ -296,7 +296,7 @@ impl TreeIndex {
             if ki.compact_dropping(at, dropped) {
                 *ki = KeyIndex::default();
                 self.ordered.remove(&*key);
-                self.by_key.remove(&*key);
+                self.by_key.remove(&key);
                 self.free.push(slot);
             }
             done_keys += 1;

@@ -53,11 +53,10 @@ use crate::alarm::{self, apply_alarm};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
 use crate::cluster_version::{ClusterStateCache, KEY_CLUSTER_VERSION, KEY_DOWNGRADE};
 use crate::codec;
-use crate::engine::{Engine, EngineRead, Table, WriteBatch};
+use crate::engine::{BulkPair, Engine, EngineError, EngineRead, EngineResult, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
-use crate::limits::SNAPSHOT_INSTALL_BATCH_BYTES;
 use crate::mvcc::{CompactionJob, KeyRange, MvccStore, WriteTxn};
 use crate::watch::WatchHub;
 
@@ -548,14 +547,16 @@ impl StateMachine {
         }
     }
 
-    /// Replaces the state machine tables with the snapshot's records, in
-    /// batches of [`SNAPSHOT_INSTALL_BATCH_BYTES`], then reloads the
-    /// in-memory views. The first batch clears the tables, the applied log
-    /// id with them, and the last one records the snapshot's log id and
-    /// membership (the snapshot's own copies of these keys are skipped), so
-    /// until the last batch the state machine claims nothing applied:
-    /// after a crash in between, openraft finds the current snapshot newer
-    /// than the state machine at start and installs it again.
+    /// Replaces the state machine tables with the snapshot's records: one
+    /// synced batch clears them, the applied log id with them; the records
+    /// go in by [`Engine::bulk_load`] (table files written beside the
+    /// snapshot and ingested, at disk speed: no WAL, memtable or
+    /// compaction, and no background-write rate limit); a last synced
+    /// batch records the snapshot's log id and membership (the snapshot's
+    /// own copies of these keys are skipped). Until that batch the state
+    /// machine claims nothing applied: after a crash in between, openraft
+    /// finds the current snapshot newer than the state machine at start and
+    /// installs it again. Then the in-memory views are reloaded.
     fn replace_state(&self, meta: &SnapshotMeta, data: &SnapshotFile) -> std::io::Result<()> {
         let Some(last_log_id) = meta.last_log_id.as_ref() else {
             return Err(std::io::Error::new(
@@ -564,32 +565,31 @@ impl StateMachine {
             ));
         };
         let started = std::time::Instant::now();
-        let mut batch = WriteBatch::new();
+        let mut clear = WriteBatch::new();
         for t in Table::STATE_MACHINE {
-            batch.delete_range(t, Vec::new(), vec![0xff; 32]);
+            clear.delete_range(t, Vec::new(), vec![0xff; 32]);
         }
-        let mut batch_bytes = 0;
+        self.engine().write(clear, true).map_err(sm_write_err)?;
         let mut records = data.records();
-        while let Some(record) = records
-            .next_record()
-            .map_err(|e| io_error("reading a snapshot", e))?
-        {
-            if record.table == Table::Meta && Self::PROGRESS_KEYS.contains(&&record.key[..]) {
-                continue;
+        let mut next = || -> EngineResult<Option<BulkPair>> {
+            loop {
+                let record = records
+                    .next_record()
+                    .map_err(|e| EngineError::Backend(Box::new(e)))?;
+                match record {
+                    Some(r)
+                        if r.table == Table::Meta && Self::PROGRESS_KEYS.contains(&&r.key[..]) => {}
+                    Some(r) => return Ok(Some((r.table, r.key, r.value))),
+                    None => return Ok(None),
+                }
             }
-            batch_bytes += record.encoded_len();
-            batch.put(record.table, record.key, record.value);
-            if batch_bytes >= SNAPSHOT_INSTALL_BATCH_BYTES {
-                let full = std::mem::take(&mut batch);
-                self.engine().write(full, false).map_err(sm_write_err)?;
-                batch_bytes = 0;
-            }
-        }
-        batch.extend(Self::applied_batch(
-            last_log_id,
-            Some(&meta.last_membership),
-        ));
-        self.engine().write(batch, true).map_err(sm_write_err)?;
+        };
+        let staging = self.snapshot_files.staging_dir();
+        self.engine()
+            .bulk_load(&staging, &mut next)
+            .map_err(sm_write_err)?;
+        let applied = Self::applied_batch(last_log_id, Some(&meta.last_membership));
+        self.engine().write(applied, true).map_err(sm_write_err)?;
         tracing::info!(
             took_ms = started.elapsed().as_millis() as u64,
             "wrote the snapshot's records into the tables"

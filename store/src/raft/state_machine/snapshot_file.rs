@@ -522,6 +522,13 @@ impl SnapshotFiles {
         &self.dir
     }
 
+    /// A new path for the table files of an install's bulk load, in the
+    /// directory (on the engine's file system, so ingesting them links
+    /// instead of copying); temporary, so a start removes what a crash left.
+    pub(super) fn staging_dir(&self) -> PathBuf {
+        self.dir.join(unique_name("ingest-", TEMP_EXTENSION))
+    }
+
     /// The gate apply holds while it applies one entry.
     pub(super) fn entry_gate(&self) -> Arc<EntryGate> {
         self.entry_gate.clone()
