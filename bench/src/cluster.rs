@@ -112,10 +112,10 @@ impl Cluster {
             .tempdir()
             .context("creating cluster data dir")?;
         let token = format!("bench-{}-{}", spec.label, std::process::id());
+        let boots = vec![Boot::new(spec, MEMBERS, "new"); MEMBERS];
         let mut members = Vec::with_capacity(MEMBERS);
-        for i in 0..MEMBERS {
-            let boot = Boot::new(spec, MEMBERS, "new");
-            members.push(start_member(spec, i, &boot, dir.path(), &token)?);
+        for (i, boot) in boots.iter().enumerate() {
+            members.push(start_member(spec, i, boot, dir.path(), &token)?);
         }
         let mut cluster = Cluster {
             label: spec.label.clone(),
@@ -123,7 +123,7 @@ impl Cluster {
             spec: spec.clone(),
             token,
             dir,
-            boots: vec![Boot::new(spec, MEMBERS, "new"); MEMBERS],
+            boots,
         };
         cluster.wait_ready().await?;
         Ok(cluster)

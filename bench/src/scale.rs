@@ -484,9 +484,13 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
     let (c, label, show) = (&cluster, spec.label.as_str(), plan.progress);
     let load = step(label, "load", false, true, load(c, plan)).await;
     let runs = |g| plan.runs(g);
-    let sizes_after_load = step(label, "sizes", show, runs(StepGroup::Sizes), async {
-        bounded(SIZES_TIMEOUT, sizes(c)).await
-    })
+    let sizes_after_load = step(
+        label,
+        "sizes",
+        show,
+        runs(StepGroup::Sizes),
+        bounded(SIZES_TIMEOUT, sizes(c)),
+    )
     .await;
     let lists = runs(StepGroup::Lists);
     let full_list = step(label, "full list", show, lists, list_everything(c, plan)).await;
@@ -516,9 +520,13 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
         maintenance(c, plan),
     )
     .await;
-    let sizes_after_defrag = step(label, "sizes", show, maint, async {
-        bounded(SIZES_TIMEOUT, sizes(c)).await
-    })
+    let sizes_after_defrag = step(
+        label,
+        "sizes",
+        show,
+        maint,
+        bounded(SIZES_TIMEOUT, sizes(c)),
+    )
     .await;
     let full_list_after_compaction = step(
         label,
@@ -529,20 +537,28 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
     )
     .await;
     let restarts = runs(StepGroup::Restart);
-    let restart_follower = step(label, "restart follower", show, restarts, async {
-        bounded(RESTART_TIMEOUT, restart_follower(&mut cluster)).await
-    })
+    let restart_follower = step(
+        label,
+        "restart follower",
+        show,
+        restarts,
+        bounded(RESTART_TIMEOUT, restart_follower(&mut cluster)),
+    )
     .await;
-    let restart_all = step(label, "restart all", show, restarts, async {
-        bounded(RESTART_TIMEOUT, restart_all(&mut cluster)).await
-    })
+    let restart_all = step(
+        label,
+        "restart all",
+        show,
+        restarts,
+        bounded(RESTART_TIMEOUT, restart_all(&mut cluster)),
+    )
     .await;
     let learner_join = step(
         label,
         "learner join",
         show,
         runs(StepGroup::Learner),
-        async { bounded(LEARNER_TIMEOUT, learner_join(&mut cluster)).await },
+        bounded(LEARNER_TIMEOUT, learner_join(&mut cluster)),
     )
     .await;
     drop(cluster);

@@ -118,29 +118,16 @@ impl TreeIndex {
         Some(&mut self.histories[slot as usize])
     }
 
-    /// The history of `key`, created empty if the key has none.
+    /// The history of `key`, created empty (in the hash table and the
+    /// B-tree) if the key has none; the key is hashed once either way.
     fn history_or_new(&mut self, key: &[u8]) -> &mut KeyIndex {
-        let slot = match self.by_key.get(key) {
-            Some(slot) => slot,
-            None => self.insert(key),
-        };
+        let (histories, free, ordered) = (&mut self.histories, &mut self.free, &mut self.ordered);
+        let slot = self.by_key.get_or_insert_with(key, |key| {
+            let slot = new_slot(histories, free);
+            ordered.insert(Arc::clone(key), slot);
+            slot
+        });
         &mut self.histories[slot as usize]
-    }
-
-    /// Adds `key` (not in the index) with an empty history, to the hash map
-    /// and, with `ordered`, to the B-tree.
-    fn insert(&mut self, key: &[u8]) -> Slot {
-        self.insert_with(key, true)
-    }
-
-    fn insert_with(&mut self, key: &[u8], ordered: bool) -> Slot {
-        let slot = new_slot(&mut self.histories, &mut self.free);
-        let key: Arc<[u8]> = Arc::from(key);
-        if ordered {
-            self.ordered.insert(Arc::clone(&key), slot);
-        }
-        self.by_key.insert_new(key, slot);
-        slot
     }
 
     /// Records a put at `rev` and returns the key's state just before it
@@ -174,7 +161,7 @@ impl TreeIndex {
         let (histories, free) = (&mut self.histories, &mut self.free);
         let slot = self
             .by_key
-            .get_or_insert_with(key, || new_slot(histories, free));
+            .get_or_insert_with(key, |_| new_slot(histories, free));
         let ki = &mut self.histories[slot as usize];
         let was_live = ki.is_live();
         if was_live {
@@ -351,25 +338,16 @@ impl KeyTable {
         Some(found.2)
     }
 
-    /// Adds `key`, which must not be in the table.
-    fn insert_new(&mut self, key: Arc<[u8]>, slot: Slot) {
-        let hash = self.hash(&key);
-        match self.entries.entry(hash, |e| e.1 == key, |e| e.0) {
-            Entry::Occupied(_) => panic!("a key inserted twice into the index"),
-            Entry::Vacant(v) => {
-                v.insert((hash, key, slot));
-            }
-        }
-    }
-
-    /// The slot of `key`, inserted with `new()` if absent.
-    fn get_or_insert_with(&mut self, key: &[u8], new: impl FnOnce() -> Slot) -> Slot {
+    /// The slot of `key`; if absent, the key is inserted with the slot
+    /// `new` gives for the shared copy of the key.
+    fn get_or_insert_with(&mut self, key: &[u8], new: impl FnOnce(&Arc<[u8]>) -> Slot) -> Slot {
         let hash = self.hash(key);
         match self.entries.entry(hash, |e| *e.1 == *key, |e| e.0) {
             Entry::Occupied(o) => o.get().2,
             Entry::Vacant(v) => {
-                let slot = new();
-                v.insert((hash, Arc::from(key), slot));
+                let key: Arc<[u8]> = Arc::from(key);
+                let slot = new(&key);
+                v.insert((hash, key, slot));
                 slot
             }
         }

@@ -234,8 +234,8 @@ impl MvccStore {
         let mut max_rev = 0;
         let mut revisions = 0u64;
         rebuild_pipelined(self.engine.as_ref(), &mut |batch| {
-            for r in batch.revisions() {
-                restore_parsed(&mut rebuild, &mut leased, &r);
+            for (key, r) in batch.revisions() {
+                restore_parsed(&mut rebuild, &mut leased, key, r);
                 max_rev = max_rev.max(r.rev.main);
                 revisions += 1;
             }
@@ -568,30 +568,29 @@ fn history_event(
     })
 }
 
-/// Adds one stored revision to `index`, and to `leased` (the newest
-/// revision of each key decides whether it holds a lease); returns its
-/// main revision.
 /// Restores one stored revision into `index`; a put with a lease is added
 /// to `leased` (key, lease, revision) for [`MvccStore::reload`] to check.
 fn restore_parsed(
     index: &mut Rebuild,
     leased: &mut Vec<(Vec<u8>, i64, Revision)>,
-    r: &ParsedRevision<'_>,
+    key: &[u8],
+    r: &ParsedRevision,
 ) {
     if !r.tombstone && r.lease != 0 {
-        leased.push((r.key.to_vec(), r.lease, r.rev));
+        leased.push((key.to_vec(), r.lease, r.rev));
     }
     if r.tombstone {
         // A tombstone whose puts were all compacted away is harmless.
-        index.tombstone(r.key, r.rev);
+        index.tombstone(key, r.rev);
     } else {
-        index.restore(r.key, Revision::new(r.create_revision, 0), r.rev, r.version);
+        index.restore(key, Revision::new(r.create_revision, 0), r.rev, r.version);
     }
 }
 
-/// One stored revision's index fields, as the rebuild needs them.
-struct ParsedRevision<'a> {
-    key: &'a [u8],
+/// One stored revision's index fields but its key, as the rebuild needs
+/// them.
+#[derive(Clone, Copy)]
+struct ParsedRevision {
     rev: Revision,
     tombstone: bool,
     create_revision: i64,
@@ -604,9 +603,8 @@ struct ParsedRevision<'a> {
 #[derive(Default)]
 struct ParsedBatch {
     keys: Vec<u8>,
-    /// (end of the key in `keys`, revision, tombstone, create revision,
-    /// version, lease).
-    revisions: Vec<(usize, Revision, bool, i64, i64, i64)>,
+    /// Each revision with the end of its key in `keys`.
+    revisions: Vec<(usize, ParsedRevision)>,
 }
 
 impl ParsedBatch {
@@ -615,33 +613,25 @@ impl ParsedBatch {
             .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
         let kv = super::stored::parse(value)?;
         self.keys.extend_from_slice(kv.key);
-        self.revisions.push((
-            self.keys.len(),
+        let parsed = ParsedRevision {
             rev,
             tombstone,
-            kv.create_revision,
-            kv.version,
-            kv.lease,
-        ));
+            create_revision: kv.create_revision,
+            version: kv.version,
+            lease: kv.lease,
+        };
+        self.revisions.push((self.keys.len(), parsed));
         Ok(())
     }
 
-    fn revisions(&self) -> impl Iterator<Item = ParsedRevision<'_>> {
+    /// Each revision with its key, in scan order.
+    fn revisions(&self) -> impl Iterator<Item = (&[u8], &ParsedRevision)> {
         let mut start = 0;
-        self.revisions.iter().map(
-            move |&(end, rev, tombstone, create_revision, version, lease)| {
-                let key = &self.keys[start..end];
-                start = end;
-                ParsedRevision {
-                    key,
-                    rev,
-                    tombstone,
-                    create_revision,
-                    version,
-                    lease,
-                }
-            },
-        )
+        self.revisions.iter().map(move |(end, parsed)| {
+            let key = &self.keys[start..*end];
+            start = *end;
+            (key, parsed)
+        })
     }
 }
 

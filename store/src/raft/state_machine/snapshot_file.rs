@@ -206,26 +206,24 @@ const REMOVE_STEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(
 /// its own, freeing large files gradually.
 fn remove_in_background(path: PathBuf) {
     if bytes_under(&path) <= REMOVE_STEP_BYTES {
-        if let Err(e) = remove_gradually(&path) {
-            tracing::warn!(path = %path.display(), error = %e, "removing a replaced snapshot");
-        }
-        return;
+        return remove_logging_failure(&path);
     }
     let spawned = std::thread::Builder::new()
         .name("snapshot-remove".into())
         .spawn({
             let path = path.clone();
-            move || {
-                if let Err(e) = remove_gradually(&path) {
-                    tracing::warn!(path = %path.display(), error = %e, "removing a replaced snapshot");
-                }
-            }
+            move || remove_logging_failure(&path)
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "no thread to remove a replaced snapshot; removing it now");
-        if let Err(e) = remove_gradually(&path) {
-            tracing::warn!(path = %path.display(), error = %e, "removing a replaced snapshot");
-        }
+        remove_logging_failure(&path);
+    }
+}
+
+/// [`remove_gradually`], a failure logged (nothing waits for the removal).
+fn remove_logging_failure(path: &Path) {
+    if let Err(e) = remove_gradually(path) {
+        tracing::warn!(path = %path.display(), error = %e, "removing a replaced snapshot");
     }
 }
 
