@@ -95,13 +95,18 @@ impl Relay {
     pub fn start(endpoints: Vec<Endpoint>) -> Result<Relay> {
         let endpoints = Arc::new(endpoints);
         let delays = Arc::new(Delays::new(endpoints.len()));
-        let mut accept_loops = Vec::with_capacity(endpoints.len());
-        for (target, endpoint) in endpoints.iter().enumerate() {
+        // Every address is bound before any loop starts: a failed start
+        // leaves no listener behind.
+        let mut listeners = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints.iter() {
             let address = SocketAddrV4::new(endpoint.relay_ip, PEER_PORT);
             let listener = std::net::TcpListener::bind(address)
                 .with_context(|| format!("the relay binding {address}"))?;
             listener.set_nonblocking(true)?;
-            let listener = TcpListener::from_std(listener)?;
+            listeners.push(TcpListener::from_std(listener)?);
+        }
+        let mut accept_loops = Vec::with_capacity(endpoints.len());
+        for (target, listener) in listeners.into_iter().enumerate() {
             accept_loops.push(tokio::spawn(accept_loop(
                 listener,
                 target,
@@ -285,19 +290,38 @@ mod tests {
     use super::*;
     use crate::net::allocate_ip;
 
+    /// Attempts at allocating the two members' addresses: an address is
+    /// probed free when allocated, but a process outside this one may bind
+    /// it before the relay does.
+    const ALLOCATION_ATTEMPTS: usize = 3;
+
     /// Two "members" on loopback addresses, each with a relay address; a
     /// server on member 1's peer port answers every line with the caller's
     /// address and the line.
     async fn two_members() -> (Vec<Endpoint>, Relay) {
-        let endpoints: Vec<Endpoint> = (0..2)
-            .map(|_| Endpoint {
-                ip: allocate_ip().unwrap(),
-                relay_ip: allocate_ip().unwrap(),
-            })
-            .collect();
+        let mut last_error = None;
+        for _ in 0..ALLOCATION_ATTEMPTS {
+            match try_two_members().await {
+                Ok(members) => return members,
+                Err(error) => last_error = Some(error),
+            }
+        }
+        panic!("{:?}", last_error.expect("at least one attempt"));
+    }
+
+    async fn try_two_members() -> Result<(Vec<Endpoint>, Relay)> {
+        let mut endpoints = Vec::with_capacity(2);
+        for _ in 0..2 {
+            endpoints.push(Endpoint {
+                ip: allocate_ip()?,
+                relay_ip: allocate_ip()?,
+            });
+        }
         let server = TcpListener::bind((endpoints[1].ip, PEER_PORT))
             .await
-            .unwrap();
+            .context("the server binding member 1's peer port")?;
+        // The relay first: a failed attempt leaves no server task behind.
+        let relay = Relay::start(endpoints.clone())?;
         tokio::spawn(async move {
             while let Ok((mut stream, from)) = server.accept().await {
                 tokio::spawn(async move {
@@ -316,8 +340,7 @@ mod tests {
                 });
             }
         });
-        let relay = Relay::start(endpoints.clone()).unwrap();
-        (endpoints, relay)
+        Ok((endpoints, relay))
     }
 
     /// A connection from member 0's address to member 1's relay address,
