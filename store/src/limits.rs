@@ -111,6 +111,16 @@ pub const COMPACTION_BATCH_PAUSE_MS: u64 = 10;
 /// Largest snapshot chunk in one message of the InstallSnapshot stream.
 pub const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
 
+/// Snapshot chunks a sender produces ahead of the stream (4 MiB): the
+/// producer reads the checkpoint while the stream sends.
+pub const SNAPSHOT_SEND_CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Received snapshot chunks queued for each thread that prepares the
+/// install while the snapshot arrives (its table files, its key index):
+/// with 1 MiB chunks, at most 8 MiB per thread in memory; a slower thread
+/// slows the stream instead of queueing more.
+pub const SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT: usize = 8;
+
 /// Largest Raft snapshot a member receives (64 GiB): bounds the disk a
 /// runaway sender can fill. Eight times etcd's largest suggested
 /// `--quota-backend-bytes` (8 GiB); snapshots live in files, so memory does

@@ -356,13 +356,16 @@ impl Engine for FailingEngine {
         self.take_write()?;
         self.inner.write(batch, sync)
     }
-    fn bulk_load(
+    fn prepare_load(
         &self,
         staging: &std::path::Path,
         next: &mut store::engine::BulkSource<'_>,
-    ) -> store::engine::EngineResult<()> {
+    ) -> store::engine::EngineResult<store::engine::PreparedLoad> {
+        self.inner.prepare_load(staging, next)
+    }
+    fn ingest(&self, load: store::engine::PreparedLoad) -> store::engine::EngineResult<()> {
         self.take_write()?;
-        self.inner.bulk_load(staging, next)
+        self.inner.ingest(load)
     }
     fn sync(&self) -> store::engine::EngineResult<()> {
         self.inner.sync()

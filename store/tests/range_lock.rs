@@ -130,12 +130,15 @@ impl Engine for GatedEngine {
     fn open_checkpoint(&self, dir: &std::path::Path) -> EngineResult<Arc<dyn EngineRead>> {
         self.inner.open_checkpoint(dir)
     }
-    fn bulk_load(
+    fn prepare_load(
         &self,
         staging: &std::path::Path,
         next: &mut store::engine::BulkSource<'_>,
-    ) -> EngineResult<()> {
-        self.inner.bulk_load(staging, next)
+    ) -> store::engine::EngineResult<store::engine::PreparedLoad> {
+        self.inner.prepare_load(staging, next)
+    }
+    fn ingest(&self, load: store::engine::PreparedLoad) -> store::engine::EngineResult<()> {
+        self.inner.ingest(load)
     }
 }
 

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use super::{
-    BatchOp, BulkSource, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table,
-    WriteBatch,
+    BatchOp, BulkSource, Engine, EngineError, EngineRead, EngineResult, PreparedLoad, ScanVisitor,
+    Table, WriteBatch,
 };
 use crate::codec;
 
@@ -168,9 +168,21 @@ impl Engine for MemoryEngine {
         Ok(())
     }
 
-    fn bulk_load(&self, _staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()> {
+    fn prepare_load(
+        &self,
+        _staging: &Path,
+        next: &mut BulkSource<'_>,
+    ) -> EngineResult<PreparedLoad> {
+        let mut pairs = Vec::new();
+        while let Some(pair) = next()? {
+            pairs.push(pair);
+        }
+        Ok(PreparedLoad::pairs(pairs))
+    }
+
+    fn ingest(&self, mut load: PreparedLoad) -> EngineResult<()> {
         let mut batch = WriteBatch::new();
-        while let Some((table, key, value)) = next()? {
+        for (table, key, value) in load.take_pairs() {
             batch.put(table, key, value);
         }
         self.write(batch, true)

@@ -16,7 +16,7 @@ pub mod memory;
 pub mod rocks;
 
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The logical tables. Each is an independent ordered key space.
@@ -211,6 +211,65 @@ pub type BulkPair = (Table, Vec<u8>, Vec<u8>);
 /// `None`.
 pub type BulkSource<'a> = dyn FnMut() -> EngineResult<Option<BulkPair>> + 'a;
 
+/// A bulk load read ahead of its ingestion ([`Engine::prepare_load`]):
+/// table files in a staging directory, removed with it when the load is
+/// dropped, or (an engine without files) the pairs themselves.
+#[derive(Debug)]
+pub struct PreparedLoad {
+    /// The staging directory holding `files`, if the engine wrote any.
+    staging: Option<PathBuf>,
+    /// Each table file with its table, in the order written.
+    files: Vec<(Table, PathBuf)>,
+    /// The pairs, for an engine without table files.
+    pairs: Vec<BulkPair>,
+}
+
+impl PreparedLoad {
+    /// The table files written into `staging`.
+    pub fn files(staging: PathBuf, files: Vec<(Table, PathBuf)>) -> Self {
+        Self {
+            staging: Some(staging),
+            files,
+            pairs: Vec::new(),
+        }
+    }
+
+    /// The pairs themselves.
+    pub fn pairs(pairs: Vec<BulkPair>) -> Self {
+        Self {
+            staging: None,
+            files: Vec::new(),
+            pairs,
+        }
+    }
+
+    /// The table files of `table`, in the order written.
+    pub fn files_of(&self, table: Table) -> Vec<&Path> {
+        self.files
+            .iter()
+            .filter(|(t, _)| *t == table)
+            .map(|(_, p)| p.as_path())
+            .collect()
+    }
+
+    /// Takes the pairs out.
+    pub fn take_pairs(&mut self) -> Vec<BulkPair> {
+        std::mem::take(&mut self.pairs)
+    }
+}
+
+impl Drop for PreparedLoad {
+    fn drop(&mut self) {
+        if let Some(staging) = self.staging.take() {
+            if let Err(e) = std::fs::remove_dir_all(&staging) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %staging.display(), error = %e, "removing a bulk load's staging directory");
+                }
+            }
+        }
+    }
+}
+
 /// A storage engine. Implementations are internally synchronized.
 pub trait Engine: EngineRead + 'static {
     /// Applies `batch` atomically. With `sync`, it is durable (fsynced)
@@ -251,12 +310,29 @@ pub trait Engine: EngineRead + 'static {
     /// Adds the pairs `next` yields, outside the write path: each table's
     /// pairs in ascending key order, one table after the other, into
     /// tables that hold none of those keys (a snapshot install clears them
-    /// first). Durable when this returns. The RocksDB engine writes table
-    /// files into `staging` (a directory it creates and removes, on the
-    /// engine's file system) and ingests them: no WAL, no memtable, and no
-    /// compaction on the way in, so a store-sized load runs at disk speed.
-    /// Out-of-order pairs may be refused.
-    fn bulk_load(&self, staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()>;
+    /// first). Durable when this returns. [`Engine::prepare_load`] then
+    /// [`Engine::ingest`]: the RocksDB engine writes table files into
+    /// `staging` (a directory it creates and removes, on the engine's file
+    /// system) and ingests them: no WAL, no memtable, and no compaction on
+    /// the way in, so a store-sized load runs at disk speed. Out-of-order
+    /// pairs may be refused.
+    fn bulk_load(&self, staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()> {
+        let load = self.prepare_load(staging, next)?;
+        self.ingest(load)
+    }
+
+    /// The first half of [`Engine::bulk_load`]: reads every pair `next`
+    /// yields into a load that [`Engine::ingest`] adds later, without
+    /// touching the tables (so it may run while they serve, and the load
+    /// may be dropped instead). The RocksDB engine writes the table files
+    /// into `staging` (created here, removed when the load is dropped).
+    fn prepare_load(&self, staging: &Path, next: &mut BulkSource<'_>)
+        -> EngineResult<PreparedLoad>;
+
+    /// The second half of [`Engine::bulk_load`]: adds a load
+    /// [`Engine::prepare_load`] of this engine prepared. Durable when this
+    /// returns.
+    fn ingest(&self, load: PreparedLoad) -> EngineResult<()>;
 }
 
 /// Collects `[start, end)` of `table` into a vector, at most `limit` pairs

@@ -25,8 +25,8 @@ use std::time::Duration;
 use rocksdb::{ColumnFamilyDescriptor, Options, ReadOptions, WriteOptions, DB};
 
 use super::{
-    BatchOp, BulkSource, Engine, EngineError, EngineRead, EngineResult, ScanVisitor, Table,
-    WriteBatch,
+    BatchOp, BulkSource, Engine, EngineError, EngineRead, EngineResult, PreparedLoad, ScanVisitor,
+    Table, WriteBatch,
 };
 
 /// Memtable size per column family: large enough that bursts of small writes
@@ -267,55 +267,6 @@ impl RocksEngine {
             .sum()
     }
 
-    /// [`Engine::bulk_load`]'s work, `staging` existing.
-    fn write_and_ingest(&self, staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()> {
-        let cache = rocksdb::Cache::new_lru_cache(BULK_BLOCK_CACHE_BYTES);
-        let options: Vec<Options> = Table::ALL
-            .iter()
-            .map(|t| table_file_options(*t, &cache))
-            .collect();
-        let mut files: Vec<(Table, std::path::PathBuf)> = Vec::new();
-        let mut open: Option<(Table, rocksdb::SstFileWriter<'_>)> = None;
-        while let Some((table, key, value)) = next()? {
-            let start_new = match &open {
-                Some((t, writer)) => *t != table || writer.file_size() >= BULK_FILE_BYTES,
-                None => true,
-            };
-            if start_new {
-                if let Some((_, mut writer)) = open.take() {
-                    writer.finish().map_err(err)?;
-                }
-                let i = Table::ALL.iter().position(|t| *t == table).unwrap_or(0);
-                let writer = rocksdb::SstFileWriter::create(&options[i]);
-                let path = staging.join(format!("{:06}.sst", files.len()));
-                writer.open(&path).map_err(err)?;
-                files.push((table, path));
-                open = Some((table, writer));
-            }
-            if let Some((_, writer)) = &mut open {
-                writer.put(&key, &value).map_err(err)?;
-            }
-        }
-        if let Some((_, mut writer)) = open.take() {
-            writer.finish().map_err(err)?;
-        }
-        let mut ingest = rocksdb::IngestExternalFileOptions::default();
-        ingest.set_move_files(true);
-        for table in Table::ALL {
-            let paths: Vec<&std::path::PathBuf> = files
-                .iter()
-                .filter(|(t, _)| *t == table)
-                .map(|(_, p)| p)
-                .collect();
-            if !paths.is_empty() {
-                self.db
-                    .ingest_external_file_cf_opts(self.cf(table), &ingest, paths)
-                    .map_err(err)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Bytes of the unflushed memtables of `tables`, without the `kv`
     /// memtables' bloom filters.
     fn memtable_bytes(&self, tables: &[Table]) -> u64 {
@@ -530,16 +481,35 @@ impl Engine for RocksEngine {
     }
 
     /// Writes the pairs into table files in `staging` (a new file at each
-    /// table change or past [`BULK_FILE_BYTES`]), then ingests each table's
-    /// files, moved (hard-linked) into the engine: RocksDB gives them
-    /// sequence numbers above everything written before, so they read as
-    /// the newest data, and syncs them and its manifest before returning.
-    fn bulk_load(&self, staging: &Path, next: &mut BulkSource<'_>) -> EngineResult<()> {
-        let io = |e: std::io::Error| EngineError::Backend(Box::new(e));
-        std::fs::create_dir_all(staging).map_err(io)?;
-        let loaded = self.write_and_ingest(staging, next);
-        let removed = std::fs::remove_dir_all(staging).map_err(io);
-        loaded.and(removed)
+    /// table change or past [`BULK_FILE_BYTES`]).
+    fn prepare_load(
+        &self,
+        staging: &Path,
+        next: &mut BulkSource<'_>,
+    ) -> EngineResult<PreparedLoad> {
+        std::fs::create_dir_all(staging).map_err(|e| EngineError::Backend(Box::new(e)))?;
+        // From here on, dropping the load (a failure too) removes it.
+        let mut load = PreparedLoad::files(staging.to_path_buf(), Vec::new());
+        write_table_files(staging, next, &mut load.files)?;
+        Ok(load)
+    }
+
+    /// Ingests each table's files, moved (hard-linked) into the engine:
+    /// RocksDB gives them sequence numbers above everything written
+    /// before, so they read as the newest data, and syncs them and its
+    /// manifest before returning. The staging directory goes with the load.
+    fn ingest(&self, load: PreparedLoad) -> EngineResult<()> {
+        let mut ingest = rocksdb::IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
+        for table in Table::ALL {
+            let paths = load.files_of(table);
+            if !paths.is_empty() {
+                self.db
+                    .ingest_external_file_cf_opts(self.cf(table), &ingest, paths)
+                    .map_err(err)?;
+            }
+        }
+        Ok(())
     }
 
     /// A RocksDB checkpoint: the memtables are flushed, the table files
@@ -566,6 +536,45 @@ impl Engine for RocksEngine {
             flusher: None,
         }))
     }
+}
+
+/// Writes [`Engine::prepare_load`]'s table files into `staging` (which
+/// exists), listing each with its table in `files`, in the order written.
+fn write_table_files(
+    staging: &Path,
+    next: &mut BulkSource<'_>,
+    files: &mut Vec<(Table, std::path::PathBuf)>,
+) -> EngineResult<()> {
+    let cache = rocksdb::Cache::new_lru_cache(BULK_BLOCK_CACHE_BYTES);
+    let options: Vec<Options> = Table::ALL
+        .iter()
+        .map(|t| table_file_options(*t, &cache))
+        .collect();
+    let mut open: Option<(Table, rocksdb::SstFileWriter<'_>)> = None;
+    while let Some((table, key, value)) = next()? {
+        let start_new = match &open {
+            Some((t, writer)) => *t != table || writer.file_size() >= BULK_FILE_BYTES,
+            None => true,
+        };
+        if start_new {
+            if let Some((_, mut writer)) = open.take() {
+                writer.finish().map_err(err)?;
+            }
+            let i = Table::ALL.iter().position(|t| *t == table).unwrap_or(0);
+            let writer = rocksdb::SstFileWriter::create(&options[i]);
+            let path = staging.join(format!("{:06}.sst", files.len()));
+            writer.open(&path).map_err(err)?;
+            files.push((table, path));
+            open = Some((table, writer));
+        }
+        if let Some((_, writer)) = &mut open {
+            writer.put(&key, &value).map_err(err)?;
+        }
+    }
+    if let Some((_, mut writer)) = open.take() {
+        writer.finish().map_err(err)?;
+    }
+    Ok(())
 }
 
 /// A RocksDB snapshot that owns a handle on its database.

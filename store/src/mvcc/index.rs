@@ -414,7 +414,7 @@ fn shared_prefix<'a>(mut keys: impl Iterator<Item = &'a [u8]>) -> usize {
 /// once at the end from the keys sorted, instead of one tree insertion per
 /// new key in revision order (a third of a million-key rebuild's CPU went to
 /// those insertions' key comparisons).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Rebuild {
     index: TreeIndex,
 }

@@ -23,7 +23,7 @@ pub mod stored;
 pub use index::KeyRange;
 pub use revision::Revision;
 pub use store::{
-    CompactionJob, MvccError, MvccStore, Prev, PrevKvInterest, RangeOptions, RangeResult, WriteTxn,
-    META_CURRENT_REV, META_FINISHED_COMPACT_REV, META_SCHEDULED_COMPACT_REV,
-    RANGE_VALUES_UNDER_LOCK,
+    CompactionJob, IndexBuilder, MvccError, MvccStore, PreparedIndex, Prev, PrevKvInterest,
+    RangeOptions, RangeResult, WriteTxn, META_CURRENT_REV, META_FINISHED_COMPACT_REV,
+    META_SCHEDULED_COMPACT_REV, RANGE_VALUES_UNDER_LOCK,
 };

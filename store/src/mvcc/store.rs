@@ -228,40 +228,44 @@ impl MvccStore {
     /// of reading every live value again by key, which at a million keys
     /// was a random read per key.
     pub fn reload(&self) -> Result<Option<CompactionJob>, MvccError> {
+        self.reload_with(None)
+    }
+
+    /// [`MvccStore::reload`] with the index already built from the
+    /// revisions the engine now holds (a snapshot's, built while it
+    /// arrived), or built here from the engine when `None`.
+    pub fn reload_with(
+        &self,
+        prepared: Option<PreparedIndex>,
+    ) -> Result<Option<CompactionJob>, MvccError> {
         let started = std::time::Instant::now();
-        let mut rebuild = TreeIndex::rebuild();
-        let mut leased = Vec::new();
-        let mut max_rev = 0;
-        let mut revisions = 0u64;
-        rebuild_pipelined(self.engine.as_ref(), &mut |batch| {
-            for (key, r) in batch.revisions() {
-                restore_parsed(&mut rebuild, &mut leased, key, r);
-                max_rev = max_rev.max(r.rev.main);
-                revisions += 1;
+        let built_here = prepared.is_none();
+        let prepared = match prepared {
+            Some(prepared) => prepared,
+            None => {
+                let mut builder = IndexBuilder::default();
+                rebuild_pipelined(self.engine.as_ref(), &mut |batch| builder.add_batch(batch))?;
+                builder.finish()
             }
-        })?;
-        let index = rebuild.finish();
-        // A leased put names a live leased key if it is still the key's
-        // newest revision.
-        leased.retain(|(key, _, rev): &(Vec<u8>, i64, Revision)| {
-            index
-                .get(key, i64::MAX)
-                .is_some_and(|now| now.modified == *rev)
-        });
+        };
+        let PreparedIndex {
+            index,
+            leased,
+            max_rev,
+            revisions,
+        } = prepared;
         tracing::info!(
             keys = index.len(),
             revisions,
             leased_keys = leased.len(),
+            built_here,
             took_ms = started.elapsed().as_millis() as u64,
             "rebuilt the key index"
         );
         *self
             .reloaded_leased
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = leased
-            .into_iter()
-            .map(|(key, lease, _)| (key, lease))
-            .collect();
+            .unwrap_or_else(|p| p.into_inner()) = leased;
         let scheduled = read_opt_i64(self.engine.as_ref(), META_SCHEDULED_COMPACT_REV)?
             .unwrap_or(NO_COMPACTION);
         let finished = read_i64(self.engine.as_ref(), META_FINISHED_COMPACT_REV)?;
@@ -566,6 +570,82 @@ fn history_event(
         kv: Some(kv),
         prev_kv,
     })
+}
+
+/// The key index built from stored revisions, with what a reload needs
+/// beside it ([`MvccStore::reload_with`]).
+pub struct PreparedIndex {
+    index: TreeIndex,
+    /// The live keys holding a lease, with their lease ids.
+    leased: Vec<(Vec<u8>, i64)>,
+    /// The newest main revision stored.
+    max_rev: i64,
+    /// Revisions read.
+    revisions: u64,
+}
+
+/// Builds a [`PreparedIndex`] from the `kv` table's pairs in revision
+/// (key) order: the engine's, at start-up, or a snapshot's as it arrives.
+#[derive(Default)]
+pub struct IndexBuilder {
+    rebuild: Rebuild,
+    /// Puts with a lease: (key, lease, revision).
+    leased: Vec<(Vec<u8>, i64, Revision)>,
+    max_rev: i64,
+    revisions: u64,
+}
+
+impl IndexBuilder {
+    /// Adds one stored revision: a `kv` key (revision) and its value, each
+    /// after the one before it in key order.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
+        let (rev, tombstone) = Revision::from_key(key)
+            .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
+        let kv = super::stored::parse(value)?;
+        let parsed = ParsedRevision {
+            rev,
+            tombstone,
+            create_revision: kv.create_revision,
+            version: kv.version,
+            lease: kv.lease,
+        };
+        self.add(kv.key, &parsed);
+        Ok(())
+    }
+
+    fn add_batch(&mut self, batch: &ParsedBatch) {
+        for (key, r) in batch.revisions() {
+            self.add(key, r);
+        }
+    }
+
+    fn add(&mut self, key: &[u8], r: &ParsedRevision) {
+        restore_parsed(&mut self.rebuild, &mut self.leased, key, r);
+        self.max_rev = self.max_rev.max(r.rev.main);
+        self.revisions += 1;
+    }
+
+    /// The index, and the live keys holding a lease: a leased put names
+    /// one if it is still its key's newest revision.
+    pub fn finish(self) -> PreparedIndex {
+        let index = self.rebuild.finish();
+        let leased = self
+            .leased
+            .into_iter()
+            .filter(|(key, _, rev)| {
+                index
+                    .get(key, i64::MAX)
+                    .is_some_and(|now| now.modified == *rev)
+            })
+            .map(|(key, lease, _)| (key, lease))
+            .collect();
+        PreparedIndex {
+            index,
+            leased,
+            max_rev: self.max_rev,
+            revisions: self.revisions,
+        }
+    }
 }
 
 /// Restores one stored revision into `index`; a put with a lease is added

@@ -36,10 +36,10 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::commit_hold::{CommitHold, CommitRelease};
-use super::state_machine::snapshot_file::SnapshotFile;
+use super::state_machine::snapshot_file::{SnapshotFile, SnapshotSource};
 use super::types::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
-use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES};
+use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_SEND_CHUNKS_IN_FLIGHT};
 
 /// Builds peer clients for openraft. Channels are cached per member and
 /// peer URL: openraft asks for a new client per replication stream and per
@@ -316,7 +316,7 @@ impl PeerNetwork {
     ) -> RpcResult<SnapshotResponse<TypeConfig>> {
         let mut client = self.client()?;
         let data = snapshot.snapshot;
-        let file = tokio::task::spawn_blocking(move || data.encoded())
+        let source = tokio::task::spawn_blocking(move || data.source())
             .await
             .map_err(std::io::Error::other)
             .and_then(|r| r)
@@ -324,11 +324,20 @@ impl PeerNetwork {
         let header = codec::encode(&SnapshotHeader {
             vote,
             meta: snapshot.meta,
-            bytes: file.len(),
+            bytes: source.len(),
         });
-        let sent = header.len() as u64 + file.len();
+        let sent = header.len() as u64 + source.len();
         let read_failure = Arc::new(Mutex::new(None));
-        let chunks = file_chunks(file, read_failure.clone());
+        let chunks = match source {
+            SnapshotSource::File(file) => file_chunks(file, read_failure.clone()).left_stream(),
+            SnapshotSource::Checkpoint { checkpoint, .. } => {
+                let produced = checkpoint.produce(
+                    SNAPSHOT_CHUNK_BYTES as usize,
+                    SNAPSHOT_SEND_CHUNKS_IN_FLIGHT,
+                );
+                produced_chunks(produced, read_failure.clone()).right_stream()
+            }
+        };
         let messages = futures::stream::once(std::future::ready(header))
             .chain(chunks)
             .map(|payload| RaftMessage { payload });
@@ -369,6 +378,29 @@ fn file_chunks(
                     let next = offset + chunk.len() as u64;
                     Some((chunk, next))
                 }
+                Err(e) => {
+                    if let Ok(mut slot) = failure.lock() {
+                        *slot = Some(e);
+                    }
+                    None
+                }
+            }
+        }
+    })
+}
+
+/// The chunks a checkpoint's producer queues ([`Checkpoint::produce`]),
+/// until its queue ends or an error, which ends the stream early (the
+/// receiver then refuses the short snapshot) and is left in `failure`.
+fn produced_chunks(
+    produced: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    failure: Arc<Mutex<Option<std::io::Error>>>,
+) -> impl Stream<Item = Vec<u8>> {
+    futures::stream::unfold(produced, move |mut produced| {
+        let failure = failure.clone();
+        async move {
+            match produced.recv().await? {
+                Ok(chunk) => Some((chunk, produced)),
                 Err(e) => {
                     if let Ok(mut slot) = failure.lock() {
                         *slot = Some(e);

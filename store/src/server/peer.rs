@@ -248,7 +248,13 @@ impl RaftPeer for PeerService {
         let header: SnapshotHeader = decode_payload(&first.payload)?;
         let from = Some(header.vote.leader_id.node_id);
         let dir = self.core.config.snapshot_dir_or_temp();
-        let mut receiver = blocking(move || SnapshotReceiver::create(&dir, header.bytes)).await?;
+        let engine = self.core.mvcc.engine().clone();
+        let mut receiver = blocking(move || {
+            let mut receiver = SnapshotReceiver::create(&dir, header.bytes)?;
+            receiver.prepare_install(engine)?;
+            Ok(receiver)
+        })
+        .await?;
         let mut received = first.payload.len();
         while let Some(chunk) = chunks.message().await? {
             received += chunk.payload.len();

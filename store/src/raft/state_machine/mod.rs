@@ -43,7 +43,9 @@ use openraft::{EntryPayload, OptionalSend};
 use tokio::sync::mpsc;
 
 use self::members::member_attributes_key;
-use self::snapshot_file::{EntryGate, SnapshotBuilder, SnapshotFile, SnapshotFiles};
+use self::snapshot_file::{
+    installed_pairs, EntryGate, PreparedInstall, SnapshotBuilder, SnapshotFile, SnapshotFiles,
+};
 use super::log_store::io_error;
 use super::types::{
     Batch, Command, CommandResponse, Entry, LogId, Proposal, Snapshot, SnapshotData, SnapshotMeta,
@@ -53,7 +55,7 @@ use crate::alarm::{self, apply_alarm};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
 use crate::cluster_version::{ClusterStateCache, KEY_CLUSTER_VERSION, KEY_DOWNGRADE};
 use crate::codec;
-use crate::engine::{BulkPair, Engine, EngineError, EngineRead, EngineResult, Table, WriteBatch};
+use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
@@ -570,24 +572,21 @@ impl StateMachine {
             clear.delete_range(t, Vec::new(), vec![0xff; 32]);
         }
         self.engine().write(clear, true).map_err(sm_write_err)?;
-        let mut records = data.records();
-        let mut next = || -> EngineResult<Option<BulkPair>> {
-            loop {
-                let record = records
-                    .next_record()
-                    .map_err(|e| EngineError::Backend(Box::new(e)))?;
-                match record {
-                    Some(r)
-                        if r.table == Table::Meta && Self::PROGRESS_KEYS.contains(&&r.key[..]) => {}
-                    Some(r) => return Ok(Some((r.table, r.key, r.value))),
-                    None => return Ok(None),
-                }
+        let prepared = data.take_prepared();
+        let index = match prepared {
+            Some(PreparedInstall { load, index }) => {
+                self.engine().ingest(load).map_err(sm_write_err)?;
+                Some(index)
+            }
+            None => {
+                let mut records = data.records();
+                let staging = self.snapshot_files.staging_dir();
+                self.engine()
+                    .bulk_load(&staging, &mut installed_pairs(&mut records))
+                    .map_err(sm_write_err)?;
+                None
             }
         };
-        let staging = self.snapshot_files.staging_dir();
-        self.engine()
-            .bulk_load(&staging, &mut next)
-            .map_err(sm_write_err)?;
         let applied = Self::applied_batch(last_log_id, Some(&meta.last_membership));
         self.engine().write(applied, true).map_err(sm_write_err)?;
         tracing::info!(
@@ -596,7 +595,7 @@ impl StateMachine {
         );
         self.refresh_alarms()?;
         self.refresh_cluster_state()?;
-        match self.mvcc.reload() {
+        match self.mvcc.reload_with(index) {
             Ok(Some(job)) => {
                 let _ = self.compactor.try_send(job);
             }
@@ -608,9 +607,6 @@ impl StateMachine {
             .map_err(sm_read_err)?;
         self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
     }
-
-    /// Meta keys that record how far the state machine is applied.
-    const PROGRESS_KEYS: [&'static [u8]; 3] = [KEY_APPLIED, KEY_MEMBERSHIP, KEY_APPLIED_PART];
 }
 
 /// Commands refused while the NOSPACE alarm is raised.

@@ -15,11 +15,18 @@
 //! the store's size each time, and stretched the writes' p99.9 from 99 to
 //! 354 ms at `--snapshot-count 5000` as the file grew to 102 MB.
 //!
-//! **Sending** one to a lagging follower writes the records out then, in
-//! the format below, to a temporary file read in chunks
-//! ([`SnapshotData::encoded`]). A **received** snapshot is such a file:
-//! installing it makes it the current snapshot before the tables are
-//! replaced, so a crash in between installs it again at the next start.
+//! **Sending** one to a lagging follower reads the checkpoint twice: once
+//! to measure its records (the stream's header announces their length),
+//! then again as the stream sends them, in the format below, produced in
+//! chunks on a thread a few chunks ahead ([`SnapshotData::source`],
+//! [`Checkpoint::produce`]); no file is written. A **received** snapshot
+//! is a records file: installing it makes it the current snapshot before
+//! the tables are replaced, so a crash in between installs it again at the
+//! next start. While it arrives, two threads read the same chunks into
+//! what the install needs ([`SnapshotReceiver::prepare_install`]): the
+//! engine's table files, and the key index of its revisions. The install
+//! then ingests those files and takes that index, instead of reading the
+//! file back and scanning the tables once they hold it.
 //!
 //! The format is a sequence of records `table u8 | key_len u32 | key |
 //! value_len u32 | value` (big-endian lengths) of the state machine tables
@@ -44,14 +51,16 @@ use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::RaftSnapshotBuilder;
 
 use super::{read_meta, KEY_APPLIED, KEY_APPLIED_PART, KEY_MEMBERSHIP};
 use crate::codec;
-use crate::engine::{Engine, EngineError, EngineRead, Table};
-use crate::limits::MAX_SNAPSHOT_BYTES;
+use crate::engine::{BulkPair, Engine, EngineError, EngineRead, EngineResult, PreparedLoad, Table};
+use crate::limits::{MAX_SNAPSHOT_BYTES, SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT};
+use crate::mvcc::{IndexBuilder, PreparedIndex};
 use crate::raft::log_store::io_error;
 use crate::raft::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
@@ -69,6 +78,8 @@ const CHECKPOINT_EXTENSION: &str = "ckpt";
 const FILE_EXTENSION: &str = "snap";
 /// Prefix of the temporary files snapshots are received into.
 const RECEIVING_PREFIX: &str = "receiving-";
+/// Prefix of the staging directories of table files to ingest.
+const INGEST_PREFIX: &str = "ingest-";
 /// Prefix of the temporary files checkpoints are written out to be sent.
 const SENDING_PREFIX: &str = "sending-";
 /// Extension of every temporary file in the snapshot directory (RocksDB
@@ -117,6 +128,19 @@ impl SnapshotData {
         match self {
             Self::File(file) => Ok(file.clone()),
             Self::Checkpoint(checkpoint) => checkpoint.encode().map(Arc::new),
+        }
+    }
+
+    /// What a sender streams (blocking): a file as it is; a checkpoint's
+    /// records produced as they are sent ([`Checkpoint::measure`] first:
+    /// the stream's header announces their length), with no file written.
+    pub fn source(&self) -> std::io::Result<SnapshotSource> {
+        match self {
+            Self::File(file) => Ok(SnapshotSource::File(file.clone())),
+            Self::Checkpoint(checkpoint) => Ok(SnapshotSource::Checkpoint {
+                len: checkpoint.measure()?,
+                checkpoint: checkpoint.clone(),
+            }),
         }
     }
 
@@ -180,6 +204,139 @@ impl Checkpoint {
             "wrote a snapshot out to send"
         );
         Ok(snapshot)
+    }
+}
+
+/// A snapshot's records as a sender streams them ([`SnapshotData::source`]).
+pub enum SnapshotSource {
+    /// Records in a file, read in chunks at their offsets.
+    File(Arc<SnapshotFile>),
+    /// A checkpoint's records, `len` bytes, produced as they are sent
+    /// ([`Checkpoint::produce`]).
+    Checkpoint {
+        /// The checkpoint.
+        checkpoint: Arc<Checkpoint>,
+        /// Its records' length ([`Checkpoint::measure`]).
+        len: u64,
+    },
+}
+
+impl SnapshotSource {
+    /// The records' length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::File(file) => file.len(),
+            Self::Checkpoint { len, .. } => *len,
+        }
+    }
+
+    /// Whether there is no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Checkpoint {
+    /// The length of the checkpoint's records: one pass over it that
+    /// reads but writes nothing.
+    fn measure(&self) -> std::io::Result<u64> {
+        let started = std::time::Instant::now();
+        let view = self.open()?;
+        let mut counter = ByteCounter(0);
+        encode_records(view.as_ref(), &mut counter)?;
+        tracing::info!(
+            bytes = counter.0,
+            took_ms = started.elapsed().as_millis() as u64,
+            "measured a snapshot to send"
+        );
+        Ok(counter.0)
+    }
+
+    /// Produces the checkpoint's records on a thread of its own, in chunks
+    /// of `chunk_bytes` sent to the returned queue (of `in_flight` chunks:
+    /// the thread waits while the queue is full). A read error is the
+    /// last item; the thread stops when the queue's reader is dropped.
+    pub fn produce(
+        self: &Arc<Self>,
+        chunk_bytes: usize,
+        in_flight: usize,
+    ) -> tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(in_flight);
+        let checkpoint = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("snapshot-send".into())
+            .spawn({
+                let tx = tx.clone();
+                move || {
+                    let started = std::time::Instant::now();
+                    let mut sink = ChunkSink {
+                        chunk: Vec::with_capacity(chunk_bytes),
+                        chunk_bytes,
+                        queue: tx.clone(),
+                    };
+                    let produced = checkpoint
+                        .open()
+                        .and_then(|view| encode_records(view.as_ref(), &mut sink))
+                        .and_then(|()| sink.flush());
+                    match produced {
+                        Ok(()) => tracing::info!(
+                            took_ms = started.elapsed().as_millis() as u64,
+                            "streamed a snapshot"
+                        ),
+                        Err(e) => {
+                            let _ = tx.blocking_send(Err(e));
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            let _ = tx.try_send(Err(e));
+        }
+        rx
+    }
+}
+
+/// A `Write` that only counts the bytes.
+struct ByteCounter(u64);
+
+impl Write for ByteCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A `Write` that cuts what it is given into chunks sent to a queue; a
+/// gone reader fails the write, which ends the producer.
+struct ChunkSink {
+    chunk: Vec<u8>,
+    chunk_bytes: usize,
+    queue: tokio::sync::mpsc::Sender<std::io::Result<Vec<u8>>>,
+}
+
+impl Write for ChunkSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.chunk_bytes - self.chunk.len());
+        self.chunk.extend_from_slice(&buf[..n]);
+        if self.chunk.len() == self.chunk_bytes {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
+    /// Sends the chunk so far, if any.
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.chunk.is_empty() {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.chunk, Vec::with_capacity(self.chunk_bytes));
+        self.queue.blocking_send(Ok(full)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the snapshot's send ended")
+        })
     }
 }
 
@@ -282,6 +439,9 @@ pub struct SnapshotFile {
     path: PathBuf,
     len: u64,
     temporary: bool,
+    /// The install read from the records as they were received, if it
+    /// was prepared ([`SnapshotReceiver::prepare_install`]).
+    prepared: Mutex<Option<PreparedInstall>>,
 }
 
 impl SnapshotFile {
@@ -294,6 +454,7 @@ impl SnapshotFile {
             path: path.to_path_buf(),
             len,
             temporary: false,
+            prepared: Mutex::default(),
         })
     }
 
@@ -311,6 +472,7 @@ impl SnapshotFile {
             path,
             len: 0,
             temporary: true,
+            prepared: Mutex::default(),
         };
         Ok((snapshot, file))
     }
@@ -366,7 +528,14 @@ impl SnapshotFile {
         let mut out = File::create(&path)?;
         std::io::copy(&mut this.reader(), &mut out)?;
         out.sync_all()?;
-        Self::open(&path)
+        let copy = Self::open(&path)?;
+        *lock(&copy.prepared) = this.take_prepared();
+        Ok(copy)
+    }
+
+    /// The install prepared while the records arrived, once.
+    pub fn take_prepared(&self) -> Option<PreparedInstall> {
+        lock(&self.prepared).take()
     }
 }
 
@@ -524,7 +693,7 @@ impl SnapshotFiles {
     /// directory (on the engine's file system, so ingesting them links
     /// instead of copying); temporary, so a start removes what a crash left.
     pub(super) fn staging_dir(&self) -> PathBuf {
-        self.dir.join(unique_name("ingest-", TEMP_EXTENSION))
+        self.dir.join(unique_name(INGEST_PREFIX, TEMP_EXTENSION))
     }
 
     /// The gate apply holds while it applies one entry.
@@ -876,11 +1045,14 @@ pub fn encode_records(reader: &dyn EngineRead, out: &mut dyn Write) -> std::io::
 /// Writes a snapshot arriving in chunks to a temporary file in the
 /// snapshot directory, refusing more than the sender announced and more
 /// than [`MAX_SNAPSHOT_BYTES`]. The file is removed if the receive fails.
+/// With [`SnapshotReceiver::prepare_install`], the records are also read
+/// as they arrive into what installing them needs.
 pub struct SnapshotReceiver {
     file: BufWriter<File>,
     /// The file being received; its `len` counts the bytes so far.
     snapshot: SnapshotFile,
     expected: u64,
+    preparing: Option<Preparing>,
 }
 
 impl SnapshotReceiver {
@@ -895,28 +1067,212 @@ impl SnapshotReceiver {
             file: BufWriter::with_capacity(FILE_BUFFER_BYTES, file),
             snapshot,
             expected,
+            preparing: None,
         })
     }
 
-    /// Appends `chunk` (a blocking write).
+    /// Prepares the install on two threads while the chunks arrive: one
+    /// writes the records into `engine`'s table files (in a staging
+    /// directory beside the file, [`Engine::prepare_load`]), the other
+    /// builds the key index from the `kv` records ([`IndexBuilder`]). An
+    /// install of the received file then ingests those files and takes
+    /// that index instead of reading the records back and scanning the
+    /// tables. A failed preparation only falls back to that.
+    pub fn prepare_install(&mut self, engine: Arc<dyn Engine>) -> std::io::Result<()> {
+        let dir = self.snapshot.path.parent().unwrap_or(Path::new("."));
+        let staging = dir.join(unique_name(INGEST_PREFIX, TEMP_EXTENSION));
+        let expected = self.expected;
+        let load = Feed::start("snapshot-load", expected, move |records| {
+            let mut next = installed_pairs(records);
+            engine
+                .prepare_load(&staging, &mut next)
+                .map_err(|e| io_error("writing a received snapshot's table files", e))
+        })?;
+        let index = Feed::start("snapshot-index", expected, |records| {
+            let mut builder = IndexBuilder::default();
+            while let Some(record) = records.next_record()? {
+                if record.table == Table::Kv {
+                    builder
+                        .push(&record.key, &record.value)
+                        .map_err(|e| io_error("indexing a received snapshot", e))?;
+                }
+            }
+            Ok(builder.finish())
+        })?;
+        self.preparing = Some(Preparing { load, index });
+        Ok(())
+    }
+
+    /// Appends `chunk` (a blocking write; it waits for the preparing
+    /// threads when they are [`SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT`] chunks
+    /// behind).
     pub fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
         if self.snapshot.len + chunk.len() as u64 > self.expected {
             return Err(invalid("snapshot longer than announced"));
         }
         self.file.write_all(chunk)?;
         self.snapshot.len += chunk.len() as u64;
+        if let Some(preparing) = &mut self.preparing {
+            let chunk = Arc::new(chunk.to_vec());
+            preparing.load.send(&chunk);
+            preparing.index.send(&chunk);
+        }
         Ok(())
     }
 
-    /// The received snapshot, once every announced byte arrived.
+    /// The received snapshot, once every announced byte arrived (and the
+    /// preparing threads, if any, are done with it).
     pub fn finish(mut self) -> std::io::Result<SnapshotFile> {
         if self.snapshot.len != self.expected {
             return Err(invalid("snapshot shorter than announced"));
         }
         self.file.flush()?;
+        if let Some(Preparing { load, index }) = self.preparing.take() {
+            let (load, index) = (load.finish(), index.finish());
+            if let (Some(load), Some(index)) = (load, index) {
+                *lock(&self.snapshot.prepared) = Some(PreparedInstall { load, index });
+            }
+        }
         Ok(self.snapshot)
     }
 }
+
+/// What installing a received snapshot needs, read from its records as
+/// they arrived ([`SnapshotReceiver::prepare_install`]).
+pub struct PreparedInstall {
+    /// The records as table files, ready to ingest.
+    pub load: PreparedLoad,
+    /// The key index of the `kv` records.
+    pub index: PreparedIndex,
+}
+
+impl std::fmt::Debug for PreparedInstall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedInstall")
+            .field("load", &self.load)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The two threads of [`SnapshotReceiver::prepare_install`].
+struct Preparing {
+    load: Feed<PreparedLoad>,
+    index: Feed<PreparedIndex>,
+}
+
+/// A thread reading the received records from a queue of chunks.
+struct Feed<T> {
+    /// The queue; gone once the thread stopped taking chunks (it failed).
+    chunks: Option<SyncSender<Arc<Vec<u8>>>>,
+    thread: std::thread::JoinHandle<std::io::Result<T>>,
+}
+
+impl<T: Send + 'static> Feed<T> {
+    /// Starts `work` on a thread named `name`, reading the `len` bytes of
+    /// records the chunks sent to it hold.
+    fn start(
+        name: &str,
+        len: u64,
+        work: impl FnOnce(&mut RecordReader<ChunkReader>) -> std::io::Result<T> + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT);
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let mut records = RecordReader::new(ChunkReader::new(rx), len);
+                work(&mut records)
+            })?;
+        Ok(Self {
+            chunks: Some(tx),
+            thread,
+        })
+    }
+
+    fn send(&mut self, chunk: &Arc<Vec<u8>>) {
+        let stopped = match &self.chunks {
+            Some(chunks) => chunks.send(chunk.clone()).is_err(),
+            None => false,
+        };
+        if stopped {
+            self.chunks = None;
+        }
+    }
+
+    /// What the thread made of every chunk sent, or `None` (logged) if it
+    /// failed.
+    fn finish(mut self) -> Option<T> {
+        self.chunks = None;
+        let name = self.thread.thread().name().unwrap_or_default().to_string();
+        match self.thread.join() {
+            Ok(Ok(done)) => Some(done),
+            Ok(Err(e)) => {
+                tracing::warn!(thread = %name, error = %e, "preparing a snapshot's install failed; it reads the file instead");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(thread = %name, "preparing a snapshot's install panicked; it reads the file instead");
+                None
+            }
+        }
+    }
+}
+
+/// `Read` over the chunks a [`Feed`] receives; the end of the queue (the
+/// receiver done or gone) is the end of the input.
+struct ChunkReader {
+    chunks: Receiver<Arc<Vec<u8>>>,
+    current: Arc<Vec<u8>>,
+    offset: usize,
+}
+
+impl ChunkReader {
+    fn new(chunks: Receiver<Arc<Vec<u8>>>) -> Self {
+        Self {
+            chunks,
+            current: Arc::default(),
+            offset: 0,
+        }
+    }
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.offset == self.current.len() {
+            match self.chunks.recv() {
+                Ok(chunk) => {
+                    self.current = chunk;
+                    self.offset = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.offset);
+        buf[..n].copy_from_slice(&self.current[self.offset..self.offset + n]);
+        self.offset += n;
+        Ok(n)
+    }
+}
+
+/// The pairs of `records` an install loads into the tables: all but the
+/// meta keys that record how far the state machine is applied (the
+/// install writes its own).
+pub(super) fn installed_pairs<R: Read>(
+    records: &mut RecordReader<R>,
+) -> impl FnMut() -> EngineResult<Option<BulkPair>> + '_ {
+    move || loop {
+        let record = records
+            .next_record()
+            .map_err(|e| EngineError::Backend(Box::new(e)))?;
+        match record {
+            Some(r) if r.table == Table::Meta && PROGRESS_KEYS.contains(&&r.key[..]) => {}
+            Some(r) => return Ok(Some((r.table, r.key, r.value))),
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Meta keys that record how far the state machine is applied.
+const PROGRESS_KEYS: [&[u8]; 3] = [KEY_APPLIED, KEY_MEMBERSHIP, KEY_APPLIED_PART];
 
 /// Builds a snapshot: a checkpoint of the engine (module docs).
 pub struct SnapshotBuilder {
@@ -1026,6 +1382,137 @@ mod tests {
         drop(snapshot);
         // Every temporary file is gone: none was adopted.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// The records of a small store: puts (one leased, one key written
+    /// twice), a tombstone, a lease, and the meta keys an install skips.
+    fn store_records() -> Vec<Record> {
+        use crate::mvcc::Revision;
+        use etcd_proto::mvccpb::KeyValue;
+        use prost::Message;
+        let kv = |main: i64, key: &str, version: i64, create: i64, lease: i64| KeyValue {
+            key: key.as_bytes().to_vec(),
+            create_revision: create,
+            mod_revision: main,
+            version,
+            value: format!("value of {key} at {main}").into_bytes(),
+            lease,
+        };
+        let mut records: Vec<Record> = [
+            (kv(2, "a", 1, 2, 0), false),
+            (kv(3, "b", 1, 3, 7), false),
+            (kv(4, "a", 2, 2, 0), false),
+            (kv(5, "c", 1, 5, 0), false),
+            (
+                KeyValue {
+                    key: b"c".to_vec(),
+                    mod_revision: 6,
+                    ..KeyValue::default()
+                },
+                true,
+            ),
+        ]
+        .into_iter()
+        .map(|(kv, tombstone)| Record {
+            table: Table::Kv,
+            key: Revision::new(kv.mod_revision, 0).to_key(tombstone),
+            value: kv.encode_to_vec(),
+        })
+        .collect();
+        records.push(Record {
+            table: Table::Meta,
+            key: KEY_APPLIED.to_vec(),
+            value: b"the sender's".to_vec(),
+        });
+        records.push(record(Table::Meta, "mvcc/currentRev", "\0\0\0\0\0\0\0\x06"));
+        records.push(record(Table::Lease, "\0\0\0\0\0\0\0\x07", "ttl"));
+        records
+    }
+
+    fn rocks_engine(dir: &Path) -> Arc<dyn Engine> {
+        Arc::new(crate::engine::rocks::RocksEngine::open(dir).unwrap())
+    }
+
+    #[test]
+    fn a_prepared_receive_ingests_and_indexes_what_the_file_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = encode(&store_records());
+        let mut receiver = SnapshotReceiver::create(dir.path(), data.len() as u64).unwrap();
+        receiver
+            .prepare_install(rocks_engine(&dir.path().join("prepared")))
+            .unwrap();
+        for chunk in data.chunks(7) {
+            receiver.write(chunk).unwrap();
+        }
+        let received = receiver.finish().unwrap();
+        let prepared = received.take_prepared().expect("prepared while received");
+        assert!(received.take_prepared().is_none(), "taken once");
+
+        // The same records read back from the file, loaded the slow way.
+        let slow = rocks_engine(&dir.path().join("slow"));
+        let mut records = received.records();
+        slow.bulk_load(
+            &dir.path().join("staging"),
+            &mut installed_pairs(&mut records),
+        )
+        .unwrap();
+        let fast = rocks_engine(&dir.path().join("prepared"));
+        fast.ingest(prepared.load).unwrap();
+        for table in Table::STATE_MACHINE {
+            let all = |e: &Arc<dyn Engine>| {
+                crate::engine::scan_collect(e.as_ref(), table, b"", None, 0).unwrap()
+            };
+            assert_eq!(all(&fast), all(&slow), "{table:?}");
+        }
+        assert_eq!(fast.get(Table::Meta, KEY_APPLIED).unwrap(), None);
+
+        let by_scan = crate::mvcc::MvccStore::open(slow).unwrap();
+        let by_prepared = crate::mvcc::MvccStore::open(fast).unwrap();
+        by_prepared.reload_with(Some(prepared.index)).unwrap();
+        let everything = crate::mvcc::KeyRange::new(b"\0", b"\0");
+        for rev in [0, 2, 3, 4, 5, 6] {
+            let opts = crate::mvcc::RangeOptions {
+                rev,
+                ..Default::default()
+            };
+            assert_eq!(
+                by_prepared.range(&everything, opts).unwrap().kvs,
+                by_scan.range(&everything, opts).unwrap().kvs,
+                "at revision {rev}"
+            );
+        }
+        assert_eq!(by_prepared.current_revision(), 6);
+        assert_eq!(
+            by_prepared.take_reloaded_leased_keys(),
+            vec![(b"b".to_vec(), 7)]
+        );
+        // Ingesting moved the table files out; the staging directory went
+        // with the load.
+        let staged: Vec<String> = names(dir.path())
+            .into_iter()
+            .filter(|n| n.starts_with(INGEST_PREFIX))
+            .collect();
+        assert!(staged.is_empty(), "{staged:?}");
+    }
+
+    #[test]
+    fn a_failed_preparation_leaves_the_received_file_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut data = encode(&store_records());
+        data.extend_from_slice(&[200, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let mut receiver = SnapshotReceiver::create(dir.path(), data.len() as u64).unwrap();
+        receiver
+            .prepare_install(rocks_engine(&dir.path().join("db")))
+            .unwrap();
+        receiver.write(&data).unwrap();
+        let received = receiver.finish().unwrap();
+        assert!(received.take_prepared().is_none());
+        assert_eq!(received.len(), data.len() as u64);
+        let left: Vec<String> = names(dir.path())
+            .into_iter()
+            .filter(|n| n.starts_with(INGEST_PREFIX))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     fn memory_files(dir: &Path) -> (Arc<dyn Engine>, SnapshotFiles) {
@@ -1188,6 +1675,41 @@ mod tests {
 
     /// Another member's current snapshot file (still shared with its own
     /// current slot) is copied when adopted, and stays with its owner.
+    #[test]
+    fn a_checkpoint_streams_the_records_a_file_would_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, files) = memory_files(dir.path());
+        for (index, key) in ["a", "b", "c"].into_iter().enumerate() {
+            put_applied(engine.as_ref(), index as u64 + 1, key);
+        }
+        let (_, built) = files.build().unwrap();
+        let written = built.encoded().unwrap();
+        let expected = written.chunk_at(0, written.len()).unwrap();
+        let SnapshotSource::Checkpoint { checkpoint, len } = built.source().unwrap() else {
+            panic!("a built snapshot is a checkpoint");
+        };
+        assert_eq!(len, expected.len() as u64);
+        let mut produced = checkpoint.produce(7, 2);
+        let mut streamed = Vec::new();
+        while let Some(chunk) = produced.blocking_recv() {
+            let chunk = chunk.unwrap();
+            assert!(chunk.len() <= 7);
+            streamed.extend_from_slice(&chunk);
+        }
+        assert_eq!(streamed, expected);
+        // No file was written to stream it.
+        let sending: Vec<String> = names(dir.path())
+            .into_iter()
+            .filter(|n| n.starts_with(SENDING_PREFIX))
+            .collect();
+        assert_eq!(sending.len(), 1, "only encoded()'s: {sending:?}");
+
+        // A reader that goes away stops the producer.
+        let mut produced = checkpoint.produce(1, 1);
+        assert!(produced.blocking_recv().is_some());
+        drop(produced);
+    }
+
     #[test]
     fn a_shared_file_is_copied_when_adopted() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
