@@ -607,11 +607,44 @@ impl Drop for Cluster {
                 let _ = process.kill();
             }
         }
-        if std::env::var_os("IT_KEEP_DATA").is_some() {
-            if let Some(dir) = self.dir.take() {
+        // Unmounted before the directory holding the mount points goes.
+        self.disks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+        if let Some(dir) = self.dir.take() {
+            if std::env::var_os("IT_KEEP_DATA").is_some() {
                 eprintln!("keeping cluster data in {}", dir.keep().display());
+            } else {
+                remove_dir(dir);
             }
         }
+    }
+}
+
+/// Attempts at removing a cluster's directory, and the pause between them:
+/// a mount point the kernel still holds (an unmount in progress) refuses
+/// its removal for a moment.
+const REMOVE_ATTEMPTS: u32 = 10;
+const REMOVE_PAUSE: Duration = Duration::from_millis(100);
+
+/// Removes a cluster's temporary directory, reporting what stays behind.
+fn remove_dir(dir: TempDir) {
+    let path = dir.keep();
+    let mut last_error = None;
+    for _ in 0..REMOVE_ATTEMPTS {
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => last_error = Some(e),
+        }
+        std::thread::sleep(REMOVE_PAUSE);
+    }
+    if let Some(e) = last_error {
+        eprintln!(
+            "could not remove the cluster's directory {}: {e}",
+            path.display()
+        );
     }
 }
 

@@ -13,8 +13,8 @@
 //! are caught, since strace works at the system-call level.
 //!
 //! Mounting needs root (as the network namespaces do). The mount is the
-//! test's own: [`SmallDisk`] unmounts it when dropped (lazily, so a member
-//! still holding files open does not keep it busy).
+//! test's own: [`SmallDisk`] unmounts it when dropped (lazily only if a
+//! member still holds files open in it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -152,7 +152,11 @@ impl SmallDisk {
 impl Drop for SmallDisk {
     fn drop(&mut self) {
         if let Some(path) = self.dir.to_str() {
-            let _ = run("umount", &["-l", path]);
+            // Lazily only if a process still uses it: a lazy unmount may
+            // still hold the mount point when the caller removes it.
+            if run("umount", &[path]).is_err() {
+                let _ = run("umount", &["-l", path]);
+            }
         }
     }
 }

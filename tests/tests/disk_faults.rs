@@ -134,8 +134,11 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
         writes.errors.first()
     );
 
-    if let Some(disk) = &disk {
+    if let Some(disk) = disk {
         disk.free()?;
+        // Unmounted after the members are killed, before the cluster's
+        // directory is removed.
+        cluster.keep_disk(disk);
     }
     cluster.restart_and_wait(victim).await?;
     for i in 0..cluster.size() {
@@ -154,8 +157,6 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
     }
     let mut again = cluster.client(victim).await?;
     again.put("after-disk-fault", "ok", None).await?;
-    drop(cluster);
-    drop(disk);
     Ok(())
 }
 
