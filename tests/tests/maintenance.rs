@@ -1059,3 +1059,60 @@ async fn reported_db_size_is_on_disk_candidate() {
 async fn reported_db_size_is_on_disk_etcd() {
     reported_db_size_is_on_disk(Binary::etcd35().expect("reference etcd 3.5")).await;
 }
+
+/// Answers whose shape etcd fixes beyond their values: Defragment and every
+/// Snapshot chunk carry no response header, and LeaseTimeToLive reports
+/// the whole seconds left (a lease granted 600 s reports 599 within its
+/// first second: etcd truncates).
+async fn header_less_answers_and_whole_seconds_left(binary: Binary) {
+    let cluster = Cluster::start(binary, ClusterConfig::new(1))
+        .await
+        .expect("one member");
+    let mut client = cluster.client(0).await.expect("client");
+    client.put("k", "v", None).await.expect("put");
+    let defragmented = client.defragment().await.expect("defragment");
+    assert!(
+        defragmented.header().is_none(),
+        "Defragment answered with a header"
+    );
+    let mut chunks = client.snapshot().await.expect("snapshot");
+    let mut count = 0;
+    while let Some(chunk) = chunks.message().await.expect("snapshot chunk") {
+        assert!(
+            chunk.header().is_none(),
+            "snapshot chunk {count} has a header"
+        );
+        count += 1;
+    }
+    assert!(
+        count >= 2,
+        "a snapshot is its data then its checksum: {count} chunks"
+    );
+
+    let granted = client.lease_grant(600, None).await.expect("grant");
+    let asked = std::time::Instant::now();
+    let ttl = client
+        .lease_time_to_live(granted.id(), None)
+        .await
+        .expect("time to live")
+        .ttl();
+    if asked.elapsed() < Duration::from_millis(500) {
+        assert_eq!(ttl, 599, "whole seconds left of 600 just granted");
+    } else {
+        assert!(ttl < 600, "whole seconds left of 600 granted: {ttl}");
+    }
+}
+
+#[tokio::test]
+async fn header_less_answers_and_whole_seconds_left_candidate() {
+    header_less_answers_and_whole_seconds_left(
+        Binary::candidate().expect("candidate server binary"),
+    )
+    .await;
+}
+
+/// The same against real etcd 3.5.
+#[tokio::test]
+async fn header_less_answers_and_whole_seconds_left_etcd() {
+    header_less_answers_and_whole_seconds_left(Binary::etcd35().expect("reference etcd 3.5")).await;
+}

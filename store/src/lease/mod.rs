@@ -225,11 +225,17 @@ impl Lessor {
     pub fn time_to_live(&self, id: i64) -> Option<(i64, i64, Vec<Vec<u8>>)> {
         let state = self.lock();
         let l = state.leases.get(&id)?;
+        // Whole seconds left, truncated toward zero (etcd's
+        // `int64(Remaining().Seconds())`): 599 right after a grant of 600,
+        // and below zero for an expired lease not revoked yet.
         let remaining = match l.expiry {
-            Some(at) => at
-                .saturating_duration_since(Instant::now())
-                .as_secs_f64()
-                .ceil() as i64,
+            Some(at) => {
+                let now = Instant::now();
+                match at.checked_duration_since(now) {
+                    Some(left) => left.as_secs() as i64,
+                    None => -(now.duration_since(at).as_secs() as i64),
+                }
+            }
             None => l.ttl,
         };
         Some((l.ttl, remaining, l.keys.iter().cloned().collect()))
@@ -296,6 +302,20 @@ mod tests {
         assert_eq!(Lessor::new(Duration::from_millis(1000)).min_ttl_seconds, 2);
         assert_eq!(Lessor::new(Duration::from_millis(100)).min_ttl_seconds, 1);
         assert_eq!(Lessor::new(Duration::from_millis(5000)).effective_ttl(3), 8);
+    }
+
+    #[test]
+    fn time_to_live_reports_whole_seconds_left() {
+        let lessor = Lessor::new(Duration::from_secs(1));
+        let mut b = WriteBatch::new();
+        assert!(lessor.apply_grant(1, 600, &mut b));
+        lessor.promote(Duration::ZERO);
+        let (granted, remaining, _) = lessor.time_to_live(1).unwrap();
+        assert_eq!((granted, remaining), (600, 599), "truncated, as etcd");
+        // Expired 1.5 s ago, not revoked yet: etcd's int64(-1.5) is -1.
+        lessor.lock().leases.get_mut(&1).unwrap().expiry =
+            Some(Instant::now() - Duration::from_millis(1500));
+        assert_eq!(lessor.time_to_live(1).unwrap().1, -1);
     }
 
     #[test]

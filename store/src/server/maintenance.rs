@@ -53,12 +53,12 @@ impl MaintenanceService {
 const SNAPSHOT_STREAM_QUEUE: usize = 4;
 
 /// Sends `file` (`total` bytes) as etcd does: 32 KiB chunks with the
-/// remaining byte count, then the SHA-256 of everything sent. Stops when
-/// the client goes away; the file is closed (and so deleted) on return.
+/// remaining byte count, then the SHA-256 of everything sent, none with a
+/// response header (etcd's carry none). Stops when the client goes away;
+/// the file is closed (and so deleted) on return.
 fn stream_file(
     mut file: std::fs::File,
     total: u64,
-    header: etcd_proto::etcdserverpb::ResponseHeader,
     tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
 ) {
     use sha2::Digest;
@@ -75,7 +75,7 @@ fn stream_file(
         hasher.update(&blob);
         sent += want as u64;
         let msg = SnapshotResponse {
-            header: Some(header),
+            header: None,
             remaining_bytes: total - sent,
             blob,
             version: STORAGE_VERSION.to_string(),
@@ -85,7 +85,7 @@ fn stream_file(
         }
     }
     let _ = tx.blocking_send(Ok(SnapshotResponse {
-        header: Some(header),
+        header: None,
         remaining_bytes: 0,
         blob: hasher.finalize().to_vec(),
         version: STORAGE_VERSION.to_string(),
@@ -172,8 +172,8 @@ impl Maintenance for MaintenanceService {
         if let Err(e) = self.core.raft.trigger().snapshot().await {
             tracing::warn!(error = %e, "requesting a snapshot after a defragment");
         }
-        let header = self.core.current_header();
-        Ok(Response::new(DefragmentResponse { header }))
+        // etcd answers a defragment without a header.
+        Ok(Response::new(DefragmentResponse { header: None }))
     }
 
     /// A CRC-32C over every state machine table (etcd hashes its whole
@@ -227,9 +227,8 @@ impl Maintenance for MaintenanceService {
         })
         .await
         .map_err(task_failed)??;
-        let header = self.core.header(self.core.mvcc.current_revision());
         let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_STREAM_QUEUE);
-        tokio::task::spawn_blocking(move || stream_file(file, total, header, tx));
+        tokio::task::spawn_blocking(move || stream_file(file, total, tx));
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
