@@ -258,7 +258,8 @@ impl RaftPeer for PeerService {
         let mut received = first.payload.len();
         while let Some(chunk) = chunks.message().await? {
             received += chunk.payload.len();
-            receiver = blocking(move || receiver.write(&chunk.payload).map(|()| receiver)).await?;
+            receiver =
+                blocking(move || receiver.write_owned(chunk.payload).map(|()| receiver)).await?;
         }
         count_received(from, received);
         let data = blocking(move || receiver.finish()).await?;

@@ -1107,13 +1107,19 @@ impl SnapshotReceiver {
     /// threads when they are [`SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT`] chunks
     /// behind).
     pub fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        self.write_owned(chunk.to_vec())
+    }
+
+    /// [`SnapshotReceiver::write`] of a chunk the caller gives up (the
+    /// preparing threads share it instead of a copy).
+    pub fn write_owned(&mut self, chunk: Vec<u8>) -> std::io::Result<()> {
         if self.snapshot.len + chunk.len() as u64 > self.expected {
             return Err(invalid("snapshot longer than announced"));
         }
-        self.file.write_all(chunk)?;
+        self.file.write_all(&chunk)?;
         self.snapshot.len += chunk.len() as u64;
         if let Some(preparing) = &mut self.preparing {
-            let chunk = Arc::new(chunk.to_vec());
+            let chunk = Arc::new(chunk);
             preparing.load.send(&chunk);
             preparing.index.send(&chunk);
         }
