@@ -7,3 +7,12 @@ if [[ -f "$HOME/.cargo/env" ]]; then
   # shellcheck disable=SC1091
   source "$HOME/.cargo/env"
 fi
+
+# The one build both README commands run: every crate and target of the
+# workspace in the release profile. The run command builds exactly what the
+# test command builds (a narrower `cargo build --bin store` resolves the
+# dependencies' features differently and compiles RocksDB's C++ a second
+# time), so either command after the other compiles nothing.
+build_workspace() {
+  cargo build --release --workspace --all-targets --manifest-path "$(dirname "${BASH_SOURCE[0]}")/../Cargo.toml" "$@"
+}

@@ -6,5 +6,5 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"
 bash "$here/setup.sh" --build-only
-cargo build --release --bin store --manifest-path "$here/../Cargo.toml"
+build_workspace
 exec "$CARGO_TARGET_DIR/release/store" "$@"

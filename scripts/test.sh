@@ -11,7 +11,7 @@ source "$here/env.sh"
 bash "$here/setup.sh"
 cd "$root"
 echo "== build (release profile, target dir $CARGO_TARGET_DIR)"
-cargo build --release --workspace --all-targets
+build_workspace
 echo "== clippy"
 cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== tests"
@@ -21,3 +21,9 @@ export GATEWAY_BIN="${GATEWAY_BIN:-$CARGO_TARGET_DIR/release/gateway}"
 # processes starting), so two at a time left the machine ~55% idle; the
 # integration binary took 495 s with two and 334 s with four.
 cargo test --release --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"
+echo "== the run command's build after the test command's compiles nothing"
+built="$(build_workspace --message-format=json 2>/dev/null)"
+if grep -q '"fresh":false' <<<"$built"; then
+  echo "the run command's build compiled something after the test command's" >&2
+  exit 1
+fi
