@@ -599,17 +599,8 @@ impl IndexBuilder {
     /// Adds one stored revision: a `kv` key (revision) and its value, each
     /// after the one before it in key order.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
-        let (rev, tombstone) = Revision::from_key(key)
-            .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
-        let kv = super::stored::parse(value)?;
-        let parsed = ParsedRevision {
-            rev,
-            tombstone,
-            create_revision: kv.create_revision,
-            version: kv.version,
-            lease: kv.lease,
-        };
-        self.add(kv.key, &parsed);
+        let (user_key, parsed) = ParsedRevision::parse(key, value)?;
+        self.add(user_key, &parsed);
         Ok(())
     }
 
@@ -678,6 +669,24 @@ struct ParsedRevision {
     lease: i64,
 }
 
+impl ParsedRevision {
+    /// A stored `kv` pair's index fields, and its user key (borrowed from
+    /// `value`).
+    fn parse<'v>(key: &[u8], value: &'v [u8]) -> Result<(&'v [u8], Self), MvccError> {
+        let (rev, tombstone) = Revision::from_key(key)
+            .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
+        let kv = super::stored::parse(value)?;
+        let parsed = ParsedRevision {
+            rev,
+            tombstone,
+            create_revision: kv.create_revision,
+            version: kv.version,
+            lease: kv.lease,
+        };
+        Ok((kv.key, parsed))
+    }
+}
+
 /// Up to [`REBUILD_BATCH_REVISIONS`] parsed revisions (or fewer whose keys
 /// make [`REBUILD_BATCH_KEY_BYTES`]), their keys in one buffer.
 #[derive(Default)]
@@ -689,17 +698,8 @@ struct ParsedBatch {
 
 impl ParsedBatch {
     fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
-        let (rev, tombstone) = Revision::from_key(key)
-            .ok_or_else(|| EngineError::corrupt(format!("bad revision key {key:?}")))?;
-        let kv = super::stored::parse(value)?;
-        self.keys.extend_from_slice(kv.key);
-        let parsed = ParsedRevision {
-            rev,
-            tombstone,
-            create_revision: kv.create_revision,
-            version: kv.version,
-            lease: kv.lease,
-        };
+        let (user_key, parsed) = ParsedRevision::parse(key, value)?;
+        self.keys.extend_from_slice(user_key);
         self.revisions.push((self.keys.len(), parsed));
         Ok(())
     }
