@@ -607,6 +607,15 @@ async fn catch_up_large_values(how: CatchUp) {
                 && files.iter().any(|f| f.ends_with(".ckpt")),
             "snapshot directory after the install: {files:?}"
         );
+        // The install took the table files and the index prepared while
+        // the snapshot arrived, not a second pass over what it received.
+        let log = cluster.log(lagging);
+        assert!(
+            log.contains(r#""from":"the received records""#)
+                && !log.contains("preparing a snapshot's install failed"),
+            "the install was not prepared while the snapshot arrived:\n{}",
+            cluster.log_tail(lagging)
+        );
     }
     let member_peak = status_bytes(cluster.pid(lagging).expect("running"), "VmHWM:").expect("peak");
     let leader_growth = status_bytes(leader_pid, "VmHWM:")

@@ -239,7 +239,11 @@ impl MvccStore {
         prepared: Option<PreparedIndex>,
     ) -> Result<Option<CompactionJob>, MvccError> {
         let started = std::time::Instant::now();
-        let built_here = prepared.is_none();
+        let from = if prepared.is_some() {
+            "the received records"
+        } else {
+            "the tables"
+        };
         let prepared = match prepared {
             Some(prepared) => prepared,
             None => {
@@ -258,7 +262,7 @@ impl MvccStore {
             keys = index.len(),
             revisions,
             leased_keys = leased.len(),
-            built_here,
+            from,
             took_ms = started.elapsed().as_millis() as u64,
             "rebuilt the key index"
         );
