@@ -160,6 +160,9 @@ pub struct Checkpoint {
     path: PathBuf,
     engine: Arc<dyn Engine>,
     retired: AtomicBool,
+    /// Its records' length, once measured ([`Checkpoint::measure`]): the
+    /// checkpoint never changes, so a later send skips the pass.
+    measured: std::sync::OnceLock<u64>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -177,6 +180,7 @@ impl Checkpoint {
             path,
             engine,
             retired: AtomicBool::new(false),
+            measured: std::sync::OnceLock::new(),
         })
     }
 
@@ -238,8 +242,11 @@ impl SnapshotSource {
 
 impl Checkpoint {
     /// The length of the checkpoint's records: one pass over it that
-    /// reads but writes nothing.
+    /// reads but writes nothing, the first time it is sent.
     fn measure(&self) -> std::io::Result<u64> {
+        if let Some(len) = self.measured.get() {
+            return Ok(*len);
+        }
         let started = std::time::Instant::now();
         let view = self.open()?;
         let mut counter = ByteCounter(0);
@@ -249,7 +256,7 @@ impl Checkpoint {
             took_ms = started.elapsed().as_millis() as u64,
             "measured a snapshot to send"
         );
-        Ok(counter.0)
+        Ok(*self.measured.get_or_init(|| counter.0))
     }
 
     /// Produces the checkpoint's records on a thread of its own, in chunks
@@ -1695,6 +1702,8 @@ mod tests {
             panic!("a built snapshot is a checkpoint");
         };
         assert_eq!(len, expected.len() as u64);
+        assert_eq!(checkpoint.measured.get(), Some(&len), "measured once");
+        assert_eq!(built.source().unwrap().len(), len);
         let mut produced = checkpoint.produce(7, 2);
         let mut streamed = Vec::new();
         while let Some(chunk) = produced.blocking_recv() {
