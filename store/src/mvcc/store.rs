@@ -239,17 +239,12 @@ impl MvccStore {
         prepared: Option<PreparedIndex>,
     ) -> Result<Option<CompactionJob>, MvccError> {
         let started = std::time::Instant::now();
-        let from = if prepared.is_some() {
-            "the received records"
-        } else {
-            "the tables"
-        };
-        let prepared = match prepared {
-            Some(prepared) => prepared,
+        let (prepared, from) = match prepared {
+            Some(prepared) => (prepared, "the received records"),
             None => {
                 let mut builder = IndexBuilder::default();
                 rebuild_pipelined(self.engine.as_ref(), &mut |batch| builder.add_batch(batch))?;
-                builder.finish()
+                (builder.finish(), "the tables")
             }
         };
         let PreparedIndex {

@@ -551,14 +551,17 @@ impl StateMachine {
 
     /// Replaces the state machine tables with the snapshot's records: one
     /// synced batch clears them, the applied log id with them; the records
-    /// go in by [`Engine::bulk_load`] (table files written beside the
-    /// snapshot and ingested, at disk speed: no WAL, memtable or
-    /// compaction, and no background-write rate limit); a last synced
-    /// batch records the snapshot's log id and membership (the snapshot's
-    /// own copies of these keys are skipped). Until that batch the state
-    /// machine claims nothing applied: after a crash in between, openraft
-    /// finds the current snapshot newer than the state machine at start and
-    /// installs it again. Then the in-memory views are reloaded.
+    /// go in as table files ingested at disk speed (no WAL, memtable or
+    /// compaction, and no background-write rate limit): those prepared
+    /// while the snapshot arrived ([`Engine::ingest`]), or else written now
+    /// from the file ([`Engine::bulk_load`]); a last synced batch records
+    /// the snapshot's log id and membership (the snapshot's own copies of
+    /// these keys are skipped). Until that batch the state machine claims
+    /// nothing applied: after a crash in between, openraft finds the
+    /// current snapshot newer than the state machine at start and installs
+    /// it again, from the file. Then the in-memory views are reloaded, the
+    /// key index from the one prepared with the table files if there is
+    /// one.
     fn replace_state(&self, meta: &SnapshotMeta, data: &SnapshotFile) -> std::io::Result<()> {
         let Some(last_log_id) = meta.last_log_id.as_ref() else {
             return Err(std::io::Error::new(

@@ -106,6 +106,14 @@ fn unique_name(prefix: &str, extension: &str) -> String {
     format!("{prefix}{nanos}-{}-{n}.{extension}", std::process::id())
 }
 
+/// A new staging directory for the table files of an install's bulk load,
+/// in the snapshot directory `dir` (on the engine's file system, so
+/// ingesting them links instead of copying); temporary, so a start removes
+/// what a crash left.
+fn staging_dir_in(dir: &Path) -> PathBuf {
+    dir.join(unique_name(INGEST_PREFIX, TEMP_EXTENSION))
+}
+
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -696,11 +704,10 @@ impl SnapshotFiles {
         &self.dir
     }
 
-    /// A new path for the table files of an install's bulk load, in the
-    /// directory (on the engine's file system, so ingesting them links
-    /// instead of copying); temporary, so a start removes what a crash left.
+    /// A new staging directory in this snapshot directory
+    /// ([`staging_dir_in`]).
     pub(super) fn staging_dir(&self) -> PathBuf {
-        self.dir.join(unique_name(INGEST_PREFIX, TEMP_EXTENSION))
+        staging_dir_in(&self.dir)
     }
 
     /// The gate apply holds while it applies one entry.
@@ -1086,8 +1093,7 @@ impl SnapshotReceiver {
     /// that index instead of reading the records back and scanning the
     /// tables. A failed preparation only falls back to that.
     pub fn prepare_install(&mut self, engine: Arc<dyn Engine>) -> std::io::Result<()> {
-        let dir = self.snapshot.path.parent().unwrap_or(Path::new("."));
-        let staging = dir.join(unique_name(INGEST_PREFIX, TEMP_EXTENSION));
+        let staging = staging_dir_in(self.snapshot.path.parent().unwrap_or(Path::new(".")));
         let expected = self.expected;
         let load = Feed::start("snapshot-load", expected, move |records| {
             let mut next = installed_pairs(records);
