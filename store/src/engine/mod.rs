@@ -33,16 +33,22 @@ pub enum Table {
     Meta,
     /// Leases: key = lease id (8 bytes big-endian).
     Lease,
+    /// The `kv` table's index fields: the same keys (revisions), each with
+    /// its `mvccpb.KeyValue` but the value (`mvcc::store` keeps the two in
+    /// step). Rebuilding the key index at start-up reads these instead of
+    /// every stored value: at a million keys of 1 KiB, 60 MB instead of 1 GiB.
+    KvIndex,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 5] = [
+    pub const ALL: [Table; 6] = [
         Table::RaftLog,
         Table::RaftState,
         Table::Kv,
         Table::Meta,
         Table::Lease,
+        Table::KvIndex,
     ];
 
     /// Stable on-disk name of the table (the RocksDB column family name).
@@ -53,12 +59,15 @@ impl Table {
             Table::Kv => "kv",
             Table::Meta => "meta",
             Table::Lease => "lease",
+            Table::KvIndex => "kv_index",
         }
     }
 
     /// Tables that belong to the replicated state machine (what a Raft
     /// snapshot carries); the rest are this member's Raft log and vote.
-    pub const STATE_MACHINE: [Table; 3] = [Table::Kv, Table::Meta, Table::Lease];
+    /// The position of each is its number in a snapshot's records, so a
+    /// new table goes last.
+    pub const STATE_MACHINE: [Table; 4] = [Table::Kv, Table::Meta, Table::Lease, Table::KvIndex];
 }
 
 /// One change inside a [`WriteBatch`].

@@ -148,35 +148,6 @@ impl TreeIndex {
         self.live
     }
 
-    /// Rebuild path ([`Rebuild::restore`]): see [`KeyIndex::restore`]. A
-    /// new key goes into the hash map only; [`Rebuild::finish`] builds the
-    /// B-tree.
-    fn restore_unordered(
-        &mut self,
-        key: &[u8],
-        created: Revision,
-        modified: Revision,
-        version: i64,
-    ) {
-        let (histories, free) = (&mut self.histories, &mut self.free);
-        let slot = self
-            .by_key
-            .get_or_insert_with(key, |_| new_slot(histories, free));
-        let ki = &mut self.histories[slot as usize];
-        let was_live = ki.is_live();
-        if was_live {
-            ki.put(modified);
-        } else {
-            if let Some(last) = ki.generations.last() {
-                if last.revs.is_empty() {
-                    ki.generations.pop();
-                }
-            }
-            ki.restore(created, modified, version);
-            self.live += 1;
-        }
-    }
-
     /// Records a deletion; false if the key was not live.
     pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
         let deleted = self.history_mut(key).is_some_and(|ki| ki.tombstone(rev));
@@ -188,9 +159,7 @@ impl TreeIndex {
 
     /// An empty index to rebuild from stored revisions ([`Rebuild`]).
     pub fn rebuild() -> Rebuild {
-        Rebuild {
-            index: TreeIndex::default(),
-        }
+        Rebuild::default()
     }
 
     /// The key as of `at`.
@@ -328,6 +297,17 @@ impl KeyTable {
         self.hasher.hash_one(key)
     }
 
+    /// A table of `keys` (no two equal), each with its hash by `hasher`,
+    /// sized for them at once.
+    fn with_hashed_keys(hasher: RandomState, keys: &[(u64, Arc<[u8]>, Slot)]) -> Self {
+        let mut entries = HashTable::with_capacity(keys.len());
+        for (hash, key, slot) in keys {
+            debug_assert_eq!(*hash, hasher.hash_one(&key[..]));
+            entries.insert_unique(*hash, (*hash, Arc::clone(key), *slot), |e| e.0);
+        }
+        Self { entries, hasher }
+    }
+
     fn len(&self) -> usize {
         self.entries.len()
     }
@@ -359,10 +339,6 @@ impl KeyTable {
             found.remove();
         }
     }
-
-    fn iter(&self) -> impl Iterator<Item = (&Arc<[u8]>, Slot)> {
-        self.entries.iter().map(|e| (&e.1, e.2))
-    }
 }
 
 /// A slot for a new key's (empty) history: a free one, else a new one.
@@ -392,63 +368,228 @@ fn sort_word(key: &[u8], skip: usize) -> u64 {
     u64::from_be_bytes(word)
 }
 
-/// Length of the prefix every key of `keys` shares: that of the smallest
-/// and the largest (any key between them shares what they share).
-fn shared_prefix<'a>(mut keys: impl Iterator<Item = &'a [u8]>) -> usize {
-    let Some(first) = keys.next() else {
-        return 0;
-    };
-    let (mut min, mut max) = (first, first);
-    for k in keys {
-        if k < min {
-            min = k;
-        } else if k > max {
-            max = k;
-        }
-    }
-    min.iter().zip(max).take_while(|(a, b)| a == b).count()
+/// Length of the prefix `a` and `b` share.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// An index being rebuilt from the stored revisions in revision order
-/// (start-up). Keys go into the hash map as they come; the B-tree is built
-/// once at the end from the keys sorted, instead of one tree insertion per
-/// new key in revision order (a third of a million-key rebuild's CPU went to
-/// those insertions' key comparisons).
+/// (start-up, a snapshot as it arrives).
+///
+/// The revisions are only collected as they come: each key's bytes go to
+/// one buffer and its fields to one flat record, so taking a revision is a
+/// copy, with no hashing and no allocation of its own. [`Rebuild::finish`]
+/// then sorts the records by key (a stable order keeps each key's
+/// revisions oldest first), replays each key's revisions into its history
+/// in one go, and builds both maps from the sorted keys: the B-tree in one
+/// pass, the hash table at its final size on a second thread meanwhile.
+/// Looking every revision up in a growing hash table instead (hashing the
+/// key, comparing it, rehashing as the table grew, page-faulting the
+/// table's new memory) was most of a million-key rebuild's time.
 #[derive(Debug, Default)]
 pub struct Rebuild {
-    index: TreeIndex,
+    /// Every record's key, one after another.
+    keys: Vec<u8>,
+    /// One per stored revision, in the order they came.
+    records: Vec<RebuildRecord>,
+    /// The prefix every key so far shares with the first.
+    shared: usize,
+}
+
+/// One stored revision in [`Rebuild`].
+#[derive(Debug, Clone, Copy)]
+struct RebuildRecord {
+    /// Where its key starts in [`Rebuild::keys`].
+    key_start: usize,
+    /// Its key's length.
+    key_len: u32,
+    /// A deletion (the other fields but `modified` unused).
+    tombstone: bool,
+    modified: Revision,
+    created: Revision,
+    version: i64,
 }
 
 impl Rebuild {
-    /// Records a stored put ([`KeyIndex::restore`]).
+    /// Records a stored put ([`KeyIndex::restore`]). Revisions come in
+    /// revision order.
     pub fn restore(&mut self, key: &[u8], created: Revision, modified: Revision, version: i64) {
-        self.index
-            .restore_unordered(key, created, modified, version);
+        self.push(key, false, modified, created, version);
     }
 
-    /// See [`TreeIndex::tombstone`].
-    pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
-        self.index.tombstone(key, rev)
+    /// Records a stored deletion; one of a key that is not live then (its
+    /// puts were compacted away) changes nothing.
+    pub fn tombstone(&mut self, key: &[u8], rev: Revision) {
+        self.push(key, true, rev, Revision::default(), 0);
     }
 
-    /// The finished index. The keys are sorted by an 8-byte word read past
-    /// the prefix they all share ([`sort_word`]), so most comparisons are
-    /// one integer comparison instead of a `memcmp` through two pointers
-    /// over that shared prefix (Kubernetes keys share `/registry/`): at a
-    /// million keys the plain sort was a sixth of the rebuild.
-    pub fn finish(self) -> TreeIndex {
-        let mut index = self.index;
-        let skip = shared_prefix(index.by_key.iter().map(|(k, _)| &k[..]));
-        let mut keys: Vec<(u64, Arc<[u8]>, Slot)> = index
-            .by_key
+    fn push(
+        &mut self,
+        key: &[u8],
+        tombstone: bool,
+        modified: Revision,
+        created: Revision,
+        version: i64,
+    ) {
+        let key_len = u32::try_from(key.len()).expect("a stored key is shorter than 4 GiB");
+        let key_start = self.keys.len();
+        self.shared = match self.records.first() {
+            None => key.len(),
+            Some(first) => self.shared.min(common_prefix(self.key_of(first), key)),
+        };
+        self.keys.extend_from_slice(key);
+        self.records.push(RebuildRecord {
+            key_start,
+            key_len,
+            tombstone,
+            modified,
+            created,
+            version,
+        });
+    }
+
+    fn key_of(&self, r: &RebuildRecord) -> &[u8] {
+        &self.keys[r.key_start..r.key_start + r.key_len as usize]
+    }
+
+    /// The records' positions in key order, each key's oldest first. They
+    /// are sorted by an 8-byte word read past the prefix every key shares
+    /// ([`sort_word`]), so most comparisons are one integer comparison
+    /// instead of a `memcmp` through two pointers over that shared prefix
+    /// (Kubernetes keys share `/registry/`).
+    fn key_order(&self) -> Vec<(u64, u32)> {
+        let mut order: Vec<(u64, u32)> = self
+            .records
             .iter()
-            .map(|(key, slot)| (sort_word(key, skip), Arc::clone(key), slot))
+            .enumerate()
+            .map(|(i, r)| {
+                let i = u32::try_from(i).expect("fewer than 2^32 revisions to rebuild");
+                (sort_word(self.key_of(r), self.shared), i)
+            })
             .collect();
-        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-        // From sorted pairs, the B-tree is built in one pass.
-        index.ordered = keys.into_iter().map(|(_, k, s)| (k, s)).collect();
-        debug_assert_eq!(index.ordered.len(), index.by_key.len());
-        index
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| {
+                    let (ra, rb) = (&self.records[a.1 as usize], &self.records[b.1 as usize]);
+                    self.key_of(ra).cmp(self.key_of(rb))
+                })
+                .then(a.1.cmp(&b.1))
+        });
+        order
+    }
+
+    /// Each key of `order` (record positions in key order, no key split
+    /// from its other records) with its history replayed.
+    fn replay_keys(&self, order: &[(u64, u32)], hasher: &RandomState) -> Replayed {
+        let mut out = Replayed {
+            keys: Vec::with_capacity(order.len()),
+            histories: Vec::with_capacity(order.len()),
+            live: 0,
+        };
+        let mut group = order
+            .iter()
+            .map(|(_, i)| &self.records[*i as usize])
+            .peekable();
+        while let Some(first) = group.next() {
+            let key = self.key_of(first);
+            let mut ki = KeyIndex::default();
+            replay(&mut ki, first);
+            while let Some(next) = group.next_if(|r| self.key_of(r) == key) {
+                replay(&mut ki, next);
+            }
+            if ki.generations.is_empty() {
+                // Only tombstones of puts compacted away: no history.
+                continue;
+            }
+            out.live += usize::from(ki.is_live());
+            let slot =
+                Slot::try_from(out.histories.len()).expect("fewer than 2^32 keys in the index");
+            out.histories.push(ki);
+            out.keys.push((hasher.hash_one(key), Arc::from(key), slot));
+        }
+        out
+    }
+
+    /// The finished index.
+    pub fn finish(self) -> TreeIndex {
+        let order = self.key_order();
+        // Two halves, split between keys, replayed on two threads.
+        let mut mid = order.len() / 2;
+        while mid > 0
+            && mid < order.len()
+            && self.key_of(&self.records[order[mid].1 as usize])
+                == self.key_of(&self.records[order[mid - 1].1 as usize])
+        {
+            mid += 1;
+        }
+        let (low, high) = order.split_at(mid);
+        let hasher = RandomState::new();
+        let (mut first, second) = std::thread::scope(|scope| {
+            let second = scope.spawn(|| self.replay_keys(high, &hasher));
+            let first = self.replay_keys(low, &hasher);
+            let second = second
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (first, second)
+        });
+        let offset =
+            Slot::try_from(first.histories.len()).expect("fewer than 2^32 keys in the index");
+        first
+            .keys
+            .extend(second.keys.into_iter().map(|(h, k, s)| (h, k, s + offset)));
+        first.histories.extend(second.histories);
+        let Replayed {
+            keys,
+            histories,
+            live,
+        } = first;
+        let live = live + second.live;
+        drop(order);
+        drop(self);
+        let (ordered, by_key) = std::thread::scope(|scope| {
+            let hashed = scope.spawn(|| KeyTable::with_hashed_keys(hasher, &keys));
+            let ordered: BTreeMap<Arc<[u8]>, Slot> =
+                keys.iter().map(|(_, k, s)| (Arc::clone(k), *s)).collect();
+            let by_key = hashed
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (ordered, by_key)
+        });
+        debug_assert_eq!(ordered.len(), by_key.len());
+        TreeIndex {
+            ordered,
+            by_key,
+            histories,
+            free: Vec::new(),
+            live,
+        }
+    }
+}
+
+/// Part of a rebuilt index: keys in order with their slots in `histories`.
+struct Replayed {
+    /// Each key with its hash ([`KeyTable`]'s) and slot.
+    keys: Vec<(u64, Arc<[u8]>, Slot)>,
+    histories: Vec<KeyIndex>,
+    /// Keys live now.
+    live: usize,
+}
+
+/// Replays one stored revision of a key into its history, oldest first: a
+/// put on a live key adds a revision; one on a deleted or new key starts a
+/// generation with the stored creation revision and version (older
+/// revisions may have been compacted away); a tombstone ends a live
+/// generation.
+fn replay(ki: &mut KeyIndex, r: &RebuildRecord) {
+    if r.tombstone {
+        ki.tombstone(r.modified);
+    } else if ki.is_live() {
+        ki.put(r.modified);
+    } else {
+        if ki.generations.last().is_some_and(|g| g.revs.is_empty()) {
+            ki.generations.pop();
+        }
+        ki.restore(r.created, r.modified, r.version);
     }
 }
 
@@ -484,11 +625,8 @@ mod tests {
 
     #[test]
     fn sort_words_pad_short_keys() {
-        assert_eq!(
-            shared_prefix([&b"ab1"[..], b"ab", b"ab\0\0"].into_iter()),
-            2
-        );
-        assert_eq!(shared_prefix(std::iter::empty()), 0);
+        assert_eq!(common_prefix(b"ab1", b"ab\0\0"), 2);
+        assert_eq!(common_prefix(b"", b"ab"), 0);
         assert_eq!(sort_word(b"ab", 2), 0);
         assert_eq!(sort_word(b"ab\x01", 2), 1 << 56);
         assert!(sort_word(b"xx123456789", 2) == sort_word(b"xx12345678", 2));
@@ -577,8 +715,8 @@ mod tests {
                 rev += 1;
                 let key = [b'k', k];
                 if (k + round) % 3 == 0 {
-                    let deleted = idx.tombstone(&key, r(rev));
-                    assert_eq!(rebuild.tombstone(&key, r(rev)), deleted);
+                    idx.tombstone(&key, r(rev));
+                    rebuild.tombstone(&key, r(rev));
                 } else {
                     idx.put(&key, r(rev));
                     rebuild.restore(&key, r(rev), r(rev), 1);
@@ -607,7 +745,7 @@ mod tests {
             rebuild.restore(key, created, rev, version);
         }
         assert!(one_by_one.tombstone(b"x", r(9)));
-        assert!(rebuild.tombstone(b"x", r(9)));
+        rebuild.tombstone(b"x", r(9));
         let rebuilt = rebuild.finish();
         let all = KeyRange::new(b"a", b"\0");
         for at in 2..=9 {
@@ -618,6 +756,64 @@ mod tests {
             );
         }
         assert_eq!(rebuilt.len(), 4);
+    }
+
+    /// A rebuild from the revisions a history of random puts and deletes
+    /// left after a compaction answers as the compacted index at every
+    /// revision from the compaction on; keys whose only stored revision is
+    /// a tombstone (their puts compacted away) are dropped.
+    #[test]
+    fn a_rebuild_from_compacted_revisions_answers_as_the_compacted_index() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut idx = TreeIndex::default();
+        // Every stored revision: key, tombstone, created, version.
+        let mut stored = std::collections::BTreeMap::new();
+        let keys: Vec<Vec<u8>> = (0..12u8).map(|k| vec![b'k', k]).collect();
+        let mut rev = 1;
+        for _ in 0..400 {
+            rev += 1;
+            let key = &keys[rng.gen_range(0..keys.len())];
+            if rng.gen_bool(0.3) {
+                if idx.tombstone(key, r(rev)) {
+                    stored.insert(rev, (key.clone(), true, 0, 0));
+                } else {
+                    rev -= 1;
+                }
+            } else {
+                let before = idx.put(key, r(rev));
+                let created = before.map_or(rev, |b| b.created.main);
+                let version = before.map_or(1, |b| b.version + 1);
+                stored.insert(rev, (key.clone(), false, created, version));
+            }
+        }
+        let at = rev / 2;
+        for (dropped, _) in idx.compact(at, usize::MAX) {
+            assert!(stored.remove(&dropped.main).is_some());
+        }
+        let mut rebuild = TreeIndex::rebuild();
+        for (main, (key, tombstone, created, version)) in &stored {
+            if *tombstone {
+                rebuild.tombstone(key, r(*main));
+            } else {
+                rebuild.restore(key, r(*created), r(*main), *version);
+            }
+        }
+        let rebuilt = rebuild.finish();
+        let all = KeyRange::new(b"\0", b"\0");
+        for read_at in at..=rev {
+            assert_eq!(
+                rebuilt.range(&all, read_at, 0),
+                idx.range(&all, read_at, 0),
+                "at {read_at}"
+            );
+        }
+        assert_eq!(rebuilt.live_len(), idx.live_len());
+        let names = |i: &TreeIndex| i.ordered.keys().map(|k| k.to_vec()).collect::<Vec<_>>();
+        assert_eq!(names(&rebuilt), names(&idx));
+        for key in &keys {
+            assert_eq!(rebuilt.get(key, i64::MAX), idx.get(key, i64::MAX));
+        }
     }
 
     #[test]

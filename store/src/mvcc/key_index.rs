@@ -24,7 +24,16 @@
 
 use std::collections::HashSet;
 
+use smallvec::{smallvec, SmallVec};
+
 use super::revision::Revision;
+
+/// A generation's revisions: one inline (a key written once in a
+/// generation, most keys between compactions), more on the heap.
+pub type Revisions = SmallVec<[Revision; 1]>;
+
+/// A key's generations: one inline (a key never deleted), more on the heap.
+pub type Generations = SmallVec<[Generation; 1]>;
 
 /// One life of a key: from creation to deletion.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,7 +44,7 @@ pub struct Generation {
     pub version: i64,
     /// Revisions of every change, oldest first; a tombstone ends a closed
     /// generation.
-    pub revs: Vec<Revision>,
+    pub revs: Revisions,
 }
 
 impl Generation {
@@ -66,7 +75,7 @@ pub struct KeyIndex {
     /// The latest change.
     pub modified: Revision,
     /// Oldest first; the last is the live one (empty if deleted).
-    pub generations: Vec<Generation>,
+    pub generations: Generations,
 }
 
 impl KeyIndex {
@@ -95,7 +104,7 @@ impl KeyIndex {
         self.generations.push(Generation {
             created,
             version,
-            revs: vec![modified],
+            revs: smallvec![modified],
         });
         self.modified = modified;
     }

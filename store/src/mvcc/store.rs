@@ -53,6 +53,12 @@ pub const META_CURRENT_REV: &[u8] = b"mvcc/currentRev";
 pub const META_SCHEDULED_COMPACT_REV: &[u8] = b"mvcc/scheduledCompactRev";
 /// Meta key: the revision of the newest finished physical compaction.
 pub const META_FINISHED_COMPACT_REV: &[u8] = b"mvcc/finishedCompactRev";
+/// Meta key, present once the `kv_index` table holds the index fields of
+/// every `kv` revision ([`Table::KvIndex`]): from then on every write of
+/// `kv` writes `kv_index` in the same batch. A directory without it (one
+/// an earlier release wrote, or a restored backup) gets the table built at
+/// its next start, from the pass that rebuilds the key index.
+pub const META_KV_INDEX_COMPLETE: &[u8] = b"mvcc/kvIndexComplete";
 
 /// A fresh store's revision, as in etcd (the first write creates 2).
 pub const INITIAL_REVISION: i64 = 1;
@@ -189,6 +195,15 @@ fn decode_kv(bytes: &[u8]) -> Result<KeyValue, MvccError> {
         .map_err(|e| MvccError::Engine(EngineError::corrupt(format!("key-value: {e}"))))
 }
 
+/// The `kv_index` value of a stored `kv` value ([`Table::KvIndex`]): `kv`
+/// encoded without its value, which is put back.
+fn index_fields(kv: &mut KeyValue) -> Vec<u8> {
+    let value = std::mem::take(&mut kv.value);
+    let fields = kv.encode_to_vec();
+    kv.value = value;
+    fields
+}
+
 impl MvccStore {
     /// Opens the store on `engine`, rebuilding the index from it.
     pub fn open(engine: Arc<dyn Engine>) -> Result<Self, MvccError> {
@@ -242,9 +257,24 @@ impl MvccStore {
         let (prepared, from) = match prepared {
             Some(prepared) => (prepared, "the received records"),
             None => {
+                let complete =
+                    read_opt_i64(self.engine.as_ref(), META_KV_INDEX_COMPLETE)?.is_some();
+                let source = if complete {
+                    RebuildSource::IndexFields
+                } else {
+                    RebuildSource::ValuesFillingIndexFields
+                };
                 let mut builder = IndexBuilder::default();
-                rebuild_pipelined(self.engine.as_ref(), &mut |batch| builder.add_batch(batch))?;
-                (builder.finish(), "the tables")
+                rebuild_pipelined(self.engine.as_ref(), source, &mut |batch| {
+                    builder.add_batch(batch)
+                })?;
+                let prepared = builder.finish();
+                let from = match (complete, prepared.revisions) {
+                    (true, _) => "the index fields",
+                    (false, 0) => "nothing stored",
+                    (false, _) => "the values (the index fields table now filled)",
+                };
+                (prepared, from)
             }
         };
         let PreparedIndex {
@@ -435,6 +465,7 @@ impl MvccStore {
                 let mut batch = WriteBatch::new();
                 for (rev, tombstone) in dropped {
                     batch.delete(Table::Kv, rev.to_key(tombstone));
+                    batch.delete(Table::KvIndex, rev.to_key(tombstone));
                 }
                 if after.is_none() {
                     batch.put(
@@ -714,36 +745,31 @@ impl ParsedBatch {
     }
 }
 
+/// Which table a start-up rebuild reads.
+#[derive(Clone, Copy)]
+enum RebuildSource {
+    /// `kv_index`, complete ([`META_KV_INDEX_COMPLETE`]).
+    IndexFields,
+    /// `kv`, every value, writing each revision's index fields to
+    /// `kv_index` on the way and then [`META_KV_INDEX_COMPLETE`]: once, for
+    /// a directory without them.
+    ValuesFillingIndexFields,
+}
+
 /// Scans every stored revision in revision order on a thread of its own,
 /// parsing each into batches that `restore` receives in order on the
 /// calling thread: reading the engine (block reads, checksums) and building
-/// the index (hashing, allocating) run on two cores at once.
+/// the index run on two cores at once.
 fn rebuild_pipelined(
     engine: &dyn Engine,
+    source: RebuildSource,
     restore: &mut dyn FnMut(&ParsedBatch),
 ) -> Result<(), MvccError> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<ParsedBatch>(REBUILD_BATCHES_IN_FLIGHT);
     std::thread::scope(|scope| {
         let scanner = std::thread::Builder::new()
             .name("index-rebuild-scan".into())
-            .spawn_scoped(scope, move || -> Result<(), MvccError> {
-                let mut batch = ParsedBatch::default();
-                try_scan(engine, Table::Kv, b"", None, &mut |k, v| {
-                    batch.push(k, v)?;
-                    if batch.revisions.len() >= REBUILD_BATCH_REVISIONS
-                        || batch.keys.len() >= REBUILD_BATCH_KEY_BYTES
-                    {
-                        let full = std::mem::take(&mut batch);
-                        if tx.send(full).is_err() {
-                            // The receiver is gone: nothing left to do.
-                            return Ok(ControlFlow::Break(()));
-                        }
-                    }
-                    Ok::<_, MvccError>(ControlFlow::Continue(()))
-                })?;
-                let _ = tx.send(batch);
-                Ok(())
-            })
+            .spawn_scoped(scope, move || scan_for_rebuild(engine, source, &tx))
             .map_err(|e| EngineError::Backend(Box::new(e)))?;
         for batch in rx {
             restore(&batch);
@@ -752,6 +778,60 @@ fn rebuild_pipelined(
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// The scanning half of [`rebuild_pipelined`].
+fn scan_for_rebuild(
+    engine: &dyn Engine,
+    source: RebuildSource,
+    tx: &std::sync::mpsc::SyncSender<ParsedBatch>,
+) -> Result<(), MvccError> {
+    let (table, fill) = match source {
+        RebuildSource::IndexFields => (Table::KvIndex, false),
+        RebuildSource::ValuesFillingIndexFields => (Table::Kv, true),
+    };
+    let mut batch = ParsedBatch::default();
+    let mut fields = WriteBatch::new();
+    let mut stopped = false;
+    // Filling `kv_index` writes to the engine while the scan goes on, so
+    // it scans a view. Otherwise the engine is read directly: releasing a
+    // RocksDB snapshot makes it rewrite every bottommost table file whose
+    // sequence numbers the snapshot held (after a restart, the whole `kv`
+    // table, a gigabyte at a million keys).
+    let view = fill.then(|| engine.snapshot());
+    let read: &dyn EngineRead = match &view {
+        Some(view) => view.as_ref(),
+        None => engine,
+    };
+    try_scan(read, table, b"", None, &mut |k, v| {
+        batch.push(k, v)?;
+        if fill {
+            fields.put(Table::KvIndex, k.to_vec(), index_fields(&mut decode_kv(v)?));
+            if fields.len() >= REBUILD_BATCH_REVISIONS {
+                engine.write(std::mem::take(&mut fields), false)?;
+            }
+        }
+        if batch.revisions.len() >= REBUILD_BATCH_REVISIONS
+            || batch.keys.len() >= REBUILD_BATCH_KEY_BYTES
+        {
+            if tx.send(std::mem::take(&mut batch)).is_err() {
+                // The receiver is gone: nothing left to do.
+                stopped = true;
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok::<_, MvccError>(ControlFlow::Continue(()))
+    })?;
+    if fill && !stopped {
+        fields.put(
+            Table::Meta,
+            META_KV_INDEX_COMPLETE.to_vec(),
+            1i64.to_be_bytes().to_vec(),
+        );
+        engine.write(fields, true)?;
+    }
+    let _ = tx.send(batch);
+    Ok(())
 }
 
 /// The index half of a read: which revisions a range sees (none for a
@@ -975,6 +1055,9 @@ impl WriteTxn<'_> {
         self.written.push((rev, self.batch.len()));
         self.batch
             .put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
+        let mut kv = kv;
+        self.batch
+            .put(Table::KvIndex, rev.to_key(false), index_fields(&mut kv));
         self.events.push(Event {
             r#type: EventType::Put as i32,
             kv: Some(kv),
@@ -1008,8 +1091,11 @@ impl WriteTxn<'_> {
                 key: key.clone(),
                 ..Default::default()
             };
+            // A tombstone has no value: its index fields are all of it.
+            let tomb = tomb.encode_to_vec();
             self.batch
-                .put(Table::Kv, rev.to_key(true), tomb.encode_to_vec());
+                .put(Table::KvIndex, rev.to_key(true), tomb.clone());
+            self.batch.put(Table::Kv, rev.to_key(true), tomb);
             let removed = self.state.index.tombstone(&key, rev);
             assert!(removed, "key {key:?} was live a moment ago");
             let event_kv = KeyValue {
@@ -1162,5 +1248,104 @@ mod tests {
         leased.sort();
         assert_eq!(leased, vec![(b"a".to_vec(), 5), (b"d".to_vec(), 6)]);
         assert!(reopened.take_reloaded_leased_keys().is_empty());
+    }
+
+    /// Every `kv` pair, and what `kv_index` holds.
+    fn kv_and_index_fields(
+        engine: &MemoryEngine,
+    ) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+        let kv = crate::engine::scan_collect(engine, Table::Kv, b"", None, 0).expect("scan kv");
+        let fields =
+            crate::engine::scan_collect(engine, Table::KvIndex, b"", None, 0).expect("scan index");
+        (kv, fields)
+    }
+
+    /// `kv_index` holds each `kv` revision's pair without its value through
+    /// puts, deletes and a physical compaction; a directory without it (as
+    /// an earlier release left one) gets it filled by the next open, which
+    /// then rebuilds from it alone and answers as before at every revision.
+    #[tokio::test]
+    async fn the_index_fields_follow_kv_and_are_filled_once() {
+        let engine = Arc::new(MemoryEngine::new());
+        let store = MvccStore::open(engine.clone()).expect("open");
+        let mut txn = store.write();
+        for (key, lease) in [("a", 1), ("b", 0), ("c", 3), ("a", 0), ("b", 2), ("c", 0)] {
+            txn.put(
+                key.as_bytes(),
+                format!("value of {key}").into_bytes(),
+                lease,
+                Prev::Unread,
+            )
+            .expect("put");
+            txn.seal();
+        }
+        txn.delete_range(&KeyRange::Single(b"c".to_vec()), false)
+            .expect("delete");
+        txn.commit(WriteBatch::new()).expect("commit");
+        let mut txn = store.write();
+        let job = txn.compact(6).expect("compact");
+        txn.commit(WriteBatch::new()).expect("commit");
+        store
+            .run_physical_compaction(job)
+            .await
+            .expect("physical compaction");
+        let mut txn = store.write();
+        txn.put(b"d", b"last".to_vec(), 0, Prev::Unread)
+            .expect("put");
+        txn.commit(WriteBatch::new()).expect("commit");
+
+        let expected_fields = |kv: &[(Vec<u8>, Vec<u8>)]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            kv.iter()
+                .map(|(k, v)| (k.clone(), index_fields(&mut decode_kv(v).expect("decode"))))
+                .collect()
+        };
+        let (kv, fields) = kv_and_index_fields(&engine);
+        assert_eq!(kv.len(), 6, "two revisions compacted away: {kv:?}");
+        assert_eq!(fields, expected_fields(&kv));
+        assert!(fields
+            .iter()
+            .all(|(_, v)| decode_kv(v).expect("decode").value.is_empty()));
+
+        let mut old_layout = WriteBatch::new();
+        old_layout.delete_range(Table::KvIndex, Vec::new(), vec![0xff; 20]);
+        old_layout.delete(Table::Meta, META_KV_INDEX_COMPLETE.to_vec());
+        engine.write(old_layout, true).expect("write");
+        assert!(kv_and_index_fields(&engine).1.is_empty());
+        MvccStore::open(engine.clone()).expect("open filling kv_index");
+        assert_eq!(kv_and_index_fields(&engine), (kv.clone(), fields));
+        assert!(read_opt_i64(engine.as_ref(), META_KV_INDEX_COMPLETE)
+            .expect("read")
+            .is_some());
+
+        // Rebuilt from the index fields alone: the values are not read.
+        let mut fields_only = WriteBatch::new();
+        for (k, _) in &kv {
+            fields_only.put(Table::Kv, k.clone(), b"not a KeyValue".to_vec());
+        }
+        let check = Arc::new(MemoryEngine::new());
+        check
+            .write(
+                {
+                    let mut b = WriteBatch::new();
+                    for t in Table::STATE_MACHINE {
+                        for (k, v) in crate::engine::scan_collect(engine.as_ref(), t, b"", None, 0)
+                            .expect("scan")
+                        {
+                            b.put(t, k, v);
+                        }
+                    }
+                    b.extend(fields_only);
+                    b
+                },
+                true,
+            )
+            .expect("copy");
+        let reopened = MvccStore::open(check).expect("reopen from the index fields");
+        let all = KeyRange::new(b"\0", b"\0");
+        for rev in 6..=store.current_revision() {
+            let visible = |s: &MvccStore| s.read_state().index.range(&all, rev, 0);
+            assert_eq!(visible(&reopened), visible(&store), "at {rev}");
+        }
+        assert_eq!(reopened.current_revision(), store.current_revision());
     }
 }
