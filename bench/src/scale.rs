@@ -22,6 +22,9 @@
 //!    own during the call: growth and growth per answer byte. (A process
 //!    that keeps freed memory, as Go's runtime does for a while, starts a
 //!    later list from a higher RSS and shows less growth: compare the peaks.)
+//!    Then the same keys through one RangeStream (etcd 3.7; etcd 3.5 has
+//!    none), each chunk dropped once counted: time and the leader's RSS
+//!    growth, which a chunk or two should bound.
 //! 4. paginated list, as kube-apiserver lists: pages of [`PAGE_LIMIT`] keys,
 //!    each next page from the last key + `"\0"`, every page after the first at
 //!    the first page's revision, until `more` is false. Time and pages.
@@ -358,6 +361,7 @@ pub struct SystemRun {
     pub load: Step<LoadStep>,
     pub sizes_after_load: Step<Sizes>,
     pub full_list: Step<ListStep>,
+    pub streamed_list: Step<ListStep>,
     pub paginated_list: Step<PagedStep>,
     pub count_only: Step<CountStep>,
     pub snapshot: Step<SnapshotStep>,
@@ -494,6 +498,14 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
     .await;
     let lists = runs(StepGroup::Lists);
     let full_list = step(label, "full list", show, lists, list_everything(c, plan)).await;
+    let streamed_list = step(
+        label,
+        "streamed list",
+        show,
+        lists,
+        stream_everything(c, plan),
+    )
+    .await;
     let paginated_list = step(
         label,
         "paginated list",
@@ -567,6 +579,7 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
         load,
         sizes_after_load,
         full_list,
+        streamed_list,
         paginated_list,
         count_only,
         snapshot,
@@ -588,6 +601,7 @@ impl SystemRun {
             load: Step::Failed(why.clone()),
             sizes_after_load: Step::Failed(why.clone()),
             full_list: Step::Failed(why.clone()),
+            streamed_list: Step::Failed(why.clone()),
             paginated_list: Step::Failed(why.clone()),
             count_only: Step::Failed(why.clone()),
             snapshot: Step::Failed(why.clone()),
@@ -833,6 +847,50 @@ async fn list_everything(cluster: &Cluster, plan: &Plan) -> Result<ListStep> {
         leader: member.name.clone(),
         seconds,
         keys: answer.kvs().len() as u64,
+        answer_bytes,
+        rss_before_kib: before,
+        rss_peak_kib: peak,
+        rss_growth_kib: growth,
+        growth_per_answer_byte: ratio(growth as f64 * 1024.0, answer_bytes as f64),
+    })
+}
+
+/// Step 3b: the same keys through one RangeStream (etcd 3.7) from the
+/// leader, each chunk dropped once counted: the server holds a chunk or
+/// two, never the answer. etcd 3.5 has no RangeStream.
+async fn stream_everything(cluster: &Cluster, plan: &Plan) -> Result<ListStep> {
+    let member = &cluster.members[leader(cluster).await?];
+    let mut kv = list_client(&member.client_url).await?;
+    let sampler = RssSampler::start(member.pid())?;
+    let started = Instant::now();
+    let streamed = tokio::time::timeout(plan.list_timeout, async {
+        let mut stream = kv.get_stream(KEY_PREFIX, Some(whole_space())).await?;
+        let (mut keys, mut bytes) = (0u64, 0u64);
+        while let Some(chunk) = stream.message().await? {
+            keys += chunk.kvs().len() as u64;
+            bytes += chunk
+                .kvs()
+                .iter()
+                .map(|kv| (kv.key().len() + kv.value().len()) as u64)
+                .sum::<u64>();
+        }
+        Ok::<_, etcd_client::Error>((keys, bytes))
+    })
+    .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let (before, peak) = sampler.finish();
+    let (keys, answer_bytes) = match streamed.map_err(|_| not_finished(plan.list_timeout))? {
+        Ok(done) => done,
+        Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::Unimplemented => {
+            bail!("no RangeStream (etcd 3.7's)")
+        }
+        Err(e) => return Err(e).context("RangeStream"),
+    };
+    let growth = peak.saturating_sub(before);
+    Ok(ListStep {
+        leader: member.name.clone(),
+        seconds,
+        keys,
         answer_bytes,
         rss_before_kib: before,
         rss_peak_kib: peak,
@@ -1380,6 +1438,18 @@ const ROWS: &[Row] = &[
     Row {
         label: "full list: RSS growth / answer",
         cell: |r| cell(&r.full_list, |l| fixed(l.growth_per_answer_byte, 2)),
+    },
+    Row {
+        label: "streamed list (RangeStream): s",
+        cell: |r| cell(&r.streamed_list, |l| fixed(l.seconds, 2)),
+    },
+    Row {
+        label: "streamed list: leader RSS growth MiB",
+        cell: |r| {
+            cell(&r.streamed_list, |l| {
+                fixed(l.rss_growth_kib as f64 / 1024.0, 0)
+            })
+        },
     },
     Row {
         label: "paginated list: s (pages)",

@@ -169,6 +169,12 @@ pub enum EtcdError {
     ClusterVersionUnavailable,
     #[error("etcdserver: unknown method")]
     UnknownMethod,
+
+    // RangeStream (etcd 3.7; plain gRPC statuses, not rpctypes errors).
+    #[error("RangeStream does not support custom sort orders")]
+    RangeStreamSortOrder,
+    #[error("RangeStream does not support revision filters")]
+    RangeStreamRevisionFilters,
 }
 
 impl EtcdError {
@@ -235,6 +241,7 @@ impl EtcdError {
             | NotSupportedForLearner
             | LeaderTransferTimeout => Code::Unavailable,
             Corrupt => Code::DataLoss,
+            RangeStreamSortOrder | RangeStreamRevisionFilters => Code::Unimplemented,
         }
     }
 

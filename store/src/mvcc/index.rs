@@ -180,6 +180,28 @@ impl TreeIndex {
     /// Keys in `range` visible at `at`, in key order; stops after `limit`
     /// matches (0 = all) but always returns the exact total count.
     pub fn range(&self, range: &KeyRange, at: i64, limit: usize) -> (Vec<VisibleKey>, usize) {
+        self.range_counting(range, at, limit, false)
+    }
+
+    /// [`TreeIndex::range`] that stops at the first match past `limit`
+    /// (when `limit` is not 0): the count is then at most `limit + 1`, and
+    /// a read of the first keys of a large range walks no further.
+    pub fn range_to_limit(
+        &self,
+        range: &KeyRange,
+        at: i64,
+        limit: usize,
+    ) -> (Vec<VisibleKey>, usize) {
+        self.range_counting(range, at, limit, true)
+    }
+
+    fn range_counting(
+        &self,
+        range: &KeyRange,
+        at: i64,
+        limit: usize,
+        stop_past_limit: bool,
+    ) -> (Vec<VisibleKey>, usize) {
         let Some(bounds) = range.bounds() else {
             return (Vec::new(), 0);
         };
@@ -187,6 +209,9 @@ impl TreeIndex {
         let mut total = 0;
         for (key, ki) in self.in_bounds(bounds) {
             if let Some(at) = ki.get(at) {
+                if stop_past_limit && limit != 0 && total == limit {
+                    return (out, total + 1);
+                }
                 total += 1;
                 if limit == 0 || out.len() < limit {
                     out.push(VisibleKey {

@@ -105,6 +105,11 @@ pub struct RangeOptions {
     /// soon as it is read, so a keys-only read of large values holds one
     /// value at a time, not all of them.
     pub keys_only: bool,
+    /// Count no further than the first match past `limit`: `count` is
+    /// then at most `limit + 1`, enough to tell whether there are more
+    /// (etcd 3.7's Range without `WithTotalCount`, which each chunk of a
+    /// RangeStream reads).
+    pub count_to_limit: bool,
 }
 
 /// Result of a ranged read.
@@ -857,7 +862,11 @@ fn plan_range(
         return Err(MvccError::Compacted);
     }
     let limit = if opts.count_only { 1 } else { opts.limit };
-    let (visible, count) = state.index.range(range, rev, limit);
+    let (visible, count) = if opts.count_to_limit {
+        state.index.range_to_limit(range, rev, limit)
+    } else {
+        state.index.range(range, rev, limit)
+    };
     if opts.count_only {
         return Ok((Vec::new(), count));
     }

@@ -6,7 +6,7 @@ use etcd_proto::etcdserverpb::kv_server::Kv;
 use etcd_proto::etcdserverpb::request_op::Request as Op;
 use etcd_proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, RangeStreamResponse, TxnRequest, TxnResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -101,8 +101,61 @@ fn is_txn_serializable(req: &TxnRequest) -> bool {
         })
 }
 
+/// The chunks of a RangeStream answer, as tonic sends them.
+pub type RangeStreamChunks =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<RangeStreamResponse, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Kv for KvService {
+    type RangeStreamStream = RangeStreamChunks;
+
+    /// etcd 3.7's RangeStream: checked, read barrier and permissions as a
+    /// Range, then one chunk read per message the transport takes
+    /// ([`kv::range::RangeStream`]): a chunk is read only when the last
+    /// one was taken, so a slow reader holds the server to a chunk or two.
+    async fn range_stream(
+        &self,
+        req: Request<RangeRequest>,
+    ) -> Result<Response<Self::RangeStreamStream>, Status> {
+        let by = self.core.caller(&req).await?;
+        let req = req.into_inner();
+        check_transport_size(&req, self.core.config.max_request_bytes)?;
+        validate::check_range(&req)?;
+        kv::range::check_stream(&req)?;
+        if !req.serializable {
+            self.core.read_barrier().await?;
+        }
+        self.core
+            .auth
+            .state()
+            .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
+        let core = self.core.clone();
+        let mut chunks = kv::range::RangeStream::new(req, core.config.max_request_bytes);
+        let stream = async_stream::stream! {
+            loop {
+                let started = std::time::Instant::now();
+                let chunk = chunks.next_chunk(core.mvcc.as_ref());
+                crate::metrics::global()
+                    .txn
+                    .observe_range(chunk.is_ok(), started.elapsed().as_secs_f64());
+                match chunk {
+                    Ok(Some(mut resp)) => {
+                        if resp.header.is_some() {
+                            core.fill(&mut resp.header);
+                        }
+                        yield Ok(RangeStreamResponse { range_response: Some(resp) });
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        yield Err(Status::from(e));
+                        break;
+                    }
+                }
+            }
+        };
+        Ok(Response::new(Box::pin(stream)))
+    }
+
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         let by = self.core.caller(&req).await?;
         let req = req.into_inner();

@@ -43,6 +43,8 @@ pub fn code_name(n: usize) -> String {
 /// `(service, method, grpc_type)` of every method etcd registers.
 const METHODS: &[(&str, &str, &str)] = &[
     ("etcdserverpb.KV", "Range", "unary"),
+    // etcd 3.7.
+    ("etcdserverpb.KV", "RangeStream", "server_stream"),
     ("etcdserverpb.KV", "Put", "unary"),
     ("etcdserverpb.KV", "DeleteRange", "unary"),
     ("etcdserverpb.KV", "Txn", "unary"),
