@@ -22,9 +22,10 @@
 //!    own during the call: growth and growth per answer byte. (A process
 //!    that keeps freed memory, as Go's runtime does for a while, starts a
 //!    later list from a higher RSS and shows less growth: compare the peaks.)
-//!    Then the same keys through one RangeStream (etcd 3.7; etcd 3.5 has
-//!    none), each chunk dropped once counted: time and the leader's RSS
-//!    growth, which a chunk or two should bound.
+//!    Before it, the same keys through one RangeStream (etcd 3.7; etcd 3.5
+//!    has none), each chunk dropped once counted: time and the leader's RSS
+//!    growth, which a chunk or two should bound (first, so that memory the
+//!    list freed and the process kept does not hide it).
 //! 4. paginated list, as kube-apiserver lists: pages of [`PAGE_LIMIT`] keys,
 //!    each next page from the last key + `"\0"`, every page after the first at
 //!    the first page's revision, until `more` is false. Time and pages.
@@ -497,7 +498,8 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
     )
     .await;
     let lists = runs(StepGroup::Lists);
-    let full_list = step(label, "full list", show, lists, list_everything(c, plan)).await;
+    // The stream first: a process keeps some of the memory a list freed,
+    // which would hide the stream's own growth.
     let streamed_list = step(
         label,
         "streamed list",
@@ -506,6 +508,7 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
         stream_everything(c, plan),
     )
     .await;
+    let full_list = step(label, "full list", show, lists, list_everything(c, plan)).await;
     let paginated_list = step(
         label,
         "paginated list",

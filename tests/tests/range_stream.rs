@@ -38,8 +38,11 @@ async fn one_member_with_keys() -> (Cluster, Client) {
     (cluster, client)
 }
 
+/// A key-value's key, value, create and mod revisions, version and lease.
+type Fields = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
+
 /// Each key-value's fields, comparable.
-fn fields(kvs: &[KeyValue]) -> Vec<(Vec<u8>, Vec<u8>, i64, i64, i64, i64)> {
+fn fields(kvs: &[KeyValue]) -> Vec<Fields> {
     kvs.iter()
         .map(|kv| {
             (

@@ -816,14 +816,12 @@ fn scan_for_rebuild(
                 engine.write(std::mem::take(&mut fields), false)?;
             }
         }
-        if batch.revisions.len() >= REBUILD_BATCH_REVISIONS
-            || batch.keys.len() >= REBUILD_BATCH_KEY_BYTES
-        {
-            if tx.send(std::mem::take(&mut batch)).is_err() {
-                // The receiver is gone: nothing left to do.
-                stopped = true;
-                return Ok(ControlFlow::Break(()));
-            }
+        let full = batch.revisions.len() >= REBUILD_BATCH_REVISIONS
+            || batch.keys.len() >= REBUILD_BATCH_KEY_BYTES;
+        if full && tx.send(std::mem::take(&mut batch)).is_err() {
+            // The receiver is gone: nothing left to do.
+            stopped = true;
+            return Ok(ControlFlow::Break(()));
         }
         Ok::<_, MvccError>(ControlFlow::Continue(()))
     })?;
@@ -1259,10 +1257,11 @@ mod tests {
         assert!(reopened.take_reloaded_leased_keys().is_empty());
     }
 
+    /// A table's pairs, in key order.
+    type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
     /// Every `kv` pair, and what `kv_index` holds.
-    fn kv_and_index_fields(
-        engine: &MemoryEngine,
-    ) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+    fn kv_and_index_fields(engine: &MemoryEngine) -> (Pairs, Pairs) {
         let kv = crate::engine::scan_collect(engine, Table::Kv, b"", None, 0).expect("scan kv");
         let fields =
             crate::engine::scan_collect(engine, Table::KvIndex, b"", None, 0).expect("scan index");
@@ -1303,7 +1302,7 @@ mod tests {
             .expect("put");
         txn.commit(WriteBatch::new()).expect("commit");
 
-        let expected_fields = |kv: &[(Vec<u8>, Vec<u8>)]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        let expected_fields = |kv: &[(Vec<u8>, Vec<u8>)]| -> Pairs {
             kv.iter()
                 .map(|(k, v)| (k.clone(), index_fields(&mut decode_kv(v).expect("decode"))))
                 .collect()
