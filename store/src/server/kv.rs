@@ -18,6 +18,15 @@ use crate::auth::{self, Access, AuthInfo};
 use crate::kv::{self, validate};
 use crate::limits::GRPC_OVERHEAD_BYTES;
 
+/// How a range is answered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ranged {
+    /// One RangeResponse.
+    Once,
+    /// A RangeStream.
+    Stream,
+}
+
 /// Serves the KV API of one member.
 pub struct KvService {
     core: Arc<Core>,
@@ -36,6 +45,31 @@ impl KvService {
             return Err(EtcdError::RequestTooLarge.into());
         }
         Ok(())
+    }
+
+    /// What a Range and a RangeStream do before reading: the caller, the
+    /// transport limit, etcd's checks (a stream's own too), the read
+    /// barrier unless serializable, the caller's read permission.
+    async fn admit_range(
+        &self,
+        req: Request<RangeRequest>,
+        how: Ranged,
+    ) -> Result<RangeRequest, Status> {
+        let by = self.core.caller(&req).await?;
+        let req = req.into_inner();
+        check_transport_size(&req, self.core.config.max_request_bytes)?;
+        validate::check_range(&req)?;
+        if how == Ranged::Stream {
+            kv::range::check_stream(&req)?;
+        }
+        if !req.serializable {
+            self.core.read_barrier().await?;
+        }
+        self.core
+            .auth
+            .state()
+            .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
+        Ok(req)
     }
 
     async fn read_only_txn(&self, by: &AuthInfo, req: &TxnRequest) -> Result<TxnResponse, Status> {
@@ -117,18 +151,7 @@ impl Kv for KvService {
         &self,
         req: Request<RangeRequest>,
     ) -> Result<Response<Self::RangeStreamStream>, Status> {
-        let by = self.core.caller(&req).await?;
-        let req = req.into_inner();
-        check_transport_size(&req, self.core.config.max_request_bytes)?;
-        validate::check_range(&req)?;
-        kv::range::check_stream(&req)?;
-        if !req.serializable {
-            self.core.read_barrier().await?;
-        }
-        self.core
-            .auth
-            .state()
-            .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
+        let req = self.admit_range(req, Ranged::Stream).await?;
         let core = self.core.clone();
         let mut chunks = kv::range::RangeStream::new(req, core.config.max_request_bytes);
         let stream = async_stream::stream! {
@@ -157,17 +180,7 @@ impl Kv for KvService {
     }
 
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
-        let by = self.core.caller(&req).await?;
-        let req = req.into_inner();
-        check_transport_size(&req, self.core.config.max_request_bytes)?;
-        validate::check_range(&req)?;
-        if !req.serializable {
-            self.core.read_barrier().await?;
-        }
-        self.core
-            .auth
-            .state()
-            .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
+        let req = self.admit_range(req, Ranged::Once).await?;
         let started = std::time::Instant::now();
         let result = kv::range::range(self.core.mvcc.as_ref(), &req);
         crate::metrics::global()
