@@ -242,17 +242,12 @@ impl RangeStream {
         let bytes = resp.encoded_len();
         let RangeResponse { kvs, more, .. } = resp;
         self.sent += kvs.len() as i64;
-        let next_key = match (more, kvs.last()) {
-            (true, Some(last)) => {
-                let mut key = last.key.clone();
-                key.push(0);
-                Some(key)
-            }
-            _ => None,
+        let after_last = match (more, kvs.last()) {
+            (true, Some(last)) => [&last.key[..], b"\0"].concat(),
+            _ => return Ok(Some(self.last_chunk(kvs, more, self.sent))),
         };
-        self.done = !more || self.sent == self.total_limit;
-        if let (false, Some(next_key)) = (self.done, &next_key) {
-            self.next.key = next_key.clone();
+        if self.sent < self.total_limit {
+            self.next.key = after_last;
             self.next.limit = next_chunk_limit(self.next.limit, bytes, self.target_bytes)
                 .min(self.total_limit - self.sent);
             return Ok(Some(RangeResponse {
@@ -260,20 +255,23 @@ impl RangeStream {
                 ..Default::default()
             }));
         }
+        // The request's limit ended the stream: count the keys left.
+        let rest = RangeRequest {
+            key: after_last,
+            range_end: self.next.range_end.clone(),
+            revision: self.next.revision,
+            count_only: true,
+            ..Default::default()
+        };
+        let count = self.sent + range(view, &rest)?.count;
+        Ok(Some(self.last_chunk(kvs, more, count)))
+    }
+
+    /// The stream's last message: its keys with the header at the pinned
+    /// revision, `more` and `count`.
+    fn last_chunk(&mut self, kvs: Vec<KeyValue>, more: bool, count: i64) -> RangeResponse {
         self.done = true;
-        let mut count = self.sent;
-        if let Some(key) = next_key {
-            // The request's limit ended the stream: count the keys left.
-            let rest = RangeRequest {
-                key,
-                range_end: self.next.range_end.clone(),
-                revision: self.next.revision,
-                count_only: true,
-                ..Default::default()
-            };
-            count += range(view, &rest)?.count;
-        }
-        Ok(Some(RangeResponse {
+        RangeResponse {
             header: Some(ResponseHeader {
                 revision: self.header_rev,
                 ..Default::default()
@@ -281,7 +279,7 @@ impl RangeStream {
             kvs,
             more,
             count,
-        }))
+        }
     }
 }
 

@@ -1050,7 +1050,7 @@ impl WriteTxn<'_> {
         debug_assert!(prev
             .as_ref()
             .is_none_or(|p| (p.create_revision, p.version + 1) == (create_revision, version)));
-        let kv = KeyValue {
+        let mut kv = KeyValue {
             key: key.to_vec(),
             create_revision,
             mod_revision: rev.main,
@@ -1062,7 +1062,6 @@ impl WriteTxn<'_> {
         self.written.push((rev, self.batch.len()));
         self.batch
             .put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
-        let mut kv = kv;
         self.batch
             .put(Table::KvIndex, rev.to_key(false), index_fields(&mut kv));
         self.events.push(Event {

@@ -157,18 +157,20 @@ impl Kv for KvService {
         let stream = async_stream::stream! {
             loop {
                 let started = std::time::Instant::now();
-                let chunk = chunks.next_chunk(core.mvcc.as_ref());
+                // None once the last chunk went (no read made, none counted).
+                let Some(chunk) = chunks.next_chunk(core.mvcc.as_ref()).transpose() else {
+                    break;
+                };
                 crate::metrics::global()
                     .txn
                     .observe_range(chunk.is_ok(), started.elapsed().as_secs_f64());
                 match chunk {
-                    Ok(Some(mut resp)) => {
+                    Ok(mut resp) => {
                         if resp.header.is_some() {
                             core.fill(&mut resp.header);
                         }
                         yield Ok(RangeStreamResponse { range_response: Some(resp) });
                     }
-                    Ok(None) => break,
                     Err(e) => {
                         yield Err(Status::from(e));
                         break;
