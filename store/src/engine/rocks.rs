@@ -106,6 +106,18 @@ const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
 /// not 1.3 MiB).
 const MEMTABLE_BLOOM_BYTES: u64 = (WRITE_BUFFER_BYTES as f64 * MEMTABLE_BLOOM_RATIO) as u64;
 
+/// Seconds a bottommost table file must age before RocksDB rewrites it
+/// only to drop what a released snapshot protected (a `BottommostFiles`
+/// compaction): never, in effect (`u32::MAX` seconds is 136 years).
+/// `kv`'s keys are revisions, always new, so its files move down the levels
+/// without being rewritten and keep their sequence numbers; releasing any
+/// engine snapshot (a large Range, HashKV, a snapshot sent to a follower)
+/// then marked every such file, and each member rewrote its whole `kv`
+/// table (1 GiB at a million keys) at the background write rate, stalling
+/// writes for the duration. Deleted revisions still go when an ordinary
+/// compaction or a defragmentation rewrites their files.
+const BOTTOMMOST_REWRITE_DELAY_SECS: u32 = u32::MAX;
+
 /// Largest table file a bulk load writes before it starts the next
 /// (RocksDB's default target file size).
 const BULK_FILE_BYTES: u64 = 64 * 1024 * 1024;
@@ -245,7 +257,8 @@ impl RocksEngine {
         let cache = block_cache();
         let cfs = Table::ALL
             .iter()
-            .map(|t| ColumnFamilyDescriptor::new(t.name(), table_file_options(*t, &cache)));
+            .map(|t| Ok(ColumnFamilyDescriptor::new(t.name(), table_file_options(*t, &cache)?)))
+            .collect::<EngineResult<Vec<_>>>()?;
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?);
         let flusher =
             WalFlusher::start(db.clone()).map_err(|e| EngineError::Backend(Box::new(e)))?;
@@ -289,8 +302,14 @@ impl RocksEngine {
 
 /// The options of `table`'s column family, which its table files follow
 /// (files written for a bulk load too).
-fn table_file_options(table: Table, cache: &rocksdb::Cache) -> Options {
-    let mut cf_opts = Options::default();
+fn table_file_options(table: Table, cache: &rocksdb::Cache) -> EngineResult<Options> {
+    // Options the Rust binding has no setter for, set first: the options
+    // read from the string do not carry what the setters below attach.
+    let mut cf_opts = Options::default()
+        .get_options_from_string(format!(
+            "bottommost_file_compaction_delay={BOTTOMMOST_REWRITE_DELAY_SECS}"
+        ))
+        .map_err(err)?;
     cf_opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
     cf_opts.set_block_based_table_factory(&table_options(cache));
     if table == Table::Kv {
@@ -306,7 +325,7 @@ fn table_file_options(table: Table, cache: &rocksdb::Cache) -> Options {
         // be read.
         cf_opts.set_optimize_filters_for_hits(true);
     }
-    cf_opts
+    Ok(cf_opts)
 }
 
 /// The LRU block cache every table shares, in [`BLOCK_CACHE_SHARD_BITS`]
@@ -559,10 +578,10 @@ fn write_table_files(
     files: &mut Vec<(Table, std::path::PathBuf)>,
 ) -> EngineResult<()> {
     let cache = rocksdb::Cache::new_lru_cache(BULK_BLOCK_CACHE_BYTES);
-    let options: Vec<Options> = Table::ALL
+    let options = Table::ALL
         .iter()
         .map(|t| table_file_options(*t, &cache))
-        .collect();
+        .collect::<EngineResult<Vec<Options>>>()?;
     let mut open: Option<(Table, rocksdb::SstFileWriter<'_>)> = None;
     while let Some((table, key, value)) = next()? {
         let start_new = match &open {
@@ -651,6 +670,50 @@ mod tests {
             dirs.lock().unwrap().push(dir);
             Box::new(engine)
         });
+    }
+
+    /// Releasing a snapshot does not make RocksDB rewrite the `kv` files
+    /// that only moved down the levels (see
+    /// [`BOTTOMMOST_REWRITE_DELAY_SECS`]): the files live before the
+    /// release are the files live once every compaction has run.
+    #[test]
+    fn releasing_a_snapshot_rewrites_no_table_file() {
+        const FILES: u64 = 2;
+        const KEYS_PER_FILE: u64 = 1_000;
+        let dir = tempfile::tempdir().unwrap();
+        let e = RocksEngine::open(&dir.path().join("db")).unwrap();
+        let put_file = |first: u64| {
+            let mut b = WriteBatch::new();
+            for n in first..first + KEYS_PER_FILE {
+                b.put(Table::Kv, n.to_be_bytes().to_vec(), vec![7; 100]);
+            }
+            e.write(b, true).unwrap();
+            e.db.flush_cf(e.cf(Table::Kv)).unwrap();
+        };
+        for f in 0..FILES {
+            put_file(f * KEYS_PER_FILE);
+        }
+        let snapshot = e.snapshot();
+        put_file(FILES * KEYS_PER_FILE);
+        let kv_files = |e: &RocksEngine| -> Vec<String> {
+            let mut names: Vec<String> = e
+                .db
+                .live_files()
+                .unwrap()
+                .into_iter()
+                .filter(|f| f.column_family_name == Table::Kv.name())
+                .map(|f| f.name)
+                .collect();
+            names.sort();
+            names
+        };
+        let before = kv_files(&e);
+        assert_eq!(before.len(), FILES as usize + 1);
+        drop(snapshot);
+        e.db
+            .wait_for_compact(&rocksdb::WaitForCompactOptions::default())
+            .unwrap();
+        assert_eq!(kv_files(&e), before);
     }
 
     /// Every checkpoint taken while batches that span two tables are
