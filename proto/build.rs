@@ -11,13 +11,21 @@
 use std::path::PathBuf;
 
 /// Packages that get JSON impls (the etcd client API; not `storepeer`).
-const JSON_PACKAGES: [&str; 3] = [".mvccpb", ".authpb", ".etcdserverpb"];
+const JSON_PACKAGES: [&str; 5] = [
+    ".mvccpb",
+    ".authpb",
+    ".etcdserverpb",
+    ".v3lockpb",
+    ".v3electionpb",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/mvccpb/kv.proto",
         "proto/authpb/auth.proto",
         "proto/etcdserverpb/rpc.proto",
+        "proto/v3lockpb/v3lock.proto",
+        "proto/v3electionpb/v3election.proto",
         "proto/storepeer/peer.proto",
     ];
     let descriptors = PathBuf::from(std::env::var("OUT_DIR")?).join("descriptors.bin");

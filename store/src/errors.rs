@@ -170,6 +170,19 @@ pub enum EtcdError {
     #[error("etcdserver: unknown method")]
     UnknownMethod,
 
+    // The Lock and Election services' own errors (etcd's `concurrency`
+    // package and election server), sent as plain errors: code Unknown.
+    #[error("election: not leader")]
+    ElectionNotLeader,
+    #[error("election: no leader")]
+    ElectionNoLeader,
+    #[error("\"leader\" field must be provided")]
+    MissingLeaderKey,
+    #[error("mutex: session is expired")]
+    SessionExpired,
+    #[error("lost watcher waiting for delete")]
+    LostWatcher,
+
     // RangeStream (etcd 3.7; plain gRPC statuses, not rpctypes errors).
     #[error("RangeStream does not support custom sort orders")]
     RangeStreamSortOrder,
@@ -200,6 +213,8 @@ impl EtcdError {
             | WrongDowngradeVersionFormat => Code::InvalidArgument,
             RawUserEmpty | RawUserNotFound | RawPermissionDenied | RawInvalidAuthToken
             | NoPasswordUser | UnknownMethod | AuthOldRevision => Code::Unknown,
+            ElectionNotLeader | ElectionNoLeader | MissingLeaderKey | SessionExpired
+            | LostWatcher => Code::Unknown,
             NoInflightDowngrade | DowngradeInProcess | ClusterVersionUnavailable => {
                 Code::FailedPrecondition
             }
@@ -376,6 +391,16 @@ mod tests {
                 EtcdError::TooManyRequests,
                 Code::Unknown,
                 "etcdserver: too many requests",
+            ),
+            (
+                EtcdError::MissingLeaderKey,
+                Code::Unknown,
+                "\"leader\" field must be provided",
+            ),
+            (
+                EtcdError::SessionExpired,
+                Code::Unknown,
+                "mutex: session is expired",
             ),
         ];
         for (err, code, msg) in cases {

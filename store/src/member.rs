@@ -32,6 +32,8 @@ use etcd_proto::etcdserverpb::lease_server::LeaseServer;
 use etcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use etcd_proto::etcdserverpb::watch_server::WatchServer;
 use etcd_proto::storepeer::raft_peer_server::RaftPeerServer;
+use etcd_proto::v3electionpb::election_server::ElectionServer;
+use etcd_proto::v3lockpb::lock_server::LockServer;
 use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -62,11 +64,13 @@ use crate::server::auth::AuthService;
 use crate::server::cluster::ClusterService;
 use crate::server::conn;
 use crate::server::core::{Core, CoreConfig, ReplicatedCaches};
+use crate::server::election::ElectionService;
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
 use crate::server::grpc_dispatch::{GrpcDispatch, GrpcServices};
 use crate::server::http;
 use crate::server::kv::KvService;
 use crate::server::lease::{spawn_lease_tasks, LeaseService};
+use crate::server::lock::LockService;
 use crate::server::maintenance::MaintenanceService;
 use crate::server::peer::PeerService;
 use crate::server::watch::WatchService;
@@ -800,6 +804,18 @@ async fn serve_client(
     let auth = AuthServer::new(AuthService::new(core.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);
+    // The services the Lock and Election recipes call, as etcd's
+    // in-process client calls its own (no gRPC metrics layer).
+    let recipes = GrpcDispatch::default()
+        .with_service(kv.clone())
+        .with_service(watch.clone())
+        .with_service(lease.clone());
+    let lock = LockServer::new(LockService::new(recipes.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
+    let election = ElectionServer::new(ElectionService::new(recipes))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(MAX_SEND_BYTES);
     let dispatch = GrpcDispatch::default()
         .with_service(kv)
         .with_service(auth)
@@ -807,6 +823,8 @@ async fn serve_client(
         .with_service(watch)
         .with_service(lease)
         .with_service(cluster)
+        .with_service(lock)
+        .with_service(election)
         .with_service(grpc_health);
     // grpc-go's receive limit as etcd sets it, checked on each message's
     // header before the message is buffered (server::frame_limit).

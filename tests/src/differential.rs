@@ -107,6 +107,26 @@ impl Differential {
         })
     }
 
+    /// Runs `scenario` on the oracle and the candidate concurrently (each
+    /// side runs the same operations on its own server, so scenarios may
+    /// wait on their own server's events) and returns both results. Panics
+    /// naming the side whose scenario failed.
+    pub async fn each<'a, T, F, Fut>(&'a self, scenario: F) -> (T, T)
+    where
+        F: Fn(&'a Side) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let (oracle, candidate) = tokio::join!(scenario(&self.oracle), scenario(&self.candidate));
+        let oracle = oracle.unwrap_or_else(|e| panic!("on the oracle (reference etcd): {e:#}"));
+        let candidate = candidate.unwrap_or_else(|e| {
+            panic!(
+                "on the candidate ({}): {e:#}",
+                self.candidate.cluster.binary().path.display()
+            )
+        });
+        (oracle, candidate)
+    }
+
     /// Number of steps compared so far.
     pub fn steps(&self) -> usize {
         self.steps

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use integration_tests::differential::Differential;
+use integration_tests::wait::retry_until;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -441,11 +442,17 @@ async fn lease_cluster_and_maintenance() -> Result<()> {
     )
     .await
     .expect("oracle");
-    let mut candidate = curl(
-        &p.candidate,
-        &post("/v3/maintenance/status", "{}"),
-        &status_fields,
-    )
+    // The storage version is reported once the cluster version is decided
+    // (as in etcd 3.6), which a loaded machine may not have done yet.
+    let mut candidate = retry_until("a Status with the storage version", LINE_TIMEOUT, || {
+        let endpoint = p.candidate.clone();
+        let fields = &status_fields;
+        async move {
+            let answer = curl(&endpoint, &post("/v3/maintenance/status", "{}"), fields).await?;
+            anyhow::ensure!(answer.body.contains("storageVersion"), "{}", answer.body);
+            Ok(answer)
+        }
+    })
     .await
     .expect("candidate");
     let mut json: Value = serde_json::from_str(&candidate.body).expect("json");
@@ -550,7 +557,7 @@ async fn auth_through_the_gateway() -> Result<()> {
     Ok(())
 }
 
-/// A `curl -N` watch stream.
+/// A `curl -N` stream (a watch, an election's observer).
 struct WatchStream {
     child: Child,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -558,9 +565,13 @@ struct WatchStream {
 
 impl WatchStream {
     fn start(endpoint: &str, body: &str) -> Result<Self> {
+        Self::start_at(endpoint, "/v3/watch", body)
+    }
+
+    fn start_at(endpoint: &str, path: &str, body: &str) -> Result<Self> {
         let mut child = Command::new("curl")
             .args(["-s", "-N", "-X", "POST", "--data-binary", body])
-            .arg(format!("{endpoint}/v3/watch"))
+            .arg(format!("{endpoint}{path}"))
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
@@ -620,6 +631,88 @@ async fn watch_stream() -> Result<()> {
     }
     let bad = p.same(post("/v3/watch", "{bad"), &[]).await;
     assert_eq!(status(&bad), 500);
+    Ok(())
+}
+
+/// `/v3/lock/...` and `/v3/election/...`: answers, errors (code Unknown,
+/// HTTP 500) and an observer's stream, with a lease of id 0x1000 (4096).
+#[tokio::test]
+async fn lock_and_election_routes() -> Result<()> {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let d = Differential::start().await?;
+    let mut p = Pair::new(&d);
+    p.same(post("/v3/lease/grant", r#"{"TTL":600,"ID":4096}"#), &[])
+        .await;
+    let lock = format!(r#"{{"name":"{}","lease":4096}}"#, b64("mylock"));
+    let locked = p.same(post("/v3/lock/lock", &lock), &[]).await;
+    assert!(locked.body.contains(&b64("mylock/1000")), "{}", locked.body);
+    // Again with the lease as a string: the same key, nothing written.
+    let again = format!(r#"{{"name":"{}","lease":"4096"}}"#, b64("mylock"));
+    p.same(post("/v3/lock/lock", &again), &[]).await;
+    let unlock = format!(r#"{{"key":"{}"}}"#, b64("mylock/1000"));
+    p.same(post("/v3/lock/unlock", &unlock), &[]).await;
+    p.same(post("/v3/lock/unlock", &unlock), &[]).await;
+    let no_lease = format!(r#"{{"name":"{}","lease":12345}}"#, b64("mylock"));
+    let refused = p.same(post("/v3/lock/lock", &no_lease), &[]).await;
+    assert_eq!(status(&refused), 500);
+
+    let name = format!(r#"{{"name":"{}"}}"#, b64("el"));
+    let none = p.same(post("/v3/election/leader", &name), &[]).await;
+    assert_eq!(status(&none), 500);
+    let (mut o, mut c) = (
+        WatchStream::start_at(&p.oracle, "/v3/election/observe", &name)?,
+        WatchStream::start_at(&p.candidate, "/v3/election/observe", &name)?,
+    );
+    let campaign = format!(
+        r#"{{"name":"{}","lease":4096,"value":"{}"}}"#,
+        b64("el"),
+        b64("v1")
+    );
+    let won = p.same(post("/v3/election/campaign", &campaign), &[]).await;
+    assert_eq!(status(&won), 200);
+    let first = o.line().await?;
+    assert!(first.contains(&b64("v1")), "{first}");
+    assert_eq!(first, c.line().await?);
+    p.same(post("/v3/election/leader", &name), &[]).await;
+    let won: Value = serde_json::from_str(&won.body)?;
+    let leader = won["leader"].to_string();
+    let proclaim = format!(r#"{{"leader":{leader},"value":"{}"}}"#, b64("v2"));
+    p.same(post("/v3/election/proclaim", &proclaim), &[]).await;
+    let second = o.line().await?;
+    assert!(second.contains(&b64("v2")), "{second}");
+    assert_eq!(second, c.line().await?);
+    let mut stale = won["leader"].clone();
+    stale["rev"] = Value::String("1".into());
+    let stale = format!(r#"{{"leader":{stale},"value":"{}"}}"#, b64("v3"));
+    let not_leader = p.same(post("/v3/election/proclaim", &stale), &[]).await;
+    assert!(
+        not_leader.body.contains("election: not leader"),
+        "{}",
+        not_leader.body
+    );
+    for body in [r#"{"value":"djM="}"#, r#"{"leader":{}}"#] {
+        let refused = p.same(post("/v3/election/proclaim", body), &[]).await;
+        assert_eq!(status(&refused), 500);
+    }
+    p.same(
+        post("/v3/election/resign", &format!(r#"{{"leader":{leader}}}"#)),
+        &[],
+    )
+    .await;
+    p.same(post("/v3/election/leader", &name), &[]).await;
+    let get = p
+        .same(
+            Call {
+                method: "GET",
+                ..post("/v3/lock/lock", "")
+            },
+            &[],
+        )
+        .await;
+    assert_eq!(status(&get), 405);
+    o.child.start_kill()?;
+    c.child.start_kill()?;
     Ok(())
 }
 

@@ -22,6 +22,7 @@ mod json_gateway;
 mod kubeadm_manifest;
 mod kv_differential;
 mod lease_cluster;
+mod lock_election;
 mod maintenance;
 mod membership;
 mod metrics_health;

@@ -38,7 +38,6 @@
 //!
 //! Run: `STORE_BIN=/opt/etcd-3.5/etcd cargo test -p integration-tests --test integration watch_lease_differential::`
 
-use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -106,24 +105,6 @@ const TOO_LARGE_TTL_SECONDS: i64 = 9_000_000_001;
 const FRAGMENT_MAX_REQUEST_BYTES: u64 = 64 * 1024;
 const FRAGMENT_VALUE_BYTES: usize = 20_000;
 const FRAGMENT_KEYS: usize = 40;
-
-/// Runs `scenario` on the oracle and the candidate concurrently (each side
-/// runs the same operations on its own server) and returns both results.
-async fn both<'a, T, F, Fut>(d: &'a Differential, scenario: F) -> (T, T)
-where
-    F: Fn(&'a Side) -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let (oracle, candidate) = tokio::join!(scenario(&d.oracle), scenario(&d.candidate));
-    let oracle = oracle.unwrap_or_else(|e| panic!("on the oracle (reference etcd): {e:#}"));
-    let candidate = candidate.unwrap_or_else(|e| {
-        panic!(
-            "on the candidate ({}): {e:#}",
-            d.candidate.cluster.binary().path.display()
-        )
-    });
-    (oracle, candidate)
-}
 
 fn same(d: &Differential, what: &str, oracle: &[String], candidate: &[String]) {
     assert_same(what, oracle, candidate, d.candidate.cluster.binary());
@@ -293,10 +274,9 @@ async fn compare_watch(
     expected: usize,
     format: Format,
 ) -> Vec<String> {
-    let ((oracle_reached, oracle), (_, candidate)) = both(d, |side| async move {
-        finish_watch(spawn_watch(side, args)?, expected, format).await
-    })
-    .await;
+    let ((oracle_reached, oracle), (_, candidate)) = d
+        .each(|side| async move { finish_watch(spawn_watch(side, args)?, expected, format).await })
+        .await;
     assert!(
         oracle_reached,
         "the oracle did not print {expected} events for etcdctl {args:?}:\n{oracle}"
@@ -312,10 +292,9 @@ async fn compare_watch(
 /// Runs an `etcdctl watch` that must end by itself (a compacted start) on
 /// both sides and compares the complete output.
 async fn compare_watch_exit(d: &Differential, args: &[String]) -> CtlOutput {
-    let (oracle, candidate) = both(d, |side| async move {
-        spawn_watch(side, args)?.wait_exit(CTL_EXIT_TIMEOUT).await
-    })
-    .await;
+    let (oracle, candidate) = d
+        .each(|side| async move { spawn_watch(side, args)?.wait_exit(CTL_EXIT_TIMEOUT).await })
+        .await;
     same(
         d,
         &format!("etcdctl {args:?}"),
@@ -704,7 +683,7 @@ async fn client_watch_scenario(side: &Side) -> Result<ClientWatchRun> {
 #[tokio::test]
 async fn client_watch_ids_history_filters_cancel_progress_compaction() {
     let d = differential().await;
-    let (oracle, candidate) = both(&d, client_watch_scenario).await;
+    let (oracle, candidate) = d.each(client_watch_scenario).await;
     assert!(
         oracle.short_steps.is_empty(),
         "the scenario expects more than the oracle delivers in {:?}:\n{}",
@@ -834,7 +813,7 @@ async fn watch_fragments_large_revisions() {
     )
     .await
     .expect("starting the reference etcd and the candidate");
-    let (oracle, candidate) = both(&d, fragment_scenario).await;
+    let (oracle, candidate) = d.each(fragment_scenario).await;
     let fragments = oracle
         .iter()
         .filter(|line| line.contains("watch_id=1 ") && line.contains("fragment=true"))
@@ -1053,7 +1032,7 @@ async fn leases_grant_attach_timetolive_keepalive_list_revoke() {
     let mut d = differential().await;
 
     // A TTL below the minimum is raised to it (server-assigned ids).
-    let (oracle_grants, candidate_grants) = both(&d, etcdctl_grants).await;
+    let (oracle_grants, candidate_grants) = d.each(etcdctl_grants).await;
     let granted_ttl: i64 = GRANTED
         .captures(&oracle_grants.short.stdout)
         .expect("oracle grant")[2]
@@ -1120,34 +1099,35 @@ async fn leases_grant_attach_timetolive_keepalive_list_revoke() {
     assert_ok(&d.ctl(&["get", "l/k1", "-w", "json"]).await);
 
     // timetolive: granted TTL and keys exact, remaining within tolerance.
-    let (oracle, candidate) = both(&d, |side| async move {
-        let mut outputs = Vec::new();
-        for args in [
-            &["lease", "timetolive", LEASE_A_HEX, "--keys"][..],
-            &["lease", "timetolive", LEASE_A_HEX][..],
-            &["lease", "timetolive", MISSING_LEASE_HEX][..],
-        ] {
-            outputs.push(ctl_on(side, args).await?);
-        }
-        let ttl = side
-            .client
-            .clone()
-            .lease_time_to_live(LEASE_A, Some(LeaseTimeToLiveOptions::new().with_keys()))
-            .await?;
-        let mut keys: Vec<String> = ttl
-            .keys()
-            .iter()
-            .map(|key| String::from_utf8_lossy(key).into_owned())
-            .collect();
-        keys.sort();
-        let client_view = format!(
-            "etcd-client timetolive: id={} granted_ttl={} keys={keys:?}",
-            ttl.id(),
-            ttl.granted_ttl()
-        );
-        Ok((outputs, client_view, ttl.ttl()))
-    })
-    .await;
+    let (oracle, candidate) = d
+        .each(|side| async move {
+            let mut outputs = Vec::new();
+            for args in [
+                &["lease", "timetolive", LEASE_A_HEX, "--keys"][..],
+                &["lease", "timetolive", LEASE_A_HEX][..],
+                &["lease", "timetolive", MISSING_LEASE_HEX][..],
+            ] {
+                outputs.push(ctl_on(side, args).await?);
+            }
+            let ttl = side
+                .client
+                .clone()
+                .lease_time_to_live(LEASE_A, Some(LeaseTimeToLiveOptions::new().with_keys()))
+                .await?;
+            let mut keys: Vec<String> = ttl
+                .keys()
+                .iter()
+                .map(|key| String::from_utf8_lossy(key).into_owned())
+                .collect();
+            keys.sort();
+            let client_view = format!(
+                "etcd-client timetolive: id={} granted_ttl={} keys={keys:?}",
+                ttl.id(),
+                ttl.granted_ttl()
+            );
+            Ok((outputs, client_view, ttl.ttl()))
+        })
+        .await;
     let (mut oracle_lines, mut oracle_remaining) = (Vec::new(), Vec::new());
     let (mut candidate_lines, mut candidate_remaining) = (Vec::new(), Vec::new());
     for (o, c) in oracle.0.iter().zip(&candidate.0) {
@@ -1226,7 +1206,7 @@ async fn leases_grant_attach_timetolive_keepalive_list_revoke() {
     .expect_err("the TTL-0 lease has expired");
 
     // lease list: the long server-assigned lease and LEASE_A.
-    let (oracle, candidate) = both(&d, lease_list).await;
+    let (oracle, candidate) = d.each(lease_list).await;
     let oracle_list = list_lines(&oracle.0, &oracle.1, &mut oracle_names);
     let candidate_list = list_lines(&candidate.0, &candidate.1, &mut candidate_names);
     assert!(
@@ -1238,7 +1218,7 @@ async fn leases_grant_attach_timetolive_keepalive_list_revoke() {
     same(&d, "lease list", &oracle_list, &candidate_list);
 
     // Revoke: a watcher sees the attached keys' DELETE events in one revision.
-    let (oracle, candidate) = both(&d, revoke_with_watcher).await;
+    let (oracle, candidate) = d.each(revoke_with_watcher).await;
     assert!(
         oracle.1.len() == 2 && oracle.1[0] == oracle.1[1],
         "the oracle's revoke should delete two keys in one revision: {:?}",
@@ -1283,7 +1263,7 @@ async fn leases_grant_attach_timetolive_keepalive_list_revoke() {
         "{put_unknown:?}"
     );
     d.ctl(&["lease", "timetolive", LEASE_A_HEX]).await;
-    let (oracle, candidate) = both(&d, lease_list).await;
+    let (oracle, candidate) = d.each(lease_list).await;
     same(
         &d,
         "lease list at the end",
@@ -1412,7 +1392,7 @@ async fn expiry_scenario(side: &Side) -> Result<Vec<String>> {
 #[tokio::test]
 async fn lease_expiry_deletes_keys_while_keepalive_preserves() {
     let d = differential().await;
-    let (oracle, candidate) = both(&d, expiry_scenario).await;
+    let (oracle, candidate) = d.each(expiry_scenario).await;
     assert!(
         oracle
             .iter()
@@ -1585,7 +1565,7 @@ async fn lock_elect_scenario(side: &Side) -> Result<Vec<String>> {
 #[tokio::test]
 async fn etcdctl_lock_and_elect() {
     let d = differential().await;
-    let (oracle, candidate) = both(&d, lock_elect_scenario).await;
+    let (oracle, candidate) = d.each(lock_elect_scenario).await;
     for needle in [
         "lock exec: stdout: held lk/",
         "lock exec exit 3: exit code Some(3)",

@@ -257,7 +257,12 @@ impl RocksEngine {
         let cache = block_cache();
         let cfs = Table::ALL
             .iter()
-            .map(|t| Ok(ColumnFamilyDescriptor::new(t.name(), table_file_options(*t, &cache)?)))
+            .map(|t| {
+                Ok(ColumnFamilyDescriptor::new(
+                    t.name(),
+                    table_file_options(*t, &cache)?,
+                ))
+            })
             .collect::<EngineResult<Vec<_>>>()?;
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, cfs).map_err(err)?);
         let flusher =
@@ -696,22 +701,20 @@ mod tests {
         let snapshot = e.snapshot();
         put_file(FILES * KEYS_PER_FILE);
         let kv_files = |e: &RocksEngine| -> Vec<String> {
-            let mut names: Vec<String> = e
-                .db
-                .live_files()
-                .unwrap()
-                .into_iter()
-                .filter(|f| f.column_family_name == Table::Kv.name())
-                .map(|f| f.name)
-                .collect();
+            let mut names: Vec<String> =
+                e.db.live_files()
+                    .unwrap()
+                    .into_iter()
+                    .filter(|f| f.column_family_name == Table::Kv.name())
+                    .map(|f| f.name)
+                    .collect();
             names.sort();
             names
         };
         let before = kv_files(&e);
         assert_eq!(before.len(), FILES as usize + 1);
         drop(snapshot);
-        e.db
-            .wait_for_compact(&rocksdb::WaitForCompactOptions::default())
+        e.db.wait_for_compact(&rocksdb::WaitForCompactOptions::default())
             .unwrap();
         assert_eq!(kv_files(&e), before);
     }

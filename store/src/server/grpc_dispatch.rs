@@ -144,7 +144,13 @@ where
     }
 }
 
-impl Service<Request<Body>> for GrpcDispatch {
+/// Any body: the listener's (axum's, taken as it is) or a tonic client's
+/// (the Lock and Election services call the others through a dispatcher).
+impl<B> Service<Request<B>> for GrpcDispatch
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
     type Response = Response<Body>;
     type Error = Infallible;
     type Future = Answer;
@@ -154,7 +160,8 @@ impl Service<Request<Body>> for GrpcDispatch {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let req = req.map(Body::new);
         let route = service_name(req.uri().path()).and_then(|name| self.route(name));
         match route {
             Some(route) => route(req),

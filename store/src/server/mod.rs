@@ -11,7 +11,9 @@
 //!   [`caller`]: who is calling (tokens, client certificates);
 //!   [`transfer`]: leadership transfer (MoveLeader).
 //! - client services, one file each: [`kv`], [`watch`], [`lease`],
-//!   [`cluster`], [`maintenance`], [`auth`]; and [`http`] (`/health`,
+//!   [`cluster`], [`maintenance`], [`auth`]; [`lock`] and [`election`],
+//!   etcd's recipes run as a client of the others ([`concurrency`]); and
+//!   [`http`] (`/health`,
 //!   `/version`); [`conn`]: serving client connections with the gRPC
 //!   keepalive settings, through [`authority`] (repairs the invalid
 //!   `:authority` some etcd clients send) and `batched_writes` (one write
@@ -28,9 +30,11 @@ pub mod authority;
 pub mod auto_compaction;
 pub mod caller;
 pub mod cluster;
+pub mod concurrency;
 pub mod conn;
 pub mod core;
 pub mod corruption;
+pub mod election;
 #[cfg(test)]
 mod fake_leader;
 pub mod forward;
@@ -45,6 +49,7 @@ pub mod keepalive_batch;
 pub mod kv;
 pub mod leader_lane;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
 pub mod peer;
 pub mod propose;

@@ -1,7 +1,7 @@
 //! The gRPC methods etcd serves, their stream types, and their counters.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -89,31 +89,68 @@ const METHODS: &[(&str, &str, &str)] = &[
     ("grpc.health.v1.Health", "Watch", "server_stream"),
 ];
 
+/// Methods etcd registers after its gRPC metrics are set up (the Lock and
+/// Election services): their rows appear at their first call, and a code's
+/// row at its first answer, as go-grpc-prometheus counts them.
+const LATE_METHODS: &[(&str, &str, &str)] = &[
+    ("v3lockpb.Lock", "Lock", "unary"),
+    ("v3lockpb.Lock", "Unlock", "unary"),
+    ("v3electionpb.Election", "Campaign", "unary"),
+    ("v3electionpb.Election", "Proclaim", "unary"),
+    ("v3electionpb.Election", "Leader", "unary"),
+    ("v3electionpb.Election", "Observe", "server_stream"),
+    ("v3electionpb.Election", "Resign", "unary"),
+];
+
 /// One method's counters.
 pub struct MethodCounters {
     /// `grpc_server_started_total` for the method.
     pub started: Counter,
-    /// `grpc_server_handled_total` for the method, by code number.
-    pub handled: Vec<Counter>,
+    /// `grpc_server_handled_total` for the method.
+    handled: Handled,
     /// The method takes one request message (unary, server-streaming).
     pub one_request_message: bool,
+}
+
+/// A method's `grpc_server_handled_total` rows.
+enum Handled {
+    /// Every code's row, listed from the start.
+    Registered(Vec<Counter>),
+    /// A late method's labels: a code's row is made at its first answer.
+    Late(Labels),
 }
 
 impl MethodCounters {
     /// Counts the end of a call with code number `code`.
     pub fn handled(&self, code: usize) {
-        match self.handled.get(code) {
-            Some(c) => {
-                c.inc();
+        let code = if code < GRPC_CODES.len() {
+            code
+        } else {
+            UNKNOWN
+        };
+        match &self.handled {
+            Handled::Registered(rows) => {
+                rows[code].inc();
             }
-            None => {
-                self.handled[UNKNOWN].inc();
+            Handled::Late(labels) => {
+                metrics::global()
+                    .grpc
+                    .handled
+                    .get_or_create(&handled_labels(labels, GRPC_CODES[code]))
+                    .inc();
             }
         }
     }
 }
 
-fn counters(service: &str, method: &str, kind: &str) -> MethodCounters {
+/// A method's labels with `grpc_code`.
+fn handled_labels(labels: &Labels, code: &str) -> Labels {
+    let mut l = vec![("grpc_code", code.to_string())];
+    l.extend(labels.iter().cloned());
+    l
+}
+
+fn counters(service: &str, method: &str, kind: &str, late: bool) -> MethodCounters {
     let grpc = &metrics::global().grpc;
     let labels: Labels = vec![
         ("grpc_method", method.to_string()),
@@ -121,14 +158,19 @@ fn counters(service: &str, method: &str, kind: &str) -> MethodCounters {
         ("grpc_type", kind.to_string()),
     ];
     let started = grpc.started.get_or_create_owned(&labels);
-    let handled = GRPC_CODES
-        .iter()
-        .map(|code| {
-            let mut l = vec![("grpc_code", code.to_string())];
-            l.extend(labels.iter().cloned());
-            grpc.handled.get_or_create_owned(&l)
-        })
-        .collect();
+    let handled = if late {
+        Handled::Late(labels)
+    } else {
+        Handled::Registered(
+            GRPC_CODES
+                .iter()
+                .map(|code| {
+                    grpc.handled
+                        .get_or_create_owned(&handled_labels(&labels, code))
+                })
+                .collect(),
+        )
+    };
     MethodCounters {
         started,
         handled,
@@ -140,15 +182,36 @@ static TABLE: LazyLock<HashMap<String, &'static MethodCounters>> = LazyLock::new
     METHODS
         .iter()
         .map(|(service, method, kind)| {
-            let c: &'static MethodCounters = Box::leak(Box::new(counters(service, method, kind)));
+            let c: &'static MethodCounters =
+                Box::leak(Box::new(counters(service, method, kind, false)));
             (format!("/{service}/{method}"), c)
         })
         .collect()
 });
 
+/// The late methods' counters, each made at its method's first call.
+type LateTable = HashMap<
+    String,
+    (
+        &'static (&'static str, &'static str, &'static str),
+        OnceLock<MethodCounters>,
+    ),
+>;
+
+static LATE_TABLE: LazyLock<LateTable> = LazyLock::new(|| {
+    LATE_METHODS
+        .iter()
+        .map(|m| (format!("/{}/{}", m.0, m.1), (m, OnceLock::new())))
+        .collect()
+});
+
 /// The counters of the method at `path` (`/etcdserverpb.KV/Range`).
 pub fn lookup(path: &str) -> Option<&'static MethodCounters> {
-    TABLE.get(path).copied()
+    if let Some(c) = TABLE.get(path) {
+        return Some(c);
+    }
+    let ((service, method, kind), counters_of) = LATE_TABLE.get(path)?;
+    Some(counters_of.get_or_init(|| counters(service, method, kind, true)))
 }
 
 /// True if the method at `path` takes one request message (etcd's unary

@@ -17,7 +17,7 @@
 //! a TLS connection as it is for gRPC.
 //!
 //! Streaming methods (`/v3/watch`, `/v3/lease/keepalive`,
-//! `/v3/maintenance/snapshot`) are in [`stream`].
+//! `/v3/maintenance/snapshot`, `/v3/election/observe`) are in [`stream`].
 //!
 //! Bounds: a request body may hold at most [`max_body_bytes`] of JSON (the
 //! base64 form of the largest message the gRPC services decode, plus
@@ -42,6 +42,8 @@ use etcd_proto::etcdserverpb::kv_client::KvClient;
 use etcd_proto::etcdserverpb::lease_client::LeaseClient;
 use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use etcd_proto::etcdserverpb::watch_client::WatchClient;
+use etcd_proto::v3electionpb::election_client::ElectionClient;
+use etcd_proto::v3lockpb::lock_client::LockClient;
 use serde::Serialize;
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::Status;
@@ -127,7 +129,30 @@ impl Gateway {
         all.extend(self.cluster_endpoints());
         all.extend(self.maintenance_endpoints());
         all.extend(self.auth_endpoints());
+        all.extend(self.lock_endpoints());
+        all.extend(self.election_endpoints());
         all
+    }
+
+    fn lock_endpoints(&self) -> Vec<(&'static str, MethodRouter)> {
+        vec![
+            ("/lock/lock", unary!(self, LockClient, lock)),
+            ("/lock/unlock", unary!(self, LockClient, unlock)),
+        ]
+    }
+
+    fn election_endpoints(&self) -> Vec<(&'static str, MethodRouter)> {
+        let gw = self.clone();
+        vec![
+            ("/election/campaign", unary!(self, ElectionClient, campaign)),
+            ("/election/proclaim", unary!(self, ElectionClient, proclaim)),
+            ("/election/leader", unary!(self, ElectionClient, leader)),
+            ("/election/resign", unary!(self, ElectionClient, resign)),
+            (
+                "/election/observe",
+                endpoint(move |req: Request| async move { gw.observe(req).await }),
+            ),
+        ]
     }
 
     fn kv_endpoints(&self) -> Vec<(&'static str, MethodRouter)> {
@@ -296,6 +321,17 @@ impl Gateway {
         };
         let mut client = MaintenanceClient::new(self.grpc.clone());
         let call = client.snapshot(grpc_request(&parts, msg)).await;
+        stream::respond(call, None).await
+    }
+
+    /// `Election.Observe`: one request, a stream of answers.
+    async fn observe(self, req: Request) -> Response {
+        let (parts, msg) = match self.read_one(req).await {
+            Ok(read) => read,
+            Err(status) => return reply::error(&status),
+        };
+        let mut client = ElectionClient::new(self.grpc.clone());
+        let call = client.observe(grpc_request(&parts, msg)).await;
         stream::respond(call, None).await
     }
 

@@ -37,15 +37,23 @@ pub trait Named {
 }
 
 macro_rules! named {
-    ($($t:ident),* $(,)?) => {
-        $(impl Named for etcd_proto::etcdserverpb::$t {
-            const FULL_NAME: &'static str = concat!(".etcdserverpb.", stringify!($t));
+    ($package:ident: $($t:ident),* $(,)?) => {
+        $(impl Named for etcd_proto::$package::$t {
+            const FULL_NAME: &'static str =
+                concat!(".", stringify!($package), ".", stringify!($t));
         })*
     };
 }
 
+named!(v3lockpb: LockRequest, UnlockRequest);
 named!(
-    RangeRequest,
+    v3electionpb: CampaignRequest,
+    ProclaimRequest,
+    LeaderRequest,
+    ResignRequest,
+);
+named!(
+    etcdserverpb: RangeRequest,
     PutRequest,
     DeleteRangeRequest,
     TxnRequest,
