@@ -236,19 +236,14 @@ async fn locks_queue_in_order_and_pass_on_unlock_and_expiry() {
     same(&d, "Lock's gRPC metrics", &oracle, &candidate);
 }
 
-/// The `grpc_server_started_total` and `grpc_server_handled_total` rows of
-/// `service` in a member's `/metrics`.
+/// The `grpc_server_*` rows of `service` in a member's `/metrics`.
 async fn service_metrics(side: &Side, service: &str) -> Result<Vec<String>> {
     let url = format!("{}/metrics", side.cluster.endpoint(0));
     let text = integration_tests::http::get(&url).await?.body;
     let label = format!(r#"grpc_service="{service}""#);
     let mut rows: Vec<String> = text
         .lines()
-        .filter(|l| {
-            (l.starts_with("grpc_server_started_total")
-                || l.starts_with("grpc_server_handled_total"))
-                && l.contains(&label)
-        })
+        .filter(|l| l.starts_with("grpc_server_") && l.contains(&label))
         .map(str::to_string)
         .collect();
     rows.sort();

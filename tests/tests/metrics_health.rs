@@ -411,6 +411,8 @@ const FAMILIES: &[&str] = &[
     "etcd_network_client_grpc_received_bytes_total",
     "grpc_server_started_total",
     "grpc_server_handled_total",
+    "grpc_server_msg_received_total",
+    "grpc_server_msg_sent_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
@@ -460,6 +462,13 @@ async fn metric_families_match_etcd_and_move_with_the_workload() {
             |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
         assert_eq!(grew(started), PUTS as f64, "{url}");
         assert_eq!(grew(handled), PUTS as f64, "{url}");
+        for messages in [
+            "grpc_server_msg_received_total",
+            "grpc_server_msg_sent_total",
+        ] {
+            let put = format!("{messages}{{grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}}");
+            assert_eq!(grew(&put), PUTS as f64, "{url} {put}");
+        }
         assert!(grew("etcd_network_client_grpc_received_bytes_total") > 0.0);
         assert!(grew("etcd_disk_wal_fsync_duration_seconds_count") > 0.0);
         assert!(

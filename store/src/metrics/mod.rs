@@ -166,6 +166,11 @@ pub struct GrpcMetrics {
     pub started: Family<Labels, Counter>,
     /// RPCs completed, by those and `grpc_code`.
     pub handled: Family<Labels, Counter>,
+    /// Request messages received, by `grpc_type`, `grpc_service`,
+    /// `grpc_method`.
+    pub msg_received: Family<Labels, Counter>,
+    /// Response messages sent, by the same labels.
+    pub msg_sent: Family<Labels, Counter>,
 }
 
 /// Every metric of the process, and the registry that encodes them.
@@ -541,6 +546,16 @@ impl Metrics {
             "grpc_server_handled",
             "Total number of RPCs completed on the server, regardless of success or failure.",
             self.grpc.handled.clone(),
+        );
+        r.register(
+            "grpc_server_msg_received",
+            "Total number of RPC stream messages received on the server.",
+            self.grpc.msg_received.clone(),
+        );
+        r.register(
+            "grpc_server_msg_sent",
+            "Total number of gRPC stream messages sent by the server.",
+            self.grpc.msg_sent.clone(),
         );
     }
 }

@@ -1,6 +1,13 @@
-//! Body wrappers: request frames counted as received bytes; response
-//! frames counted as sent bytes, and the call's status taken from the
-//! trailers (or the drop of an unfinished body).
+//! Body wrappers: request frames counted as received bytes and messages;
+//! response frames counted as sent bytes and messages, and the call's
+//! status taken from the trailers (or the drop of an unfinished body).
+//!
+//! Messages are counted on gRPC's framing: each message is a 5-byte prefix
+//! (a compression flag, then the length as a big-endian `u32`) and that
+//! many bytes, cut into HTTP/2 data frames anywhere. [`Messages`] follows
+//! the prefixes across frames and counts a message when its prefix is
+//! whole. Example: frames `[0,0,0,0,3,a,b]` and `[c,0,0,0,0,0]` hold two
+//! messages (`abc`, then an empty one).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -13,15 +20,68 @@ use http_body::{Frame, SizeHint};
 use super::methods::{MethodCounters, CANCELED, UNKNOWN};
 use crate::metrics;
 
-/// A request body counting the bytes it yields.
+/// Bytes of a gRPC message's prefix: the compression flag and the length.
+const MESSAGE_PREFIX_BYTES: usize = 5;
+
+/// Where a byte stream is in gRPC's framing (see the module docs).
+#[derive(Default)]
+struct Messages {
+    /// The prefix read so far.
+    prefix: [u8; MESSAGE_PREFIX_BYTES],
+    /// Bytes of `prefix` read.
+    have: usize,
+    /// Bytes of the current message's body still to come.
+    body_left: u64,
+}
+
+impl Messages {
+    /// Reads `data`; answers the messages whose prefix ended in it.
+    fn feed(&mut self, mut data: &[u8]) -> u64 {
+        let mut started = 0;
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let skip = data
+                    .len()
+                    .min(usize::try_from(self.body_left).unwrap_or(usize::MAX));
+                self.body_left -= skip as u64;
+                data = &data[skip..];
+                continue;
+            }
+            let take = (MESSAGE_PREFIX_BYTES - self.have).min(data.len());
+            self.prefix[self.have..self.have + take].copy_from_slice(&data[..take]);
+            self.have += take;
+            data = &data[take..];
+            if self.have == MESSAGE_PREFIX_BYTES {
+                let len = [
+                    self.prefix[1],
+                    self.prefix[2],
+                    self.prefix[3],
+                    self.prefix[4],
+                ];
+                self.body_left = u64::from(u32::from_be_bytes(len));
+                self.have = 0;
+                started += 1;
+            }
+        }
+        started
+    }
+}
+
+/// A request body counting the bytes and messages it yields.
 pub struct CountedRequest {
     inner: Body,
+    counters: &'static MethodCounters,
+    messages: Messages,
 }
 
 impl CountedRequest {
-    /// Wraps `inner`.
-    pub fn new(inner: Body) -> Self {
-        CountedRequest { inner }
+    /// Wraps `inner`, counting its messages in `counters`.
+    pub fn new(inner: Body, counters: &'static MethodCounters) -> Self {
+        CountedRequest {
+            inner,
+            counters,
+            messages: Messages::default(),
+        }
     }
 }
 
@@ -40,6 +100,10 @@ impl http_body::Body for CountedRequest {
                     .network
                     .client_grpc_received
                     .inc_by(data.len() as u64);
+                let started = self.messages.feed(data);
+                if started > 0 {
+                    self.counters.received(started);
+                }
             }
         }
         polled
@@ -59,10 +123,11 @@ fn status_of(headers: &HeaderMap) -> Option<usize> {
     headers.get("grpc-status")?.to_str().ok()?.parse().ok()
 }
 
-/// A response body that counts sent bytes and the call's end.
+/// A response body that counts sent bytes and messages, and the call's end.
 pub struct ObservedResponse {
     inner: Body,
     counters: &'static MethodCounters,
+    messages: Messages,
     done: bool,
 }
 
@@ -78,6 +143,7 @@ impl ObservedResponse {
             Body::new(ObservedResponse {
                 inner,
                 counters,
+                messages: Messages::default(),
                 done: false,
             })
         })
@@ -107,6 +173,10 @@ impl http_body::Body for ObservedResponse {
                         .network
                         .client_grpc_sent
                         .inc_by(data.len() as u64);
+                    let started = self.messages.feed(data);
+                    if started > 0 {
+                        self.counters.sent(started);
+                    }
                 } else if let Some(trailers) = frame.trailers_ref() {
                     let code = status_of(trailers).unwrap_or(UNKNOWN);
                     self.finish(code);
@@ -130,5 +200,24 @@ impl http_body::Body for ObservedResponse {
 impl Drop for ObservedResponse {
     fn drop(&mut self) {
         self.finish(CANCELED);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_counted_across_frames() {
+        let mut m = Messages::default();
+        assert_eq!(m.feed(&[0, 0, 0, 0, 3, b'a', b'b']), 1);
+        assert_eq!(m.feed(&[b'c', 0, 0, 0]), 0);
+        assert_eq!(m.feed(&[0, 0]), 1);
+        // Two whole messages in one frame, then a prefix cut in two.
+        assert_eq!(m.feed(&[0, 0, 0, 0, 1, b'x', 0, 0, 0, 0, 0, 0]), 2);
+        assert_eq!(m.feed(&[0, 0, 0, 2]), 1);
+        assert_eq!(m.feed(&[b'y']), 0);
+        assert_eq!(m.feed(&[b'z', 0, 0, 0, 0, 0]), 1);
+        assert_eq!(m.feed(&[]), 0);
     }
 }

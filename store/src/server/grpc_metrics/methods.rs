@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, OnceLock};
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use crate::metrics::{self, Labels};
 
@@ -90,8 +91,9 @@ const METHODS: &[(&str, &str, &str)] = &[
 ];
 
 /// Methods etcd registers after its gRPC metrics are set up (the Lock and
-/// Election services): their rows appear at their first call, and a code's
-/// row at its first answer, as go-grpc-prometheus counts them.
+/// Election services): their rows appear at their first call, a code's row
+/// at its first answer and the message rows at their first message, as
+/// go-grpc-prometheus counts them.
 const LATE_METHODS: &[(&str, &str, &str)] = &[
     ("v3lockpb.Lock", "Lock", "unary"),
     ("v3lockpb.Lock", "Unlock", "unary"),
@@ -106,18 +108,43 @@ const LATE_METHODS: &[(&str, &str, &str)] = &[
 pub struct MethodCounters {
     /// `grpc_server_started_total` for the method.
     pub started: Counter,
-    /// `grpc_server_handled_total` for the method.
-    handled: Handled,
+    /// `grpc_server_handled_total` for the method, by code number.
+    handled: Vec<Row>,
+    /// `grpc_server_msg_received_total` for the method.
+    received: Row,
+    /// `grpc_server_msg_sent_total` for the method.
+    sent: Row,
     /// The method takes one request message (unary, server-streaming).
     pub one_request_message: bool,
 }
 
-/// A method's `grpc_server_handled_total` rows.
-enum Handled {
-    /// Every code's row, listed from the start.
-    Registered(Vec<Counter>),
-    /// A late method's labels: a code's row is made at its first answer.
+/// One counter row: made up front (a registered method's, listed at zero)
+/// or at its first increment (a late method's, as go-grpc-prometheus makes
+/// the rows of methods registered after it).
+enum Row {
+    Made(Counter),
     Late(Labels),
+}
+
+impl Row {
+    fn new(family: &Family<Labels, Counter>, labels: Labels, late: bool) -> Self {
+        if late {
+            Row::Late(labels)
+        } else {
+            Row::Made(family.get_or_create_owned(&labels))
+        }
+    }
+
+    fn inc_by(&self, family: &Family<Labels, Counter>, n: u64) {
+        match self {
+            Row::Made(counter) => {
+                counter.inc_by(n);
+            }
+            Row::Late(labels) => {
+                family.get_or_create(labels).inc_by(n);
+            }
+        }
+    }
 }
 
 impl MethodCounters {
@@ -128,26 +155,19 @@ impl MethodCounters {
         } else {
             UNKNOWN
         };
-        match &self.handled {
-            Handled::Registered(rows) => {
-                rows[code].inc();
-            }
-            Handled::Late(labels) => {
-                metrics::global()
-                    .grpc
-                    .handled
-                    .get_or_create(&handled_labels(labels, GRPC_CODES[code]))
-                    .inc();
-            }
-        }
+        self.handled[code].inc_by(&metrics::global().grpc.handled, 1);
     }
-}
 
-/// A method's labels with `grpc_code`.
-fn handled_labels(labels: &Labels, code: &str) -> Labels {
-    let mut l = vec![("grpc_code", code.to_string())];
-    l.extend(labels.iter().cloned());
-    l
+    /// Counts `n` request messages received.
+    pub fn received(&self, n: u64) {
+        self.received
+            .inc_by(&metrics::global().grpc.msg_received, n);
+    }
+
+    /// Counts `n` response messages sent.
+    pub fn sent(&self, n: u64) {
+        self.sent.inc_by(&metrics::global().grpc.msg_sent, n);
+    }
 }
 
 fn counters(service: &str, method: &str, kind: &str, late: bool) -> MethodCounters {
@@ -157,23 +177,19 @@ fn counters(service: &str, method: &str, kind: &str, late: bool) -> MethodCounte
         ("grpc_service", service.to_string()),
         ("grpc_type", kind.to_string()),
     ];
-    let started = grpc.started.get_or_create_owned(&labels);
-    let handled = if late {
-        Handled::Late(labels)
-    } else {
-        Handled::Registered(
-            GRPC_CODES
-                .iter()
-                .map(|code| {
-                    grpc.handled
-                        .get_or_create_owned(&handled_labels(&labels, code))
-                })
-                .collect(),
-        )
-    };
+    let handled = GRPC_CODES
+        .iter()
+        .map(|code| {
+            let mut l = vec![("grpc_code", code.to_string())];
+            l.extend(labels.iter().cloned());
+            Row::new(&grpc.handled, l, late)
+        })
+        .collect();
     MethodCounters {
-        started,
+        started: grpc.started.get_or_create_owned(&labels),
         handled,
+        received: Row::new(&grpc.msg_received, labels.clone(), late),
+        sent: Row::new(&grpc.msg_sent, labels, late),
         one_request_message: matches!(kind, "unary" | "server_stream"),
     }
 }

@@ -1,8 +1,10 @@
 //! A tower layer counting gRPC calls as etcd's go-grpc-prometheus
 //! interceptors do: `grpc_server_started_total` when a call arrives,
 //! `grpc_server_handled_total` with its status code when it ends (labels
-//! `grpc_type`, `grpc_service`, `grpc_method`, `grpc_code`), and the bytes
-//! of gRPC frames received and sent (`etcd_network_client_grpc_*`).
+//! `grpc_type`, `grpc_service`, `grpc_method`, `grpc_code`), the messages
+//! received and sent (`grpc_server_msg_received_total`,
+//! `grpc_server_msg_sent_total`), and the bytes of gRPC frames received and
+//! sent (`etcd_network_client_grpc_*`).
 //!
 //! A call's code is the `grpc-status` of a trailers-only answer (errors
 //! tonic answers at once) or of the trailers that end the response body;
@@ -72,7 +74,7 @@ where
             return Box::pin(self.inner.call(req));
         };
         counters.started.inc();
-        let req = req.map(|b| Body::new(CountedRequest::new(b)));
+        let req = req.map(|b| Body::new(CountedRequest::new(b, counters)));
         let future = self.inner.call(req);
         Box::pin(async move {
             let response = future.await?;
