@@ -620,6 +620,9 @@ fn write_table_files(
 /// so the borrow is valid for the snapshot's whole life. Field order matters:
 /// `snapshot` is dropped (releasing the RocksDB snapshot) before `_db`.
 struct RocksSnapshot {
+    /// The options of point reads: at the snapshot, not filling the block
+    /// cache (see [`EngineRead::get`] below). Made once per snapshot.
+    point_reads: ReadOptions,
     snapshot: rocksdb::SnapshotWithThreadMode<'static, DB>,
     db: Arc<DB>,
 }
@@ -632,15 +635,27 @@ impl RocksSnapshot {
         // (field order), so the referent outlives the extended borrow.
         let snapshot: rocksdb::SnapshotWithThreadMode<'static, DB> =
             unsafe { std::mem::transmute(snapshot) };
-        Self { snapshot, db }
+        let mut point_reads = ReadOptions::default();
+        point_reads.fill_cache(false);
+        point_reads.set_snapshot(&snapshot);
+        Self {
+            point_reads,
+            snapshot,
+            db,
+        }
     }
 }
 
 impl EngineRead for RocksSnapshot {
+    /// A snapshot serves bulk reads (a Range of more than a few hundred
+    /// keys, a RangeStream's chunk, HashKV), whose blocks are read once:
+    /// they do not fill the block cache, so a list of the whole keyspace
+    /// neither grows the member by the cache's size nor evicts the blocks
+    /// point reads keep there.
     fn get(&self, table: Table, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
         let value = self
-            .snapshot
-            .get_pinned_cf(cf_of(&self.db, table), key)
+            .db
+            .get_pinned_cf_opt(cf_of(&self.db, table), key, &self.point_reads)
             .map_err(err)?;
         Ok(value.map(|v| v.to_vec()))
     }
