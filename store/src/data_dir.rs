@@ -17,6 +17,22 @@
 //!
 //! A directory that holds both our engine and etcd's files is ours (the
 //! operator copied something in); it is opened as usual.
+//!
+//! **The storage format.** `member/store-format` names the layout the
+//! directory's data is in (its tables and meta keys, the Raft log's
+//! records, the snapshot files), as etcd 3.6 records its storage version:
+//! written once a start has opened (or created) everything, read by
+//! [`prepare`] before anything else is opened. A format newer than this
+//! build reads is refused with the directory, the format found and the
+//! formats this build reads, before a file is touched; an older known one
+//! is opened as it is, brought to [`FORMAT_VERSION`] by the start
+//! (idempotent steps, so a start killed halfway is simply redone), and the
+//! file written last (atomically: a temporary file, synced, renamed).
+//!
+//! | format | what it is |
+//! | --- | --- |
+//! | 1 | written before the format was recorded: no `member/store-format`; the `kv_index` table may be missing or partial (the start fills it, `mvcc::store`) |
+//! | 2 | `kv_index` complete (`mvcc/kvIndexComplete`); the format recorded |
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +51,30 @@ pub const SNAPSHOT_DIR: &str = "member/snap";
 
 /// A file every RocksDB database has: its presence means the engine exists.
 const ENGINE_MARKER: &str = "CURRENT";
+
+/// The file naming the data's format, relative to the data directory.
+pub const FORMAT_FILE: &str = "member/store-format";
+
+/// The format this build writes (see the module docs).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format this build opens.
+pub const OLDEST_READABLE_FORMAT: u32 = 1;
+
+/// The format of a directory written before formats were recorded.
+const UNRECORDED_FORMAT: u32 = 1;
+
+/// Bytes a format file may hold (a number and a newline).
+const FORMAT_FILE_MAX_BYTES: u64 = 64;
+
+/// What [`prepare`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Nothing of ours yet: the start creates the data in [`FORMAT_VERSION`].
+    Fresh,
+    /// Data in this format, which this build reads.
+    Format(u32),
+}
 
 /// Why a data directory cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +97,28 @@ pub enum DataDirError {
         /// etcd's entries found in it.
         found: Vec<&'static str>,
     },
+    /// The data is in a format this build does not read.
+    #[error(
+        "--data-dir {dir} holds data in storage format {found}, which this build of the store \
+         does not read (it reads formats {OLDEST_READABLE_FORMAT} to {FORMAT_VERSION}); start a \
+         build that reads format {found}, or restore a backup into an empty --data-dir with \
+         `store-util snapshot restore`",
+        dir = .dir.display()
+    )]
+    UnreadableFormat {
+        /// The data directory.
+        dir: PathBuf,
+        /// The format its `member/store-format` names.
+        found: u32,
+    },
+    /// `member/store-format` does not hold a format number.
+    #[error("--data-dir {dir}: {FORMAT_FILE} does not name a storage format: {content:?}", dir = .dir.display())]
+    BadFormatFile {
+        /// The data directory.
+        dir: PathBuf,
+        /// What the file holds (its first bytes).
+        content: String,
+    },
     /// Creating a directory or setting its permissions failed.
     #[error("--data-dir: preparing {path}: {source}")]
     Io {
@@ -68,23 +130,90 @@ pub enum DataDirError {
 }
 
 /// Checks `data_dir` (see the module docs), then creates the member's
-/// directories in it with etcd's permissions (0700).
-pub fn prepare(data_dir: &Path) -> Result<(), DataDirError> {
+/// directories in it with etcd's permissions (0700); answers what it found.
+pub fn prepare(data_dir: &Path) -> Result<Found, DataDirError> {
     if data_dir.exists() && !data_dir.is_dir() {
         return Err(DataDirError::NotADirectory(data_dir.to_path_buf()));
     }
-    let found = etcd_markers(data_dir);
-    if !found.is_empty() && !data_dir.join(ENGINE_DIR).join(ENGINE_MARKER).exists() {
+    let found = read_format(data_dir)?;
+    let etcd = etcd_markers(data_dir);
+    if !etcd.is_empty() && found == Found::Fresh {
         return Err(DataDirError::ForeignEtcd {
             dir: data_dir.to_path_buf(),
-            found,
+            found: etcd,
         });
     }
     for d in [ENGINE_DIR, SNAPSHOT_DIR] {
         let path = data_dir.join(d);
         std::fs::create_dir_all(&path).map_err(|source| DataDirError::Io { path, source })?;
     }
-    restrict(data_dir)
+    restrict(data_dir)?;
+    Ok(found)
+}
+
+/// The format of the data in `data_dir`: its format file's, else
+/// [`UNRECORDED_FORMAT`] if an engine is there, else [`Found::Fresh`].
+/// A format this build does not read is an error.
+pub fn read_format(data_dir: &Path) -> Result<Found, DataDirError> {
+    let path = data_dir.join(FORMAT_FILE);
+    let content = match read_bounded(&path) {
+        Ok(content) => content,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let engine = data_dir.join(ENGINE_DIR).join(ENGINE_MARKER).exists();
+            return Ok(if engine {
+                Found::Format(UNRECORDED_FORMAT)
+            } else {
+                Found::Fresh
+            });
+        }
+        Err(source) => return Err(DataDirError::Io { path, source }),
+    };
+    let found: u32 = content
+        .trim()
+        .parse()
+        .map_err(|_| DataDirError::BadFormatFile {
+            dir: data_dir.to_path_buf(),
+            content: content.clone(),
+        })?;
+    if !(OLDEST_READABLE_FORMAT..=FORMAT_VERSION).contains(&found) {
+        return Err(DataDirError::UnreadableFormat {
+            dir: data_dir.to_path_buf(),
+            found,
+        });
+    }
+    Ok(Found::Format(found))
+}
+
+/// The first [`FORMAT_FILE_MAX_BYTES`] of `path`, as text.
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(FORMAT_FILE_MAX_BYTES)
+        .read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Records that `data_dir`'s data is in [`FORMAT_VERSION`], once a start
+/// has opened it all (and brought an older format up): a temporary file,
+/// synced, renamed over the format file, the directory synced.
+pub fn record_format(data_dir: &Path) -> Result<(), DataDirError> {
+    use std::io::Write;
+    let path = data_dir.join(FORMAT_FILE);
+    let io = |source| DataDirError::Io {
+        path: path.clone(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp).map_err(io)?;
+    file.write_all(format!("{FORMAT_VERSION}\n").as_bytes())
+        .map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    let dir = path.parent().unwrap_or(data_dir);
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)
 }
 
 /// etcd's entries present in `data_dir`.
@@ -118,9 +247,45 @@ mod tests {
     fn a_fresh_directory_is_prepared() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("new.etcd");
-        prepare(&data).unwrap();
+        assert_eq!(prepare(&data).unwrap(), Found::Fresh);
         assert!(data.join(ENGINE_DIR).is_dir() && data.join(SNAPSHOT_DIR).is_dir());
-        prepare(&data).unwrap();
+        assert_eq!(prepare(&data).unwrap(), Found::Fresh);
+    }
+
+    /// Format 1 is an engine without the file; recording writes the
+    /// current format; a newer one, or a file that names none, is refused
+    /// before anything is created.
+    #[test]
+    fn formats_are_read_recorded_and_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        std::fs::create_dir_all(data.join(ENGINE_DIR)).unwrap();
+        std::fs::write(data.join(ENGINE_DIR).join(ENGINE_MARKER), b"x").unwrap();
+        assert_eq!(prepare(data).unwrap(), Found::Format(1));
+        record_format(data).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(data.join(FORMAT_FILE)).unwrap(),
+            format!("{FORMAT_VERSION}\n")
+        );
+        assert_eq!(prepare(data).unwrap(), Found::Format(FORMAT_VERSION));
+
+        let newer = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(newer.path().join("member")).unwrap();
+        std::fs::write(newer.path().join(FORMAT_FILE), b"3\n").unwrap();
+        let err = prepare(newer.path()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "--data-dir {} holds data in storage format 3, which this build of the store does \
+                 not read (it reads formats 1 to 2); start a build that reads format 3, or restore \
+                 a backup into an empty --data-dir with `store-util snapshot restore`",
+                newer.path().display()
+            )
+        );
+        assert!(!newer.path().join(ENGINE_DIR).exists(), "nothing created");
+        std::fs::write(newer.path().join(FORMAT_FILE), b"two").unwrap();
+        let err = prepare(newer.path()).unwrap_err();
+        assert!(matches!(err, DataDirError::BadFormatFile { .. }), "{err}");
     }
 
     #[test]

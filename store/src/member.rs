@@ -307,7 +307,7 @@ impl Member {
         crate::metrics::global().set_feature_gates(&config.gates);
         let grpc_options = config.grpc_server_options()?;
         let progress_interval = config.progress_notify_interval()?;
-        crate::data_dir::prepare(&data_dir)?;
+        let format = crate::data_dir::prepare(&data_dir)?;
         // Listeners first, as etcd: a port in use or a bad certificate fails
         // the start before Raft runs or anything is written.
         let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
@@ -393,6 +393,16 @@ impl Member {
         }
         if identity.fresh {
             save_identity(engine.as_ref(), &identity)?;
+        }
+        // Everything is open (an older format brought up by the opening
+        // itself): the directory is in this build's format now.
+        if format != crate::data_dir::Found::Format(crate::data_dir::FORMAT_VERSION) {
+            crate::data_dir::record_format(&data_dir)?;
+            tracing::info!(
+                found = ?format,
+                format = crate::data_dir::FORMAT_VERSION,
+                "recorded the data directory's storage format"
+            );
         }
         let core = Core::new(
             CoreConfig {
@@ -694,6 +704,10 @@ async fn serve_peer(
     let svc = RaftPeerServer::new(PeerService::new(core, shutdown.clone()))
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+    let svc = tonic::service::interceptor::InterceptedService::new(
+        svc,
+        crate::server::peer::check_peer_protocol,
+    );
     // tonic applies its `tcp_nodelay` only to listeners it binds itself:
     // accepted peer connections get it here. With Nagle's algorithm on, a
     // forwarded write's small answer waited for the follower's delayed ACK

@@ -18,9 +18,57 @@ pub const SERVER_VERSION: &str = "3.6.14";
 /// version Status and `/version` report).
 pub const STORAGE_VERSION: &str = "3.6.0";
 
+/// The version of the member-to-member protocol this build speaks: the
+/// layout of every `storepeer` message (openraft's messages, forwarded
+/// requests and their answers, snapshot chunks). Members announce it in
+/// their peer connections' `user-agent` ([`peer_user_agent`]); a member
+/// refuses requests of a version it does not speak rather than misread
+/// them. Builds before it was announced spoke version 1.
+pub const PEER_PROTOCOL_VERSION: u32 = 1;
+
+/// The oldest peer protocol this build speaks.
+pub const OLDEST_PEER_PROTOCOL: u32 = 1;
+
+/// The peer protocol of a request that does not announce one.
+const UNANNOUNCED_PEER_PROTOCOL: u32 = 1;
+
+/// The `user-agent` token that announces the peer protocol.
+const PEER_PROTOCOL_TOKEN: &str = "peer-protocol/";
+
+/// The `user-agent` of this build's peer connections.
+pub fn peer_user_agent() -> String {
+    format!("etcd-rs-store/{SERVER_VERSION} {PEER_PROTOCOL_TOKEN}{PEER_PROTOCOL_VERSION}")
+}
+
+/// The peer protocol a `user-agent` announces (version 1 if it names none,
+/// `None` if the number does not parse).
+pub fn peer_protocol_of(user_agent: Option<&str>) -> Option<u32> {
+    let Some(token) = user_agent
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .find_map(|t| t.strip_prefix(PEER_PROTOCOL_TOKEN))
+    else {
+        return Some(UNANNOUNCED_PEER_PROTOCOL);
+    };
+    token.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_peer_protocol_is_read_from_the_user_agent() {
+        let ours = peer_user_agent();
+        assert_eq!(peer_protocol_of(Some(&ours)), Some(PEER_PROTOCOL_VERSION));
+        // tonic appends its own token.
+        let sent = format!("{ours} tonic/0.14.2");
+        assert_eq!(peer_protocol_of(Some(&sent)), Some(PEER_PROTOCOL_VERSION));
+        assert_eq!(peer_protocol_of(Some("tonic/0.14.2")), Some(1));
+        assert_eq!(peer_protocol_of(None), Some(1));
+        assert_eq!(peer_protocol_of(Some("x peer-protocol/7")), Some(7));
+        assert_eq!(peer_protocol_of(Some("peer-protocol/seven")), None);
+    }
 
     #[test]
     fn the_storage_version_is_the_server_versions_minor() {

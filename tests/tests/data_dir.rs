@@ -192,3 +192,153 @@ async fn a_data_dir_that_is_a_file_is_refused_with_its_path() -> Result<()> {
     }
     Ok(())
 }
+
+/// The storage format file of a data directory.
+const FORMAT_FILE: &str = "member/store-format";
+
+/// A member's data in a newer storage format than the build reads is
+/// refused before anything is opened, naming the directory, the format and
+/// the formats the build reads; with the format file back, it serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_storage_format_is_refused() -> Result<()> {
+    let candidate = Binary::candidate()?;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let ip = allocate_ip()?;
+    let args = member_args(ip, &data);
+    {
+        let mut command = Command::new(&candidate.path);
+        command.args(&args);
+        let member = Process::spawn("first", command, &dir.path().join("first.log"))?;
+        put_eventually(ip, "kept").await?;
+        member.kill()?;
+    }
+    let format_file = data.join(FORMAT_FILE);
+    let written = std::fs::read_to_string(&format_file)?;
+    ensure!(written == "2\n", "format file: {written:?}");
+    let engine_files = || -> Result<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(data.join("member/db"))?
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_>>()?;
+        names.sort();
+        Ok(names)
+    };
+    let before = engine_files()?;
+    std::fs::write(&format_file, "3\n")?;
+    let (code, text) = run_to_exit(&candidate, &args, &dir.path().join("refused.log")).await?;
+    ensure!(code != 0, "the candidate started on format 3:\n{text}");
+    for expected in [
+        data.display().to_string(),
+        "storage format 3".into(),
+        "reads formats 1 to 2".into(),
+    ] {
+        ensure!(text.contains(&expected), "no {expected:?} in:\n{text}");
+    }
+    ensure!(
+        engine_files()? == before,
+        "the refused start changed the engine's files"
+    );
+    ensure!(std::fs::read_to_string(&format_file)? == "3\n");
+
+    std::fs::write(&format_file, "2\n")?;
+    let mut command = Command::new(&candidate.path);
+    command.args(&args);
+    let _member = Process::spawn("again", command, &dir.path().join("again.log"))?;
+    let ctl = ctl(ip)?;
+    retry_until("the kept key", SERVE_TIMEOUT, || async {
+        let out = ctl.run(&["get", "kept", "--print-value-only"]).await?;
+        ensure!(out.success() && out.stdout == "v\n", "get:\n{out}");
+        Ok(())
+    })
+    .await
+}
+
+/// The fixtures of `tests/fixtures/store-format-2` (see its `make.sh`).
+fn fixture(name: &str) -> std::path::PathBuf {
+    integration_tests::binary::workspace_root()
+        .join("tests/fixtures/store-format-2")
+        .join(name)
+}
+
+/// What the fixtures' history left (see `make.sh`): as root, a=3 and d=5
+/// and c=4 on a lease, b deleted, revision 7, history before 4 compacted,
+/// auth enabled.
+async fn check_fixture_history(ip: Ipv4Addr) -> Result<()> {
+    let ctl = ctl(ip)?;
+    let root = "--user=root:rootpw";
+    retry_until("the fixture's keys", SERVE_TIMEOUT, || async {
+        let out = ctl
+            .run(&[root, "get", "", "--prefix", "-w", "fields"])
+            .await?;
+        ensure!(out.success(), "get:\n{out}");
+        Ok(())
+    })
+    .await?;
+    let get = ctl.run(&[root, "get", "", "--from-key"]).await?;
+    ensure!(get.stdout == "a\n3\nc\n4\nd\n5\n", "keys:\n{get}");
+    let json = ctl.run(&[root, "get", "a", "-w", "json"]).await?.json()?;
+    ensure!(json["header"]["revision"] == 7, "{json}");
+    let kv = &json["kvs"][0];
+    ensure!(
+        kv["create_revision"] == 2 && kv["mod_revision"] == 4 && kv["version"] == 2,
+        "{kv}"
+    );
+    let compacted = ctl.run(&[root, "get", "a", "--rev=3"]).await?;
+    ensure!(
+        !compacted.success()
+            && compacted
+                .stderr
+                .contains("required revision has been compacted"),
+        "get at revision 3:\n{compacted}"
+    );
+    let c = ctl.run(&[root, "get", "c", "-w", "json"]).await?.json()?;
+    let lease = c["kvs"][0]["lease"].as_i64().unwrap_or(0);
+    ensure!(lease != 0, "c has no lease: {c}");
+    let leases = ctl.run(&[root, "lease", "list"]).await?;
+    ensure!(
+        leases.stdout.contains(&format!("{lease:x}")),
+        "leases:\n{leases}"
+    );
+    let anonymous = ctl.run(&["get", "a"]).await?;
+    ensure!(!anonymous.success(), "auth is off:\n{anonymous}");
+    Ok(())
+}
+
+/// Every later build opens a data directory written by the format-2 build
+/// and serves its history; and restores its backup file.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_format_2_fixtures_are_served() -> Result<()> {
+    let candidate = Binary::candidate()?;
+    let dir = tempfile::tempdir()?;
+    let untar = Command::new("tar")
+        .arg("-xzf")
+        .arg(fixture("data-dir.tar.gz"))
+        .arg("-C")
+        .arg(dir.path())
+        .status()?;
+    ensure!(untar.success(), "tar: {untar}");
+    let data = dir.path().join("data");
+    let ip = allocate_ip()?;
+    {
+        let mut command = Command::new(&candidate.path);
+        command.args(member_args(ip, &data));
+        let _member = Process::spawn("fixture", command, &dir.path().join("fixture.log"))?;
+        check_fixture_history(ip).await?;
+    }
+
+    let restored = dir.path().join("restored");
+    let ip = allocate_ip()?;
+    let util = candidate.path.with_file_name("store-util");
+    let restore = Command::new(&util)
+        .args(["snapshot", "restore"])
+        .arg(fixture("backup.db"))
+        .args(["--name=m", &format!("--data-dir={}", restored.display())])
+        .arg(format!("--initial-cluster=m={}", peer_url(ip)))
+        .arg(format!("--initial-advertise-peer-urls={}", peer_url(ip)))
+        .output()?;
+    ensure!(restore.status.success(), "restore: {restore:?}");
+    let mut command = Command::new(&candidate.path);
+    command.args(member_args(ip, &restored));
+    let _member = Process::spawn("restored", command, &dir.path().join("restored.log"))?;
+    check_fixture_history(ip).await
+}

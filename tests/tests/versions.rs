@@ -244,3 +244,44 @@ async fn a_rolling_downgrade_finishes_when_every_member_runs_the_target() {
         .expect("reads");
     assert_eq!(keys.kvs().len(), 3, "{keys:?}");
 }
+
+/// A peer request announcing a peer protocol the member does not speak
+/// (a newer build's) is refused with FailedPrecondition, before its
+/// message is read; one in the member's own protocol is read.
+#[tokio::test]
+async fn a_newer_peer_protocol_is_refused() -> Result<()> {
+    use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+    use etcd_proto::storepeer::RaftMessage;
+    let cluster = Cluster::start(Binary::candidate()?, ClusterConfig::new(1)).await?;
+    let vote = |agent: &'static str| {
+        let url = cluster.peer_url(0);
+        async move {
+            let channel = tonic::transport::Endpoint::from_shared(url)?
+                .user_agent(agent)?
+                .connect()
+                .await?;
+            let answer = RaftPeerClient::new(channel)
+                .vote(RaftMessage {
+                    payload: vec![0xff],
+                })
+                .await;
+            anyhow::Ok(answer)
+        }
+    };
+    let refused = vote("etcd-rs-store/9.9.9 peer-protocol/2")
+        .await?
+        .expect_err("a vote in peer protocol 2");
+    ensure!(refused.code() == Code::FailedPrecondition, "{refused:?}");
+    ensure!(
+        refused
+            .message()
+            .starts_with("peer protocol 2 is not one this member speaks (1 to 1)"),
+        "{refused:?}"
+    );
+    let read = vote("etcd-rs-store/3.6.14 peer-protocol/1").await?;
+    ensure!(
+        !matches!(&read, Err(s) if s.code() == Code::FailedPrecondition),
+        "protocol 1 refused: {read:?}"
+    );
+    Ok(())
+}

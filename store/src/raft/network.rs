@@ -126,7 +126,9 @@ fn peer_channel(node: &MemberInfo, tls: Option<&ClientTlsConfig>) -> Result<Chan
         .connect_timeout(Duration::from_millis(PEER_RPC_TIMEOUT_MS))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_while_idle(true);
+        .keep_alive_while_idle(true)
+        .user_agent(crate::version::peer_user_agent())
+        .map_err(|e| format!("peer user agent: {e}"))?;
     if url.starts_with("https://") {
         let tls = tls.cloned().unwrap_or_default();
         endpoint = endpoint
