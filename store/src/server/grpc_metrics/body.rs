@@ -216,7 +216,7 @@ mod tests {
         // Two whole messages in one frame, then a prefix cut in two.
         assert_eq!(m.feed(&[0, 0, 0, 0, 1, b'x', 0, 0, 0, 0, 0, 0]), 2);
         assert_eq!(m.feed(&[0, 0, 0, 2]), 1);
-        assert_eq!(m.feed(&[b'y']), 0);
+        assert_eq!(m.feed(b"y"), 0);
         assert_eq!(m.feed(&[b'z', 0, 0, 0, 0, 0]), 1);
         assert_eq!(m.feed(&[]), 0);
     }
