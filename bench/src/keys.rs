@@ -92,16 +92,7 @@ pub fn client_rng(seed: u64, client: u64) -> StdRng {
 }
 
 /// The end of the range of keys starting with `prefix` (etcd's "prefix end").
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+pub use etcd_proto::keys::prefix_end;
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -156,11 +147,5 @@ mod tests {
         assert_eq!(v.len(), 16);
         assert!(since_stamp(&v).unwrap() < Duration::from_secs(5));
         assert!(since_stamp(b"abc").is_none());
-    }
-
-    #[test]
-    fn prefix_end_increments_last_byte() {
-        assert_eq!(prefix_end(b"a/"), b"a0".to_vec());
-        assert_eq!(prefix_end(&[0xff]), vec![0]);
     }
 }

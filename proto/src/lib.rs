@@ -31,6 +31,7 @@
 pub mod codec;
 pub mod descriptors;
 pub mod gogo;
+pub mod keys;
 
 /// The encoded `FileDescriptorSet` of every package (field names, kinds and
 /// enum values at run time, for checks that follow the descriptors).

@@ -625,3 +625,59 @@ async fn the_callers_permissions_apply() {
         "etcdserver: user name is empty",
     );
 }
+
+/// On a 3-member cluster, an Observe through a follower goes on across a
+/// Raft leader change (MoveLeader) and sees the values proclaimed and the
+/// next election leader after it; a Lock through a follower waits and is
+/// served across it too.
+#[tokio::test]
+async fn observe_and_lock_go_on_across_a_raft_leader_change() -> Result<()> {
+    use integration_tests::{Binary, Cluster, ClusterConfig};
+    let cluster = Cluster::start(Binary::candidate()?, ClusterConfig::new(3)).await?;
+    let leader = cluster.leader().await?;
+    let follower = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let mut c = cluster.client(follower).await?;
+    grant(&c, LEASE_A, LONG_TTL_SECS).await?;
+    grant(&c, LEASE_B, LONG_TTL_SECS).await?;
+    let mut observer = spawn_observe(&c, "rl");
+    let a = c.campaign("rl", "a1", LEASE_A).await?;
+    let seen = observed(&mut observer).await?;
+    ensure!(seen.contains("key=rl/1000 value=a1"), "{seen}");
+    let held = c
+        .lock("rlk", Some(LockOptions::new().with_lease(LEASE_A)))
+        .await?;
+    let waiter = spawn_lock(&c, "rlk", LEASE_B);
+    wait_keys(&c, "rlk/", 2).await?;
+
+    let target = cluster.member_id(other).await?;
+    cluster.client(leader).await?.move_leader(target).await?;
+    retry_until("the new leader", WAIT, || async {
+        ensure!(cluster.leader().await? == other, "leader not moved yet");
+        Ok(())
+    })
+    .await?;
+
+    let leader_key = a.leader().context("A's leader key")?.clone();
+    let with = Some(ProclaimOptions::new().with_leader(leader_key.clone()));
+    c.proclaim("a2", with).await?;
+    let seen = observed(&mut observer).await?;
+    ensure!(seen.contains("key=rl/1000 value=a2"), "{seen}");
+    let mut b_client = c.clone();
+    let b = tokio::spawn(async move { b_client.campaign("rl", "b1", LEASE_B).await });
+    wait_keys(&c, "rl/", 2).await?;
+    c.resign(Some(ResignOptions::new().with_leader(leader_key)))
+        .await?;
+    b.await??;
+    let seen = observed(&mut observer).await?;
+    ensure!(seen.contains("key=rl/1001 value=b1"), "{seen}");
+
+    c.unlock(held.key().to_vec()).await?;
+    let next = waiter.await?;
+    ensure!(
+        matches!(&next, Ok(r) if r.key() == b"rlk/1001"),
+        "{}",
+        lock_line("B's lock", &next)
+    );
+    Ok(())
+}

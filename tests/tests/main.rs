@@ -26,6 +26,7 @@ mod lock_election;
 mod maintenance;
 mod membership;
 mod metrics_health;
+mod module_graph;
 mod move_leader;
 mod range_stream;
 mod raw_grpc_differential;

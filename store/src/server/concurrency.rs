@@ -45,6 +45,7 @@ use etcd_proto::etcdserverpb::{
     RangeResponse, RequestOp, ResponseHeader, TxnRequest, TxnResponse, WatchCreateRequest,
     WatchRequest, WatchResponse,
 };
+use etcd_proto::keys::prefix_end;
 use etcd_proto::mvccpb::event::EventType;
 use etcd_proto::mvccpb::KeyValue;
 use tokio::sync::mpsc;
@@ -260,21 +261,6 @@ pub fn keys_prefix(name: &[u8]) -> Vec<u8> {
     [name, b"/"].concat()
 }
 
-/// The end of the range of keys starting with `prefix` (etcd's
-/// `GetPrefixRangeEnd`): the prefix with its last byte below 0xff
-/// incremented and what follows dropped; `\0` (to the end of the keyspace)
-/// if every byte is 0xff.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 /// The oldest key under `prefix`.
 pub fn first_created(prefix: &[u8]) -> RangeRequest {
     top_created(prefix, SortOrder::Ascend)
@@ -411,11 +397,8 @@ mod tests {
     }
 
     #[test]
-    fn prefix_ends_as_etcd_computes_them() {
-        assert_eq!(prefix_end(b"job/"), b"job0");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff\xff"), b"\0");
-        assert_eq!(prefix_end(b""), b"\0");
+    fn an_empty_name_has_the_prefix_slash() {
         assert_eq!(keys_prefix(b""), b"/");
+        assert_eq!(keys_prefix(b"job"), b"job/");
     }
 }

@@ -18,6 +18,7 @@
 use std::pin::Pin;
 
 use etcd_proto::etcdserverpb::{ResponseHeader, TxnRequest};
+use etcd_proto::keys::prefix_end;
 use etcd_proto::mvccpb::event::EventType;
 use etcd_proto::mvccpb::KeyValue;
 use etcd_proto::v3electionpb::election_server::Election;
@@ -29,7 +30,7 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::concurrency::{
-    as_plain_error, contender_key, created_at, delete_op, get_op, keys_prefix, prefix_end, put_op,
+    as_plain_error, contender_key, created_at, delete_op, get_op, keys_prefix, put_op,
     txn_range_kvs, OnDrop, Recipes,
 };
 use super::grpc_dispatch::GrpcDispatch;
