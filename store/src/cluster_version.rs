@@ -48,10 +48,7 @@ pub const KEY_CLUSTER_VERSION: &[u8] = b"cluster_version";
 /// `{"target-version":"3.5.0","enabled":true}`).
 pub const KEY_DOWNGRADE: &[u8] = b"downgrade";
 
-/// Test-only: the server version this process presents instead of
-/// [`SERVER_VERSION`], so a test can run members of two releases (a
-/// rolling upgrade or downgrade) with one build.
-pub const TEST_SERVER_VERSION_ENV: &str = "ETCDRS_TEST_SERVER_VERSION";
+pub use crate::version::TEST_SERVER_VERSION_ENV;
 
 /// The lowest cluster version any build of the store reads (etcd's
 /// `MinClusterVersion`).
@@ -127,14 +124,12 @@ pub fn downgrade_target(text: &str) -> Option<Version> {
         .map(Version::major_minor)
 }
 
-/// The server version this process presents, as text and parsed: read
-/// once (see [`TEST_SERVER_VERSION_ENV`]).
+/// The server version this process presents, parsed
+/// ([`crate::version::presented_server_version`]).
 static PRESENTED: LazyLock<(String, Version)> = LazyLock::new(|| {
-    let text = std::env::var(TEST_SERVER_VERSION_ENV)
-        .ok()
-        .filter(|v| Version::parse(v).is_some())
-        .unwrap_or_else(|| SERVER_VERSION.to_string());
-    let version = Version::parse(&text).expect("SERVER_VERSION parses");
+    let text = crate::version::presented_server_version().to_string();
+    let version = Version::parse(&text)
+        .unwrap_or_else(|| Version::parse(SERVER_VERSION).expect("SERVER_VERSION parses"));
     (text, version)
 });
 

@@ -426,6 +426,8 @@ impl Member {
             ReplicatedCaches { alarms, cluster },
             peers,
         );
+        // Every gRPC method's rows, at zero, before the metrics are served.
+        crate::server::grpc_metrics::preregister();
         let http_state =
             http::HttpState::start(core.clone(), election_timeout, config.quota_bytes());
         let grpc_health = grpc_health_service().await;

@@ -18,6 +18,36 @@ pub const SERVER_VERSION: &str = "3.6.14";
 /// version Status and `/version` report).
 pub const STORAGE_VERSION: &str = "3.6.0";
 
+/// Test-only: the server version this process presents instead of
+/// [`SERVER_VERSION`], so a test can run members of two releases (a
+/// rolling upgrade or downgrade) with one build.
+pub const TEST_SERVER_VERSION_ENV: &str = "ETCDRS_TEST_SERVER_VERSION";
+
+/// The server version this process presents (Status, `/version`,
+/// `etcd_server_version`): [`SERVER_VERSION`], or a `major.minor.patch`
+/// given in [`TEST_SERVER_VERSION_ENV`]. Read once.
+pub fn presented_server_version() -> &'static str {
+    static PRESENTED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        std::env::var(TEST_SERVER_VERSION_ENV)
+            .ok()
+            .filter(|v| is_release(v))
+            .unwrap_or_else(|| SERVER_VERSION.to_string())
+    });
+    &PRESENTED
+}
+
+/// `text` is a release number: three dot-separated decimal numbers, then
+/// perhaps a `-pre-release` or `+build` suffix (as semver, and as
+/// `cluster_version::Version::parse` reads it).
+fn is_release(text: &str) -> bool {
+    let core = text.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The version of the member-to-member protocol this build speaks: the
 /// layout of every `storepeer` message (openraft's messages, forwarded
 /// requests and their answers, snapshot chunks). Members announce it in
@@ -56,6 +86,13 @@ pub fn peer_protocol_of(user_agent: Option<&str>) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn releases_are_three_numbers() {
+        assert!(is_release(SERVER_VERSION) && is_release("3.5.21") && is_release("3.7.0-rc.1"));
+        assert!(!is_release("3.5") && !is_release("3.5.x") && !is_release("v3.5.1"));
+        assert!(!is_release("3.+5.1"));
+    }
 
     #[test]
     fn the_peer_protocol_is_read_from_the_user_agent() {

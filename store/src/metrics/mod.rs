@@ -279,7 +279,7 @@ impl Metrics {
             .version
             .get_or_create(&vec![(
                 "server_version",
-                crate::cluster_version::server_version_text().to_string(),
+                crate::version::presented_server_version().to_string(),
             )])
             .set(1);
         m.register();

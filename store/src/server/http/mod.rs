@@ -54,7 +54,8 @@ pub struct HttpState {
 impl HttpState {
     /// Starts following leadership for `core` (see
     /// [`Leadership`](crate::raft::leadership::Leadership)) and records the
-    /// member's identity and quota in the metrics.
+    /// member's identity and quota in the metrics (the gRPC methods' rows
+    /// are made by the member, which wires the gRPC services).
     pub fn start(core: Arc<Core>, election_timeout: Duration, quota_bytes: u64) -> Self {
         let leadership = Leadership::spawn(
             core.raft.clone(),
@@ -62,7 +63,6 @@ impl HttpState {
             election_timeout,
         );
         crate::metrics::global().set_member(core.config.member_id, quota_bytes);
-        crate::server::grpc_metrics::preregister();
         HttpState { core, leadership }
     }
 }
