@@ -588,6 +588,23 @@ async fn catch_up_large_values(how: CatchUp) {
         .expect("range");
     let served: Vec<i64> = served.kvs().iter().map(|kv| kv.mod_revision()).collect();
     assert_eq!(served, revisions, "the caught-up member serves every key");
+    // The install logs its end after the tables it filled serve reads.
+    if how != CatchUp::Log {
+        retry_until("the install's log line", CONVERGENCE_TIMEOUT, || async {
+            ensure!(
+                cluster.log(lagging).contains("installed snapshot"),
+                "not yet"
+            );
+            anyhow::Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the member caught up by {how:?}: {e:#}\n{}",
+                cluster.log_tail(lagging)
+            )
+        });
+    }
     assert_eq!(
         cluster.log(lagging).contains("installed snapshot"),
         how != CatchUp::Log,
