@@ -78,17 +78,8 @@ impl Version {
     /// Parses `3.6.14`, `3.6.0-rc.1` or `3.6.1+build` (pre-release and
     /// build parts dropped), as go-semver reads a version.
     pub fn parse(text: &str) -> Option<Self> {
-        let core = text.split(['-', '+']).next()?;
-        let mut parts = core.split('.');
-        let mut next = || -> Option<u64> {
-            let p = parts.next()?;
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            p.parse().ok()
-        };
-        let v = Self::new(next()?, next()?, next()?);
-        parts.next().is_none().then_some(v)
+        let [major, minor, patch] = crate::version::parse_release(text)?;
+        Some(Self::new(major, minor, patch))
     }
 
     /// The same major.minor with patch 0 (etcd keeps cluster and storage

@@ -154,7 +154,7 @@ pub fn prepare(data_dir: &Path) -> Result<Found, DataDirError> {
 /// The format of the data in `data_dir`: its format file's, else
 /// [`UNRECORDED_FORMAT`] if an engine is there, else [`Found::Fresh`].
 /// A format this build does not read is an error.
-pub fn read_format(data_dir: &Path) -> Result<Found, DataDirError> {
+fn read_format(data_dir: &Path) -> Result<Found, DataDirError> {
     let path = data_dir.join(FORMAT_FILE);
     let content = match read_bounded(&path) {
         Ok(content) => content,

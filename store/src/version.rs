@@ -30,22 +30,28 @@ pub fn presented_server_version() -> &'static str {
     static PRESENTED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         std::env::var(TEST_SERVER_VERSION_ENV)
             .ok()
-            .filter(|v| is_release(v))
+            .filter(|v| parse_release(v).is_some())
             .unwrap_or_else(|| SERVER_VERSION.to_string())
     });
     &PRESENTED
 }
 
-/// `text` is a release number: three dot-separated decimal numbers, then
-/// perhaps a `-pre-release` or `+build` suffix (as semver, and as
-/// `cluster_version::Version::parse` reads it).
-fn is_release(text: &str) -> bool {
-    let core = text.split(['-', '+']).next().unwrap_or("");
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+/// The `major.minor.patch` numbers of `3.6.14`, `3.6.0-rc.1` or
+/// `3.6.1+build` (pre-release and build parts dropped), as go-semver reads
+/// a version; `None` for anything else (what `cluster_version::Version`
+/// parses too).
+pub fn parse_release(text: &str) -> Option<[u64; 3]> {
+    let core = text.split(['-', '+']).next()?;
+    let mut parts = core.split('.');
+    let mut next = || -> Option<u64> {
+        let p = parts.next()?;
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        p.parse().ok()
+    };
+    let numbers = [next()?, next()?, next()?];
+    parts.next().is_none().then_some(numbers)
 }
 
 /// The version of the member-to-member protocol this build speaks: the
@@ -89,9 +95,18 @@ mod tests {
 
     #[test]
     fn releases_are_three_numbers() {
-        assert!(is_release(SERVER_VERSION) && is_release("3.5.21") && is_release("3.7.0-rc.1"));
-        assert!(!is_release("3.5") && !is_release("3.5.x") && !is_release("v3.5.1"));
-        assert!(!is_release("3.+5.1"));
+        assert_eq!(parse_release("3.6.14"), Some([3, 6, 14]));
+        assert_eq!(parse_release("3.7.0-rc.1"), Some([3, 7, 0]));
+        for bad in [
+            "3.5",
+            "3.5.x",
+            "v3.5.1",
+            "3.+5.1",
+            "3.5.1.2",
+            "3.5.99999999999999999999",
+        ] {
+            assert_eq!(parse_release(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::tls::ClientPeer;
 
 /// Metadata keys that carry a token (etcd's `token`, and the grpc-gateway's
 /// `authorization`).
-const TOKEN_KEYS: [&str; 2] = ["token", "authorization"];
+pub const TOKEN_KEYS: [&str; 2] = ["token", "authorization"];
 
 impl Core {
     /// The credentials of `req`.

@@ -53,6 +53,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status, Streaming};
 
+use super::caller::TOKEN_KEYS;
 use super::grpc_dispatch::GrpcDispatch;
 use crate::errors::EtcdError;
 use crate::tls::ClientPeer;
@@ -61,10 +62,6 @@ use crate::tls::ClientPeer;
 /// (etcd's `defaultSessionTTL`). Nothing keeps it alive: it ends a minute
 /// later, and the key with it.
 pub const SESSION_TTL_SECS: i64 = 60;
-
-/// Metadata that carries the caller's credentials onto the inner requests
-/// (etcd's `token`, the gateway's `authorization`).
-const CREDENTIAL_KEYS: [&str; 2] = ["token", "authorization"];
 
 /// The recipes for one call, acting as its caller (see the module docs).
 #[derive(Clone)]
@@ -78,8 +75,10 @@ impl Recipes {
     /// Recipes over `grpc` with the credentials of `req`: its token and its
     /// client certificate.
     pub fn for_caller<T>(grpc: &GrpcDispatch, req: &Request<T>) -> Self {
+        // The metadata a caller's token comes in, carried onto every inner
+        // request.
         let mut credentials = MetadataMap::new();
-        for key in CREDENTIAL_KEYS {
+        for key in TOKEN_KEYS {
             for value in req.metadata().get_all(key) {
                 credentials.append(key, value.clone());
             }
@@ -130,13 +129,10 @@ impl Recipes {
     }
 
     /// Deletes `key`.
-    pub async fn delete(&self, key: Vec<u8>) -> Result<DeleteRangeResponse, Status> {
-        let req = DeleteRangeRequest {
-            key,
-            ..Default::default()
-        };
+    pub async fn delete(&self, key: &[u8]) -> Result<DeleteRangeResponse, Status> {
         let mut client = KvClient::new(self.grpc.clone());
-        Ok(client.delete_range(self.request(req)).await?.into_inner())
+        let req = self.request(key_delete(key));
+        Ok(client.delete_range(req).await?.into_inner())
     }
 
     /// The oldest key under `prefix` (etcd's `WithFirstCreate`), with the
@@ -321,13 +317,18 @@ pub fn get_op(key: &[u8]) -> RequestOp {
     range_op(key_read(key))
 }
 
+/// A delete of `key` alone.
+fn key_delete(key: &[u8]) -> DeleteRangeRequest {
+    DeleteRangeRequest {
+        key: key.to_vec(),
+        ..Default::default()
+    }
+}
+
 /// A delete of `key` inside a Txn.
 pub fn delete_op(key: &[u8]) -> RequestOp {
     RequestOp {
-        request: Some(Op::RequestDeleteRange(DeleteRangeRequest {
-            key: key.to_vec(),
-            ..Default::default()
-        })),
+        request: Some(Op::RequestDeleteRange(key_delete(key))),
     }
 }
 

@@ -70,7 +70,7 @@ async fn lock(
     let leave = {
         let (recipes, key) = (recipes.clone(), key.clone());
         OnDrop::new(async move {
-            let _ = recipes.delete(key).await;
+            let _ = recipes.delete(&key).await;
         })
     };
     recipes.wait_deletes(&prefix, my_rev - 1).await?;
@@ -102,7 +102,7 @@ impl Lock for LockService {
     ) -> Result<Response<UnlockResponse>, Status> {
         let recipes = Recipes::for_caller(&self.grpc, &req);
         let resp = recipes
-            .delete(req.into_inner().key)
+            .delete(&req.into_inner().key)
             .await
             .map_err(as_plain_error)?;
         Ok(Response::new(UnlockResponse {

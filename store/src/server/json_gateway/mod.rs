@@ -114,6 +114,21 @@ macro_rules! unary {
     }};
 }
 
+/// A server-streaming gateway method: `client`'s `method` over the
+/// gateway's gRPC, its answers written as they come.
+macro_rules! server_stream {
+    ($gw:expr, $client:ident, $method:ident) => {{
+        let gw = $gw.clone();
+        endpoint(move |req: Request| async move {
+            gw.server_stream(
+                req,
+                |grpc, r| async move { $client::new(grpc).$method(r).await },
+            )
+            .await
+        })
+    }};
+}
+
 #[derive(Clone)]
 struct Gateway {
     grpc: GrpcServices,
@@ -142,7 +157,6 @@ impl Gateway {
     }
 
     fn election_endpoints(&self) -> Vec<(&'static str, MethodRouter)> {
-        let gw = self.clone();
         vec![
             ("/election/campaign", unary!(self, ElectionClient, campaign)),
             ("/election/proclaim", unary!(self, ElectionClient, proclaim)),
@@ -150,7 +164,7 @@ impl Gateway {
             ("/election/resign", unary!(self, ElectionClient, resign)),
             (
                 "/election/observe",
-                endpoint(move |req: Request| async move { gw.observe(req).await }),
+                server_stream!(self, ElectionClient, observe),
             ),
         ]
     }
@@ -216,7 +230,6 @@ impl Gateway {
     }
 
     fn maintenance_endpoints(&self) -> Vec<(&'static str, MethodRouter)> {
-        let gw = self.clone();
         vec![
             ("/maintenance/alarm", unary!(self, MaintenanceClient, alarm)),
             (
@@ -239,7 +252,7 @@ impl Gateway {
             ),
             (
                 "/maintenance/snapshot",
-                endpoint(move |req: Request| async move { gw.snapshot(req).await }),
+                server_stream!(self, MaintenanceClient, snapshot),
             ),
         ]
     }
@@ -313,25 +326,20 @@ impl Gateway {
         Ok((parts, msg))
     }
 
-    /// `Maintenance.Snapshot`: one request, a stream of answers.
-    async fn snapshot(self, req: Request) -> Response {
-        let (parts, msg) = match self.read_one(req).await {
+    /// One request decoded from the whole body, a stream of answers
+    /// (`Maintenance.Snapshot`, `Election.Observe`).
+    async fn server_stream<Req, Resp, F, Fut>(self, req: Request, call: F) -> Response
+    where
+        Req: json::Request,
+        Resp: Serialize + Send + 'static,
+        F: FnOnce(GrpcServices, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, Status>>,
+    {
+        let (parts, msg) = match self.read_one::<Req>(req).await {
             Ok(read) => read,
             Err(status) => return reply::error(&status),
         };
-        let mut client = MaintenanceClient::new(self.grpc.clone());
-        let call = client.snapshot(grpc_request(&parts, msg)).await;
-        stream::respond(call, None).await
-    }
-
-    /// `Election.Observe`: one request, a stream of answers.
-    async fn observe(self, req: Request) -> Response {
-        let (parts, msg) = match self.read_one(req).await {
-            Ok(read) => read,
-            Err(status) => return reply::error(&status),
-        };
-        let mut client = ElectionClient::new(self.grpc.clone());
-        let call = client.observe(grpc_request(&parts, msg)).await;
+        let call = call(self.grpc.clone(), grpc_request(&parts, msg)).await;
         stream::respond(call, None).await
     }
 
