@@ -31,7 +31,7 @@
 //! ([`downgrade_finished`], every `--downgrade-check-time`). CANCEL ends it
 //! early; the cluster version then goes back up.
 
-use std::sync::{LazyLock, RwLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::engine::{EngineError, EngineRead, Table};
@@ -211,18 +211,29 @@ impl ClusterState {
     }
 
     /// The storage version: the data format follows the cluster version
-    /// (etcd migrates its schema to it), never above this build's.
+    /// (etcd migrates its schema to it), never above this release's.
     pub fn storage_version(&self) -> Option<Version> {
-        let own = Version::parse(crate::version::STORAGE_VERSION).expect("STORAGE_VERSION parses");
+        let own = Version::parse(&crate::version::release().storage_version)
+            .expect("the release's storage version parses");
         self.cluster_version.map(|cv| cv.major_minor().min(own))
     }
 }
 
 /// The member's copy of the replicated [`ClusterState`], refreshed by the
-/// state machine after it applies a change or installs a snapshot.
-#[derive(Debug, Default)]
+/// state machine after it applies a change or installs a snapshot; what
+/// follows the versions (the storage format, the peer protocol) waits for
+/// its changes ([`Self::subscribe`]).
+#[derive(Debug)]
 pub struct ClusterStateCache {
-    state: RwLock<ClusterState>,
+    state: tokio::sync::watch::Sender<ClusterState>,
+}
+
+impl Default for ClusterStateCache {
+    fn default() -> Self {
+        Self {
+            state: tokio::sync::watch::Sender::new(ClusterState::default()),
+        }
+    }
 }
 
 impl ClusterStateCache {
@@ -237,13 +248,22 @@ impl ClusterStateCache {
     pub fn refresh(&self, engine: &dyn EngineRead) -> Result<(), EngineError> {
         let now = ClusterState::load(engine)?;
         crate::metrics::global().set_cluster_version(now.cluster_version.map(Version::api));
-        *self.state.write().unwrap_or_else(|p| p.into_inner()) = now;
+        self.state.send_if_modified(|state| {
+            let changed = *state != now;
+            *state = now;
+            changed
+        });
         Ok(())
     }
 
     /// The current state.
     pub fn get(&self) -> ClusterState {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.state.borrow().clone()
+    }
+
+    /// A receiver told of every change of the state.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<ClusterState> {
+        self.state.subscribe()
     }
 }
 

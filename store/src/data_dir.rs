@@ -29,10 +29,19 @@
 //! (idempotent steps, so a start killed halfway is simply redone), and the
 //! file written last (atomically: a temporary file, synced, renamed).
 //!
+//! Past that, the format follows the cluster's storage version, as etcd
+//! 3.6's schema does: a member writes the newest format every member of
+//! the cluster reads ([`crate::version::format_for`]). After a rolling
+//! upgrade raises the cluster version, the new release [`migrate`]s up;
+//! when a downgrade lowers it, the new release migrates back down before
+//! the operator starts the older build, which could not open the newer
+//! format.
+//!
 //! | format | what it is |
 //! | --- | --- |
 //! | 1 | written before the format was recorded: no `member/store-format`; the `kv_index` table may be missing or partial (the start fills it, `mvcc::store`) |
 //! | 2 | `kv_index` complete (`mvcc/kvIndexComplete`); the format recorded |
+//! | 3 | only the test-only next release writes it ([`crate::version::TEST_NEXT_RELEASE_ENV`]): format 2's layout under a new number, for the rolling upgrade test |
 
 use std::path::{Path, PathBuf};
 
@@ -100,9 +109,10 @@ pub enum DataDirError {
     /// The data is in a format this build does not read.
     #[error(
         "--data-dir {dir} holds data in storage format {found}, which this build of the store \
-         does not read (it reads formats {OLDEST_READABLE_FORMAT} to {FORMAT_VERSION}); start a \
-         build that reads format {found}, or restore a backup into an empty --data-dir with \
-         `store-util snapshot restore`",
+         does not read (it reads formats {OLDEST_READABLE_FORMAT} to {newest}); start a build \
+         that reads format {found} (a downgrade migrates the data back before the older build \
+         starts), or restore a backup into an empty --data-dir with `store-util snapshot \
+         restore`",
         dir = .dir.display()
     )]
     UnreadableFormat {
@@ -110,6 +120,8 @@ pub enum DataDirError {
         dir: PathBuf,
         /// The format its `member/store-format` names.
         found: u32,
+        /// The newest format this build reads.
+        newest: u32,
     },
     /// `member/store-format` does not hold a format number.
     #[error("--data-dir {dir}: {FORMAT_FILE} does not name a storage format: {content:?}", dir = .dir.display())]
@@ -129,13 +141,14 @@ pub enum DataDirError {
     },
 }
 
-/// Checks `data_dir` (see the module docs), then creates the member's
-/// directories in it with etcd's permissions (0700); answers what it found.
-pub fn prepare(data_dir: &Path) -> Result<Found, DataDirError> {
+/// Checks `data_dir` (see the module docs) for a release that reads
+/// formats up to `newest`, then creates the member's directories in it
+/// with etcd's permissions (0700); answers what it found.
+pub fn prepare(data_dir: &Path, newest: u32) -> Result<Found, DataDirError> {
     if data_dir.exists() && !data_dir.is_dir() {
         return Err(DataDirError::NotADirectory(data_dir.to_path_buf()));
     }
-    let found = read_format(data_dir)?;
+    let found = read_format(data_dir, newest)?;
     let etcd = etcd_markers(data_dir);
     if !etcd.is_empty() && found == Found::Fresh {
         return Err(DataDirError::ForeignEtcd {
@@ -153,8 +166,8 @@ pub fn prepare(data_dir: &Path) -> Result<Found, DataDirError> {
 
 /// The format of the data in `data_dir`: its format file's, else
 /// [`UNRECORDED_FORMAT`] if an engine is there, else [`Found::Fresh`].
-/// A format this build does not read is an error.
-fn read_format(data_dir: &Path) -> Result<Found, DataDirError> {
+/// A format past `newest` (or before the oldest) is an error.
+fn read_format(data_dir: &Path, newest: u32) -> Result<Found, DataDirError> {
     let path = data_dir.join(FORMAT_FILE);
     let content = match read_bounded(&path) {
         Ok(content) => content,
@@ -175,10 +188,11 @@ fn read_format(data_dir: &Path) -> Result<Found, DataDirError> {
             dir: data_dir.to_path_buf(),
             content: content.clone(),
         })?;
-    if !(OLDEST_READABLE_FORMAT..=FORMAT_VERSION).contains(&found) {
+    if !(OLDEST_READABLE_FORMAT..=newest).contains(&found) {
         return Err(DataDirError::UnreadableFormat {
             dir: data_dir.to_path_buf(),
             found,
+            newest,
         });
     }
     Ok(Found::Format(found))
@@ -194,10 +208,38 @@ fn read_bounded(path: &Path) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Records that `data_dir`'s data is in [`FORMAT_VERSION`], once a start
-/// has opened it all (and brought an older format up): a temporary file,
+/// The format a start records once it has opened everything: an older
+/// format brought up by the opening itself (format 1's `kv_index` fill) is
+/// [`FORMAT_VERSION`] now, a fresh directory too; a later one stays as it
+/// is (only [`migrate`], following the storage version, changes it). None
+/// when the recorded one is already right.
+pub fn format_after_start(found: Found) -> Option<u32> {
+    match found {
+        Found::Fresh => Some(FORMAT_VERSION),
+        Found::Format(n) if n < FORMAT_VERSION => Some(FORMAT_VERSION),
+        Found::Format(_) => None,
+    }
+}
+
+/// Brings `data_dir`'s data from format `from` to `to`, up or down, and
+/// records `to` (etcd 3.6 migrates its schema to the storage version the
+/// same way, both ways). From [`FORMAT_VERSION`] on, formats share their
+/// layout (see [`crate::version`]'s table: the later ones are the
+/// test-only next release's), so the step is the record alone; a kill -9
+/// before it leaves the directory in `from`, which the next start reads
+/// and migrates again. Formats before [`FORMAT_VERSION`] are only brought
+/// up, by the start ([`format_after_start`]).
+pub fn migrate(data_dir: &Path, from: u32, to: u32) -> Result<(), DataDirError> {
+    assert!(
+        from >= FORMAT_VERSION && to >= FORMAT_VERSION,
+        "formats before {FORMAT_VERSION} are brought up by the start, not migrated ({from} -> {to})"
+    );
+    record_format(data_dir, to)
+}
+
+/// Records that `data_dir`'s data is in `format`: a temporary file,
 /// synced, renamed over the format file, the directory synced.
-pub fn record_format(data_dir: &Path) -> Result<(), DataDirError> {
+pub fn record_format(data_dir: &Path, format: u32) -> Result<(), DataDirError> {
     use std::io::Write;
     let path = data_dir.join(FORMAT_FILE);
     let io = |source| DataDirError::Io {
@@ -206,7 +248,7 @@ pub fn record_format(data_dir: &Path) -> Result<(), DataDirError> {
     };
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp).map_err(io)?;
-    file.write_all(format!("{FORMAT_VERSION}\n").as_bytes())
+    file.write_all(format!("{format}\n").as_bytes())
         .map_err(io)?;
     file.sync_all().map_err(io)?;
     std::fs::rename(&tmp, &path).map_err(io)?;
@@ -247,9 +289,9 @@ mod tests {
     fn a_fresh_directory_is_prepared() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("new.etcd");
-        assert_eq!(prepare(&data).unwrap(), Found::Fresh);
+        assert_eq!(prepare(&data, FORMAT_VERSION).unwrap(), Found::Fresh);
         assert!(data.join(ENGINE_DIR).is_dir() && data.join(SNAPSHOT_DIR).is_dir());
-        assert_eq!(prepare(&data).unwrap(), Found::Fresh);
+        assert_eq!(prepare(&data, FORMAT_VERSION).unwrap(), Found::Fresh);
     }
 
     /// Format 1 is an engine without the file; recording writes the
@@ -261,31 +303,56 @@ mod tests {
         let data = dir.path();
         std::fs::create_dir_all(data.join(ENGINE_DIR)).unwrap();
         std::fs::write(data.join(ENGINE_DIR).join(ENGINE_MARKER), b"x").unwrap();
-        assert_eq!(prepare(data).unwrap(), Found::Format(1));
-        record_format(data).unwrap();
+        assert_eq!(prepare(data, FORMAT_VERSION).unwrap(), Found::Format(1));
+        assert_eq!(format_after_start(Found::Format(1)), Some(FORMAT_VERSION));
+        record_format(data, FORMAT_VERSION).unwrap();
         assert_eq!(
             std::fs::read_to_string(data.join(FORMAT_FILE)).unwrap(),
             format!("{FORMAT_VERSION}\n")
         );
-        assert_eq!(prepare(data).unwrap(), Found::Format(FORMAT_VERSION));
+        assert_eq!(prepare(data, FORMAT_VERSION).unwrap(), Found::Format(FORMAT_VERSION));
 
         let newer = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(newer.path().join("member")).unwrap();
         std::fs::write(newer.path().join(FORMAT_FILE), b"3\n").unwrap();
-        let err = prepare(newer.path()).unwrap_err().to_string();
+        let err = prepare(newer.path(), FORMAT_VERSION).unwrap_err().to_string();
         assert_eq!(
             err,
             format!(
                 "--data-dir {} holds data in storage format 3, which this build of the store does \
-                 not read (it reads formats 1 to 2); start a build that reads format 3, or restore \
-                 a backup into an empty --data-dir with `store-util snapshot restore`",
+                 not read (it reads formats 1 to 2); start a build that reads format 3 (a \
+                 downgrade migrates the data back before the older build starts), or restore a \
+                 backup into an empty --data-dir with `store-util snapshot restore`",
                 newer.path().display()
             )
         );
         assert!(!newer.path().join(ENGINE_DIR).exists(), "nothing created");
         std::fs::write(newer.path().join(FORMAT_FILE), b"two").unwrap();
-        let err = prepare(newer.path()).unwrap_err();
+        let err = prepare(newer.path(), FORMAT_VERSION).unwrap_err();
         assert!(matches!(err, DataDirError::BadFormatFile { .. }), "{err}");
+    }
+
+    /// A release that writes format 3 reads it; migrating records each
+    /// format, down as well as up; a start leaves a later format alone.
+    #[test]
+    fn formats_are_migrated_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        assert_eq!(prepare(data, FORMAT_VERSION).unwrap(), Found::Fresh);
+        assert_eq!(format_after_start(Found::Fresh), Some(FORMAT_VERSION));
+        record_format(data, FORMAT_VERSION).unwrap();
+        assert_eq!(format_after_start(Found::Format(FORMAT_VERSION)), None);
+        let next = FORMAT_VERSION + 1;
+        migrate(data, FORMAT_VERSION, next).unwrap();
+        assert!(prepare(data, FORMAT_VERSION).is_err());
+        assert_eq!(prepare(data, next).unwrap(), Found::Format(next));
+        assert_eq!(format_after_start(Found::Format(next)), None);
+        migrate(data, next, FORMAT_VERSION).unwrap();
+        assert_eq!(
+            prepare(data, FORMAT_VERSION).unwrap(),
+            Found::Format(FORMAT_VERSION)
+        );
+        assert!(!data.join(FORMAT_FILE).with_extension("tmp").exists());
     }
 
     #[test]
@@ -293,7 +360,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("data");
         std::fs::write(&file, b"x").unwrap();
-        let err = prepare(&file).unwrap_err().to_string();
+        let err = prepare(&file, FORMAT_VERSION).unwrap_err().to_string();
         assert_eq!(
             err,
             format!("--data-dir {}: not a directory", file.display())
@@ -306,13 +373,13 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("member/wal")).unwrap();
         std::fs::create_dir_all(dir.path().join("member/snap")).unwrap();
         std::fs::write(dir.path().join("member/snap/db"), b"bbolt").unwrap();
-        let err = prepare(dir.path()).unwrap_err();
+        let err = prepare(dir.path(), FORMAT_VERSION).unwrap_err();
         assert!(matches!(&err, DataDirError::ForeignEtcd { found, .. } if found.len() == 2));
         assert!(err.to_string().contains("etcdctl make-mirror"), "{err}");
         assert!(!dir.path().join(ENGINE_DIR).exists(), "nothing created");
         // Once our engine is there too, the directory is ours.
         std::fs::create_dir_all(dir.path().join(ENGINE_DIR)).unwrap();
         std::fs::write(dir.path().join(ENGINE_DIR).join(ENGINE_MARKER), b"x").unwrap();
-        prepare(dir.path()).unwrap();
+        prepare(dir.path(), FORMAT_VERSION).unwrap();
     }
 }

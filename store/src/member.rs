@@ -307,7 +307,8 @@ impl Member {
         crate::metrics::global().set_feature_gates(&config.gates);
         let grpc_options = config.grpc_server_options()?;
         let progress_interval = config.progress_notify_interval()?;
-        let format = crate::data_dir::prepare(&data_dir)?;
+        let format =
+            crate::data_dir::prepare(&data_dir, crate::version::release().newest_format)?;
         // Listeners first, as etcd: a port in use or a bad certificate fails
         // the start before Raft runs or anything is written.
         let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
@@ -375,6 +376,7 @@ impl Member {
         // etcd's MustDetectDowngrade: an older binary may not serve a
         // cluster whose version is already past it.
         crate::cluster_version::check_binary_allowed(&cluster.get()).map_err(anyhow::Error::msg)?;
+        peers.set_protocol(versions::peer_protocol(&cluster.get()));
         let sm = sm
             .keeping_alarms_in(alarms.clone())
             .keeping_cluster_state_in(cluster.clone());
@@ -395,15 +397,18 @@ impl Member {
             save_identity(engine.as_ref(), &identity)?;
         }
         // Everything is open (an older format brought up by the opening
-        // itself): the directory is in this build's format now.
-        if format != crate::data_dir::Found::Format(crate::data_dir::FORMAT_VERSION) {
-            crate::data_dir::record_format(&data_dir)?;
-            tracing::info!(
-                found = ?format,
-                format = crate::data_dir::FORMAT_VERSION,
-                "recorded the data directory's storage format"
-            );
-        }
+        // itself): record what the directory holds now.
+        let recorded = match crate::data_dir::format_after_start(format) {
+            Some(now) => {
+                crate::data_dir::record_format(&data_dir, now)?;
+                tracing::info!(found = ?format, format = now, "recorded the data directory's storage format");
+                now
+            }
+            None => match format {
+                crate::data_dir::Found::Format(n) => n,
+                crate::data_dir::Found::Fresh => crate::data_dir::FORMAT_VERSION,
+            },
+        };
         let core = Core::new(
             CoreConfig {
                 member_id: identity.member_id,
@@ -483,6 +488,12 @@ impl Member {
             corruption::spawn_periodic_check(core.clone(), every, member.shutdown.subscribe());
         }
         versions::spawn_monitor(core.clone(), downgrade_check, member.shutdown.subscribe());
+        versions::spawn_gates(
+            core.clone(),
+            data_dir.clone(),
+            recorded,
+            member.shutdown.subscribe(),
+        );
         crate::raft::log_bound::spawn(core.raft.clone(), log_reader, member.shutdown.subscribe());
         for l in client_listeners {
             let Bound { listener: l, tls } = l;

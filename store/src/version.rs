@@ -23,17 +23,105 @@ pub const STORAGE_VERSION: &str = "3.6.0";
 /// rolling upgrade or downgrade) with one build.
 pub const TEST_SERVER_VERSION_ENV: &str = "ETCDRS_TEST_SERVER_VERSION";
 
-/// The server version this process presents (Status, `/version`,
-/// `etcd_server_version`): [`SERVER_VERSION`], or a `major.minor.patch`
+/// Test-only: with this set to `1` the process is the *next* release
+/// ([`release`]): it presents the next minor version, writes the next
+/// storage format and speaks the next peer protocol once the cluster
+/// version allows them. A rolling upgrade to it and the downgrade back
+/// (tests/tests/upgrade.rs) then need one build only.
+pub const TEST_NEXT_RELEASE_ENV: &str = "ETCDRS_TEST_NEXT_RELEASE";
+
+/// A release's storage formats and peer protocols, each with the cluster
+/// (or storage) version, `[major, minor]`, from which it may be used:
+/// a member writes the newest format its storage version allows and
+/// sends the newest protocol its cluster version allows, never past its
+/// own release's, so that every member of the cluster can read them.
+///
+/// | format | protocol | from | what |
+/// | --- | --- | --- | --- |
+/// | 2 | 1 | 3.6 | this release ([`crate::data_dir`]'s formats, `storepeer`'s messages) |
+/// | 3 | 2 | 3.7 | the test-only next release: the same layouts under new numbers, so the upgrade test exercises the gates, the migration and the refusals |
+const FORMATS: [(u32, [u64; 2]); 2] = [(2, [3, 6]), (3, [3, 7])];
+const PEER_PROTOCOLS: [(u32, [u64; 2]); 2] = [(1, [3, 6]), (2, [3, 7])];
+
+/// What one release presents, writes and speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The server version it presents.
+    pub server_version: String,
+    /// The highest storage version it writes (`major.minor.0`).
+    pub storage_version: String,
+    /// The newest storage format it writes and reads.
+    pub newest_format: u32,
+    /// The newest peer protocol it speaks.
+    pub newest_peer_protocol: u32,
+}
+
+/// The release this process is: this one, the test-only next one
+/// ([`TEST_NEXT_RELEASE_ENV`]), or this one presenting the server version
 /// given in [`TEST_SERVER_VERSION_ENV`]. Read once.
-pub fn presented_server_version() -> &'static str {
-    static PRESENTED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        std::env::var(TEST_SERVER_VERSION_ENV)
-            .ok()
-            .filter(|v| parse_release(v).is_some())
-            .unwrap_or_else(|| SERVER_VERSION.to_string())
+pub fn release() -> &'static Release {
+    static RELEASE: std::sync::LazyLock<Release> = std::sync::LazyLock::new(|| {
+        let next = std::env::var(TEST_NEXT_RELEASE_ENV).is_ok_and(|v| v == "1");
+        release_of(next, std::env::var(TEST_SERVER_VERSION_ENV).ok())
     });
-    &PRESENTED
+    &RELEASE
+}
+
+/// The release [`release`] describes, given the two test-only switches.
+fn release_of(next: bool, presented: Option<String>) -> Release {
+    let [major, minor, _] = parse_release(SERVER_VERSION).expect("SERVER_VERSION parses");
+    if next {
+        let version = format!("{major}.{}.0", minor + 1);
+        return Release {
+            server_version: version.clone(),
+            storage_version: version,
+            newest_format: crate::data_dir::FORMAT_VERSION + 1,
+            newest_peer_protocol: PEER_PROTOCOL_VERSION + 1,
+        };
+    }
+    Release {
+        server_version: presented
+            .filter(|v| parse_release(v).is_some())
+            .unwrap_or_else(|| SERVER_VERSION.to_string()),
+        storage_version: STORAGE_VERSION.to_string(),
+        newest_format: crate::data_dir::FORMAT_VERSION,
+        newest_peer_protocol: PEER_PROTOCOL_VERSION,
+    }
+}
+
+/// The server version this process presents (Status, `/version`,
+/// `etcd_server_version`).
+pub fn presented_server_version() -> &'static str {
+    &release().server_version
+}
+
+/// The newest of `table`'s entries usable at `version` (`[major, minor]`)
+/// and no newer than `ceiling`; the oldest when none is.
+fn newest_usable(table: &[(u32, [u64; 2])], version: Option<[u64; 2]>, ceiling: u32) -> u32 {
+    let oldest = table[0].0;
+    let Some(version) = version else {
+        return oldest;
+    };
+    table
+        .iter()
+        .filter(|(n, since)| *since <= version && *n <= ceiling)
+        .map(|(n, _)| *n)
+        .max()
+        .unwrap_or(oldest)
+}
+
+/// The storage format this release writes at storage version
+/// `storage` (`[major, minor]`; None before the cluster decided one: the
+/// oldest).
+pub fn format_for(storage: Option<[u64; 2]>) -> u32 {
+    newest_usable(&FORMATS, storage, release().newest_format)
+}
+
+/// The peer protocol this release sends at cluster version `cluster`
+/// (`[major, minor]`; None before one is decided: the oldest, which every
+/// member speaks).
+pub fn peer_protocol_for(cluster: Option<[u64; 2]>) -> u32 {
+    newest_usable(&PEER_PROTOCOLS, cluster, release().newest_peer_protocol)
 }
 
 /// The `major.minor.patch` numbers of `3.6.14`, `3.6.0-rc.1` or
@@ -58,12 +146,19 @@ pub fn parse_release(text: &str) -> Option<[u64; 3]> {
 /// layout of every `storepeer` message (openraft's messages, forwarded
 /// requests and their answers, snapshot chunks). Members announce it in
 /// their peer connections' `user-agent` ([`peer_user_agent`]); a member
-/// refuses requests of a version it does not speak rather than misread
-/// them. Builds before it was announced spoke version 1.
+/// refuses requests of a version it does not speak ([`speaks_peer_protocol`])
+/// rather than misread them, and sends the newest one the cluster version
+/// allows ([`peer_protocol_for`]). Builds before it was announced spoke
+/// version 1.
 pub const PEER_PROTOCOL_VERSION: u32 = 1;
 
 /// The oldest peer protocol this build speaks.
 pub const OLDEST_PEER_PROTOCOL: u32 = 1;
+
+/// Whether this release reads requests in peer protocol `protocol`.
+pub fn speaks_peer_protocol(protocol: u32) -> bool {
+    (OLDEST_PEER_PROTOCOL..=release().newest_peer_protocol).contains(&protocol)
+}
 
 /// The peer protocol of a request that does not announce one.
 const UNANNOUNCED_PEER_PROTOCOL: u32 = 1;
@@ -71,9 +166,13 @@ const UNANNOUNCED_PEER_PROTOCOL: u32 = 1;
 /// The `user-agent` token that announces the peer protocol.
 const PEER_PROTOCOL_TOKEN: &str = "peer-protocol/";
 
-/// The `user-agent` of this build's peer connections.
-pub fn peer_user_agent() -> String {
-    format!("etcd-rs-store/{SERVER_VERSION} {PEER_PROTOCOL_TOKEN}{PEER_PROTOCOL_VERSION}")
+/// The `user-agent` of this member's peer connections that send
+/// `protocol` (see [`peer_protocol_for`]).
+pub fn peer_user_agent(protocol: u32) -> String {
+    format!(
+        "etcd-rs-store/{} {PEER_PROTOCOL_TOKEN}{protocol}",
+        presented_server_version()
+    )
 }
 
 /// The peer protocol a `user-agent` announces (version 1 if it names none,
@@ -111,7 +210,7 @@ mod tests {
 
     #[test]
     fn the_peer_protocol_is_read_from_the_user_agent() {
-        let ours = peer_user_agent();
+        let ours = peer_user_agent(PEER_PROTOCOL_VERSION);
         assert_eq!(peer_protocol_of(Some(&ours)), Some(PEER_PROTOCOL_VERSION));
         // tonic appends its own token.
         let sent = format!("{ours} tonic/0.14.2");
@@ -120,6 +219,47 @@ mod tests {
         assert_eq!(peer_protocol_of(None), Some(1));
         assert_eq!(peer_protocol_of(Some("x peer-protocol/7")), Some(7));
         assert_eq!(peer_protocol_of(Some("peer-protocol/seven")), None);
+    }
+
+    #[test]
+    fn the_next_release_is_one_minor_up_with_the_next_format_and_protocol() {
+        let this = release_of(false, None);
+        assert_eq!(this.server_version, SERVER_VERSION);
+        assert_eq!(this.storage_version, STORAGE_VERSION);
+        assert_eq!(
+            release_of(false, Some("3.5.21".into())).server_version,
+            "3.5.21"
+        );
+        assert_eq!(
+            release_of(false, Some("three".into())).server_version,
+            SERVER_VERSION
+        );
+        let next = release_of(true, Some("3.5.21".into()));
+        assert_eq!(next.server_version, "3.7.0");
+        assert_eq!(next.storage_version, "3.7.0");
+        assert_eq!(next.newest_format, this.newest_format + 1);
+        assert_eq!(next.newest_peer_protocol, this.newest_peer_protocol + 1);
+    }
+
+    /// Formats and protocols follow the storage and cluster versions,
+    /// capped at the release's own.
+    #[test]
+    fn formats_and_protocols_are_gated_by_the_versions() {
+        let (this, next) = (release_of(false, None), release_of(true, None));
+        let format = |v, r: &Release| newest_usable(&FORMATS, v, r.newest_format);
+        let protocol = |v, r: &Release| newest_usable(&PEER_PROTOCOLS, v, r.newest_peer_protocol);
+        assert_eq!(format(None, &next), 2);
+        assert_eq!(format(Some([3, 5]), &next), 2, "below every entry: the oldest");
+        assert_eq!(format(Some([3, 6]), &next), 2);
+        assert_eq!(format(Some([3, 7]), &next), 3);
+        assert_eq!(format(Some([3, 7]), &this), 2, "never past the release's own");
+        assert_eq!(format(Some([4, 0]), &next), 3);
+        assert_eq!(protocol(None, &next), 1);
+        assert_eq!(protocol(Some([3, 6]), &next), 1);
+        assert_eq!(protocol(Some([3, 7]), &next), 2);
+        assert_eq!(protocol(Some([3, 7]), &this), 1);
+        assert_eq!(format(Some([3, 6]), &this), crate::data_dir::FORMAT_VERSION);
+        assert_eq!(protocol(Some([3, 6]), &this), PEER_PROTOCOL_VERSION);
     }
 
     #[test]

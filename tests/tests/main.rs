@@ -32,6 +32,7 @@ mod range_stream;
 mod raw_grpc_differential;
 mod robustness;
 mod tls;
+mod upgrade;
 mod versions;
 mod watch_cache_pattern;
 mod watch_lease_differential;

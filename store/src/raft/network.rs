@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,22 +46,50 @@ use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_SEND_CHU
 /// peer URL: openraft asks for a new client per replication stream and per
 /// heartbeat worker, and a tonic channel multiplexes all of them over one
 /// HTTP/2 connection, so no round pays for a new connection.
-#[derive(Clone, Default)]
+///
+/// Every channel announces the peer protocol its requests are in
+/// ([`crate::version::peer_user_agent`]): the one the cluster version
+/// allows ([`Self::set_protocol`]). When it changes, the next call to
+/// each member opens a new channel in the new protocol; a stream opened
+/// before (a replication or forwarding stream) keeps the protocol it was
+/// opened in until it ends.
+#[derive(Clone)]
 pub struct PeerNetworkFactory {
-    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    channels: Arc<Mutex<HashMap<NodeId, CachedChannel>>>,
+    protocol: Arc<AtomicU32>,
     tls: Option<ClientTlsConfig>,
     /// Ends every replication stream's commit hold (see [`CommitHold`]).
     commit_release: Arc<CommitRelease>,
 }
 
+/// A cached channel: the peer URL it dials and the protocol it announces.
+struct CachedChannel {
+    url: String,
+    protocol: u32,
+    channel: Channel,
+}
+
+impl Default for PeerNetworkFactory {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
 impl PeerNetworkFactory {
-    /// A factory dialing `https://` peers with `tls`.
+    /// A factory dialing `https://` peers with `tls`, sending the oldest
+    /// peer protocol until [`Self::set_protocol`].
     pub fn new(tls: Option<ClientTlsConfig>) -> Self {
         Self {
             channels: Arc::default(),
+            protocol: Arc::new(AtomicU32::new(crate::version::OLDEST_PEER_PROTOCOL)),
             tls,
             commit_release: Arc::default(),
         }
+    }
+
+    /// Sends `protocol` from now on; answers the one sent before.
+    pub fn set_protocol(&self, protocol: u32) -> u32 {
+        self.protocol.swap(protocol, Ordering::Relaxed)
     }
 
     /// Sends the commit-only AppendEntries every replication stream holds
@@ -75,14 +104,20 @@ impl PeerNetworkFactory {
     /// forwarding and ReadIndex calls.
     pub fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, String> {
         let url = node.peer_urls.first().map_or("", String::as_str);
+        let protocol = self.protocol.load(Ordering::Relaxed);
         let mut cache = self.channels.lock().expect("peer channel cache lock");
-        if let Some((cached_url, channel)) = cache.get(&target) {
-            if cached_url == url {
-                return Ok(channel.clone());
+        if let Some(cached) = cache.get(&target) {
+            if cached.url == url && cached.protocol == protocol {
+                return Ok(cached.channel.clone());
             }
         }
-        let channel = peer_channel(node, self.tls.as_ref())?;
-        cache.insert(target, (url.to_string(), channel.clone()));
+        let channel = peer_channel(node, protocol, self.tls.as_ref())?;
+        let cached = CachedChannel {
+            url: url.to_string(),
+            protocol,
+            channel: channel.clone(),
+        };
+        cache.insert(target, cached);
         Ok(channel)
     }
 
@@ -115,8 +150,13 @@ impl PeerNetworkFactory {
 /// would exceed it only for pathological batches, which openraft splits).
 pub const MAX_PEER_MESSAGE_BYTES: usize = 1024 * 1024 * 1024;
 
-/// A lazily connected channel to a member's first peer URL.
-fn peer_channel(node: &MemberInfo, tls: Option<&ClientTlsConfig>) -> Result<Channel, String> {
+/// A lazily connected channel to a member's first peer URL, announcing
+/// peer protocol `protocol`.
+fn peer_channel(
+    node: &MemberInfo,
+    protocol: u32,
+    tls: Option<&ClientTlsConfig>,
+) -> Result<Channel, String> {
     let url = node
         .peer_urls
         .first()
@@ -127,7 +167,7 @@ fn peer_channel(node: &MemberInfo, tls: Option<&ClientTlsConfig>) -> Result<Chan
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_while_idle(true)
-        .user_agent(crate::version::peer_user_agent())
+        .user_agent(crate::version::peer_user_agent(protocol))
         .map_err(|e| format!("peer user agent: {e}"))?;
     if url.starts_with("https://") {
         let tls = tls.cloned().unwrap_or_default();
@@ -150,7 +190,9 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
 
     async fn new_client(&mut self, target: NodeId, node: &MemberInfo) -> Self::Network {
         PeerNetwork {
-            client: self.channel(target, node).map(peer_client),
+            factory: self.clone(),
+            target,
+            node: node.clone(),
             commit_release: self.commit_release.clone(),
             counters: Arc::new(PeerCounters::new(target)),
         }
@@ -172,7 +214,10 @@ pub struct SnapshotHeader {
 
 /// The connection to one member.
 pub struct PeerNetwork {
-    client: Result<RaftPeerClient<Channel>, String>,
+    /// Where each call takes its channel (in the protocol sent now).
+    factory: PeerNetworkFactory,
+    target: NodeId,
+    node: MemberInfo,
     counters: Arc<PeerCounters>,
     commit_release: Arc<CommitRelease>,
 }
@@ -230,8 +275,9 @@ enum Rpc {
 
 impl PeerNetwork {
     fn client(&self) -> RpcResult<RaftPeerClient<Channel>> {
-        self.client
-            .clone()
+        self.factory
+            .channel(self.target, &self.node)
+            .map(peer_client)
             .map_err(|e| RPCError::Unreachable(Unreachable::from_string(e)))
     }
 

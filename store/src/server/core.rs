@@ -226,6 +226,11 @@ impl Core {
         self.peers.release_commit_holds();
     }
 
+    /// Sends peer protocol `protocol` from now on; answers the one before.
+    pub(super) fn set_peer_protocol(&self, protocol: u32) -> u32 {
+        self.peers.set_protocol(protocol)
+    }
+
     /// The current leader, if known (a follower that has not heard from
     /// its leader for an election timeout knows none, as etcd's).
     pub fn leader(&self) -> Option<NodeId> {

@@ -29,21 +29,21 @@ use openraft::raft::{
 };
 
 /// Refuses a request in a peer protocol this member does not speak (see
-/// [`crate::version::PEER_PROTOCOL_VERSION`]), before its message is read:
+/// [`crate::version::speaks_peer_protocol`]), before its message is read:
 /// a member of a newer build must not be misread by an older one.
 pub fn check_peer_protocol(req: Request<()>) -> Result<Request<()>, Status> {
-    use crate::version::{peer_protocol_of, OLDEST_PEER_PROTOCOL, PEER_PROTOCOL_VERSION};
+    use crate::version::{peer_protocol_of, release, speaks_peer_protocol, OLDEST_PEER_PROTOCOL};
     let agent = req
         .metadata()
         .get("user-agent")
         .and_then(|v| v.to_str().ok());
     match peer_protocol_of(agent) {
-        Some(v) if (OLDEST_PEER_PROTOCOL..=PEER_PROTOCOL_VERSION).contains(&v) => Ok(req),
+        Some(v) if speaks_peer_protocol(v) => Ok(req),
         found => Err(Status::failed_precondition(format!(
-            "peer protocol {} is not one this member speaks ({OLDEST_PEER_PROTOCOL} to \
-             {PEER_PROTOCOL_VERSION}): the peer runs a build this member cannot serve; upgrade \
-             this member (user-agent {:?})",
+            "peer protocol {} is not one this member speaks ({OLDEST_PEER_PROTOCOL} to {}): the \
+             peer runs a build this member cannot serve; upgrade this member (user-agent {:?})",
             found.map_or_else(|| "unknown".to_string(), |v| v.to_string()),
+            release().newest_peer_protocol,
             agent.unwrap_or_default()
         ))),
     }

@@ -13,11 +13,16 @@
 //! On a follower, the reads that queue while earlier ReadIndex requests
 //! are out share the next one ([`super::read_index_batch`]).
 //!
-//! As in etcd, a read whose ReadIndex is still outstanding when this member
-//! sees the leader change (a new leader, or none while an election runs)
-//! fails at once with `etcdserver: leader changed` (gRPC Unavailable, which
-//! clients retry for reads) instead of waiting for an answer from a leader
-//! that may be stopped or cut off until the request times out.
+//! A read whose ReadIndex is still outstanding when this member sees the
+//! leader change (a new leader, or none while an election runs) does not
+//! wait for an answer from a leader that may be stopped or cut off: it asks
+//! again, of the next leader, within its deadline (a read is safe to
+//! retry, and the new ReadIndex is taken after the call began, so the read
+//! stays linearizable). etcd fails such a read at once with `etcdserver:
+//! leader changed` and leaves the retry to its clients; clients that do not
+//! retry (etcdctl, the Rust and Python clients) saw it fail during every
+//! leadership hand-over, a rolling upgrade's included. If no leader emerges
+//! before the deadline the read still fails with etcd's `leader changed`.
 
 use openraft::async_runtime::WatchReceiver as _;
 use tokio::time::Instant;
@@ -33,11 +38,15 @@ impl Core {
     /// includes every write acknowledged before the call began.
     pub async fn read_barrier(&self) -> Result<(), EtcdError> {
         let deadline = Instant::now() + self.config.request_timeout;
+        let mut leader_changed = false;
         loop {
-            let leader = self
-                .wait_leader(deadline)
-                .await
-                .ok_or(EtcdError::NoLeader)?;
+            let Some(leader) = self.wait_leader(deadline).await else {
+                return Err(if leader_changed {
+                    EtcdError::LeaderChanged
+                } else {
+                    EtcdError::NoLeader
+                });
+            };
             let attempt = async {
                 if leader == self.config.member_id {
                     self.read_index_local().await
@@ -48,7 +57,8 @@ impl Core {
             let index = tokio::select! {
                 index = attempt => index,
                 () = self.leader_changed_from(leader, deadline) => {
-                    return Err(EtcdError::LeaderChanged)
+                    leader_changed = true;
+                    continue;
                 }
             };
             match index {

@@ -19,7 +19,16 @@
 //! CANCEL         DowngradeInfoSet{disabled} if one is enabled; never fails
 //!                (etcd only logs why it could not cancel)
 //! ```
+//!
+//! What follows the versions ([`spawn_gates`], on every member, as etcd
+//! 3.6's `UpdateStorageVersionIfNeeded`): each time the replicated versions
+//! change, the member sends the peer protocol the cluster version allows
+//! and migrates its data directory to the format the storage version
+//! allows ([`crate::version`]'s table). An upgrade's new formats and
+//! protocols are used only once every member runs the new release; a
+//! downgrade takes them back before any member runs the old one.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +36,7 @@ use tokio::sync::watch;
 
 use super::core::Core;
 use super::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
-use crate::cluster_version::{self, DowngradeInfo, Version, MONITOR_INTERVAL};
+use crate::cluster_version::{self, ClusterState, DowngradeInfo, Version, MONITOR_INTERVAL};
 use crate::errors::EtcdError;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
 use crate::raft::types::{Command, NodeId};
@@ -61,6 +70,61 @@ pub fn spawn_monitor(core: Arc<Core>, downgrade_check: Duration, mut stop: watch
             }
         }
     });
+}
+
+/// The peer protocol the cluster version in `state` allows.
+pub fn peer_protocol(state: &ClusterState) -> u32 {
+    crate::version::peer_protocol_for(state.cluster_version.map(|v| [v.major, v.minor]))
+}
+
+/// Starts following the replicated versions (module docs): the member's
+/// data directory is in format `recorded` now.
+pub fn spawn_gates(
+    core: Arc<Core>,
+    data_dir: PathBuf,
+    mut recorded: u32,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut changes = core.cluster.subscribe();
+    tokio::spawn(async move {
+        loop {
+            let state = changes.borrow_and_update().clone();
+            follow_versions(&core, &data_dir, &mut recorded, &state).await;
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    });
+}
+
+/// Sends the protocol `state` allows and migrates the data directory to
+/// the format it allows (a failed migration is logged and retried at the
+/// next change; the directory stays in the format recorded).
+async fn follow_versions(core: &Core, data_dir: &PathBuf, recorded: &mut u32, state: &ClusterState) {
+    let protocol = peer_protocol(state);
+    let before = core.set_peer_protocol(protocol);
+    if before != protocol {
+        tracing::info!(from = before, to = protocol, cluster_version = %state.cluster_text(), "changed the peer protocol");
+    }
+    let Some(storage) = state.storage_version() else {
+        return;
+    };
+    let want = crate::version::format_for(Some([storage.major, storage.minor]));
+    if want == *recorded {
+        return;
+    }
+    let (dir, from) = (data_dir.clone(), *recorded);
+    let migrated =
+        tokio::task::spawn_blocking(move || crate::data_dir::migrate(&dir, from, want)).await;
+    match migrated {
+        Ok(Ok(())) => {
+            tracing::info!(from, to = want, storage_version = %storage, "migrated the storage format");
+            *recorded = want;
+        }
+        Ok(Err(e)) => tracing::error!(error = %e, from, to = want, "failed to migrate the storage format"),
+        Err(e) => tracing::error!(error = %e, "the storage format migration panicked"),
+    }
 }
 
 /// Every member's server version (None where a member did not answer).

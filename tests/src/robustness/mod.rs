@@ -46,6 +46,8 @@ pub mod workload;
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,6 +187,41 @@ impl RunReport {
             .collect()
     }
 
+    /// The workload's operations that failed (an error or no answer) on a
+    /// member that was up: neither in flight at, nor sent during, a
+    /// disturbance that had the client's member among its victims (from
+    /// the disturbance's instant until every member served again). A
+    /// rolling upgrade must fail none; faults fail some by design.
+    pub fn failed_on_up_members(&self) -> Vec<String> {
+        let timeout = OP_TIMEOUT.as_nanos() as u64;
+        let excused = |event: &Event| {
+            let member = event.client % MEMBERS;
+            self.faults.iter().any(|fault| {
+                let healed = fault.at + fault.recovery.as_nanos() as u64;
+                fault.victims.contains(&member)
+                    && event.invoke <= healed
+                    && event.invoke + timeout >= fault.at
+            })
+        };
+        self.events
+            .iter()
+            .filter(|event| event.client != FINAL_READER)
+            .filter(|event| matches!(event.outcome, Outcome::Indeterminate(_)))
+            .filter(|event| !excused(event))
+            .map(|event| {
+                format!(
+                    "client {} (member {}) at {:.3} s: {} {:?}: {:?}",
+                    event.client,
+                    event.client % MEMBERS,
+                    event.invoke as f64 / 1e9,
+                    event.key,
+                    event.op,
+                    event.outcome
+                )
+            })
+            .collect()
+    }
+
     /// How often each error made an operation indeterminate.
     pub fn errors(&self) -> BTreeMap<&str, usize> {
         let mut errors = BTreeMap::new();
@@ -267,7 +304,11 @@ impl RunReport {
                 );
             }
         }
-        if self.relayed_bytes == 0 {
+        let slowed = self
+            .faults
+            .iter()
+            .any(|fault| fault.fault.kind == FaultKind::SlowNetwork);
+        if slowed && self.relayed_bytes == 0 {
             let _ = writeln!(
                 problems,
                 "no peer traffic went through the relay: the slow-network fault delayed nothing"
@@ -346,16 +387,33 @@ impl fmt::Display for RunReport {
 
 /// One run of `seed` against `server` (see the module documentation).
 pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
-    let context = || format!("{server:?} seed {seed} ({SEED_ENV}={seed} reruns it)");
+    let plan = nemesis::schedule(&mut StdRng::seed_from_u64(seed));
     let config = ClusterConfig {
         namespaces: true,
         ..ClusterConfig::new(MEMBERS)
     };
+    run_with(server, seed, config, move |cluster, clock| {
+        Box::pin(async move { nemesis::run(cluster, clock, &plan).await })
+    })
+    .await
+}
+
+/// What disturbs a run's cluster while the clients work (the nemesis, or
+/// a rolling upgrade, `tests/upgrade.rs`): it answers the disturbances it made.
+pub type Disturbing<'a> = Pin<Box<dyn Future<Output = Result<Vec<Injected>>> + 'a>>;
+
+/// One run of `seed` against `server` on a cluster of `config`, disturbed
+/// by `drive` (steps 2 to 6 of the module documentation).
+pub async fn run_with(
+    server: Server,
+    seed: u64,
+    config: ClusterConfig,
+    drive: impl for<'a> FnOnce(&'a Cluster, Clock) -> Disturbing<'a>,
+) -> Result<RunReport> {
+    let context = || format!("{server:?} seed {seed} ({SEED_ENV}={seed} reruns it)");
     let cluster = Cluster::start(server.binary(), config)
         .await
         .with_context(context)?;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let plan = nemesis::schedule(&mut rng);
     let clock = Clock::start();
     let stop = Arc::new(AtomicBool::new(false));
     let target = watch::Target::default();
@@ -388,7 +446,7 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
             ))
         })
         .collect();
-    let faults = nemesis::run(&cluster, clock, &plan).await;
+    let faults = drive(&cluster, clock).await;
     stop.store(true, Ordering::Relaxed);
     let mut logs = Vec::with_capacity(CLIENTS);
     for client in clients {
@@ -431,7 +489,7 @@ pub async fn run(server: Server, seed: u64) -> Result<RunReport> {
             .map(|l| (l.events.len(), l.streams))
             .collect(),
         leases,
-        relayed_bytes: cluster.relay()?.relayed_bytes(),
+        relayed_bytes: cluster.relay().map_or(0, |relay| relay.relayed_bytes()),
         final_revision,
         hashes,
         version,
@@ -702,6 +760,38 @@ mod tests {
             table.contains("| kill -9 leader | 3 | 2.00 s / 3.00 s |"),
             "{table}"
         );
+    }
+
+    /// A failed operation counts against a rolling upgrade unless its
+    /// member was being replaced while it was in flight.
+    #[test]
+    fn failures_on_a_replaced_member_are_excused_others_are_not() {
+        let second = 1_000_000_000;
+        let failed = |client: usize, invoke: u64| Event {
+            client,
+            key: workload::key(0),
+            op: Op::Get,
+            invoke,
+            complete: None,
+            outcome: Outcome::Indeterminate("transport error".to_string()),
+        };
+        let mut run = report(vec![
+            // Member 0, in flight when its replacement began.
+            failed(0, 10 * second - OP_TIMEOUT.as_nanos() as u64 + 1),
+            // Member 0, sent while it was down.
+            failed(MEMBERS, 12 * second),
+            // Member 1, up all along.
+            failed(1, 12 * second),
+            // Member 0, after it served again.
+            failed(0, 16 * second),
+        ]);
+        let mut replaced = fault(FaultKind::UpgradeMember, 10 * second);
+        replaced.recovery = Duration::from_secs(5);
+        run.faults = vec![replaced];
+        let found = run.failed_on_up_members();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].starts_with("client 1 (member 1) at 12.000 s"), "{found:?}");
+        assert!(found[1].starts_with("client 0 (member 0) at 16.000 s"), "{found:?}");
     }
 
     #[test]

@@ -98,6 +98,12 @@ pub enum FaultKind {
     SlowNetwork,
     TransferLeader,
     FullDisk,
+    /// A step of a rolling upgrade (`tests/upgrade.rs`), not a fault: a
+    /// member stopped gracefully and started as the next release.
+    UpgradeMember,
+    /// A step of the downgrade back: a member of the next release stopped
+    /// gracefully and started as this release.
+    DowngradeMember,
 }
 
 impl fmt::Display for FaultKind {
@@ -113,6 +119,8 @@ impl fmt::Display for FaultKind {
             FaultKind::SlowNetwork => "slow network: links delayed",
             FaultKind::TransferLeader => "MoveLeader to a follower",
             FaultKind::FullDisk => "full disk on a follower",
+            FaultKind::UpgradeMember => "member replaced by the next release",
+            FaultKind::DowngradeMember => "member replaced by the older release",
         })
     }
 }
@@ -210,6 +218,7 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
             vec![leader, target]
         }
         FaultKind::KillAll | FaultKind::LossyNetwork | FaultKind::SlowNetwork => cluster.running(),
+        FaultKind::UpgradeMember | FaultKind::DowngradeMember => Vec::new(),
     };
     let at = match fault.kind {
         FaultKind::PauseLeader => pause(cluster, clock, victims[0], fault.downtime).await?,
@@ -220,6 +229,9 @@ async fn inject(cluster: &Cluster, clock: Clock, fault: Fault) -> Result<Injecte
         FaultKind::SlowNetwork => slow(cluster, clock, fault).await?,
         FaultKind::TransferLeader => transfer(cluster, clock, victims[0], victims[1]).await?,
         FaultKind::FullDisk => fill_disk(cluster, clock, victims[0], fault.downtime).await?,
+        FaultKind::UpgradeMember | FaultKind::DowngradeMember => {
+            bail!("{} is a step of a rolling upgrade, not a fault", fault.kind)
+        }
         FaultKind::KillLeader | FaultKind::KillFollower | FaultKind::KillAll => {
             for &member in &victims {
                 cluster.kill(member)?;

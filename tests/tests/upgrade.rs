@@ -1,0 +1,232 @@
+//! A rolling upgrade and the downgrade back, under the robustness suite's
+//! clients, watchers and lease clients, as an operator runs them with
+//! kubeadm: one member at a time stopped gracefully (SIGTERM, as the
+//! kubelet stops a static pod) and started on the other release.
+//!
+//! The next release is this build started with the test-only
+//! `ETCDRS_TEST_NEXT_RELEASE=1`: it presents 3.7.0, writes storage format
+//! 3 and speaks peer protocol 2, but only once the cluster version allows
+//! them; this release reads neither (it refuses the format at start and
+//! the protocol per request), so using either too early fails the run.
+//!
+//! 1. Three members of this release (3.6.14; cluster version 3.6.0,
+//!    format 2).
+//! 2. Each member in turn replaced by the next release. While any member
+//!    runs 3.6 the cluster version stays 3.6.0, so the format stays 2 and
+//!    the protocol 1; once all run 3.7 the leader raises it to 3.7.0, every
+//!    member migrates its directory to format 3 and sends protocol 2.
+//! 3. etcd 3.6's downgrade: `Downgrade VALIDATE 3.6`, `ENABLE 3.6`; the
+//!    leader lowers the cluster version to 3.6.0, every member migrates
+//!    back to format 2 and sends protocol 1 again (the operator checks
+//!    each member's storage version before replacing any).
+//! 4. Each member in turn replaced by this release; once all run 3.6 the
+//!    leader ends the downgrade.
+//!
+//! Checked: every member's versions and format after each phase; the
+//! robustness checks (linearizable history, no lost acknowledged write,
+//! the members' HashKV agree, watch guarantees, no lease expired early);
+//! and no failed request to a member that was up (one in flight on, or
+//! sent to, the member being replaced is excused until it serves again).
+//!
+//! Run: `cargo test --release -p integration-tests --test integration upgrade::`
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use etcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
+use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use etcd_proto::etcdserverpb::{DowngradeInfo, DowngradeRequest, StatusRequest};
+use integration_tests::cluster::{Cluster, ClusterConfig};
+use integration_tests::http::get;
+use integration_tests::robustness::history::Clock;
+use integration_tests::robustness::nemesis::{Fault, FaultKind, Injected};
+use integration_tests::robustness::{self, Disturbing, MEMBERS};
+use integration_tests::wait::retry_until;
+use integration_tests::Server;
+use tonic::transport::Channel;
+
+/// The test-only switch that makes a member the next release.
+const NEXT_RELEASE_ENV: &str = "ETCDRS_TEST_NEXT_RELEASE";
+/// The seed of the clients' choices.
+const SEED: u64 = 1;
+
+/// A release as the test sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Release {
+    /// Its server version.
+    server: &'static str,
+    /// The cluster and storage version when every member runs it.
+    cluster: &'static str,
+    /// `member/store-format` once the cluster runs it.
+    format: &'static str,
+}
+
+const THIS: Release = Release {
+    server: "3.6.14",
+    cluster: "3.6.0",
+    format: "2",
+};
+const NEXT: Release = Release {
+    server: "3.7.0",
+    cluster: "3.7.0",
+    format: "3",
+};
+
+/// Load between two steps.
+const STEP_LOAD: Duration = Duration::from_secs(1);
+/// How long a graceful stop may take (a leader hands its leadership over
+/// first).
+const STOP_DEADLINE: Duration = Duration::from_secs(30);
+/// The leader decides the cluster version every 4 s, and checks whether a
+/// downgrade has finished every `--downgrade-check-time` (5 s): a few
+/// rounds of both.
+const VERSIONS_SETTLE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_and_downgrade_fail_no_request() {
+    let report = robustness::run_with(
+        Server::Candidate,
+        SEED,
+        ClusterConfig::new(MEMBERS),
+        roll,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!("{report}");
+    assert_eq!(report.failure(), None);
+    let failed = report.failed_on_up_members();
+    assert!(
+        failed.is_empty(),
+        "{} requests failed on members that were up:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    assert_eq!(report.faults.len(), 2 * MEMBERS, "every member replaced twice");
+}
+
+/// The upgrade and the downgrade (module docs); the member replacements.
+fn roll(cluster: &Cluster, clock: Clock) -> Disturbing<'_> {
+    Box::pin(async move {
+        let mut steps = Vec::new();
+        let mut running = [THIS; MEMBERS];
+        settle(cluster, &running, THIS, None).await?;
+        for i in 0..MEMBERS {
+            tokio::time::sleep(STEP_LOAD).await;
+            steps.push(replace(cluster, clock, i, NEXT).await?);
+            running[i] = NEXT;
+            let cluster_release = if i + 1 < MEMBERS { THIS } else { NEXT };
+            settle(cluster, &running, cluster_release, None).await?;
+        }
+        for i in 0..MEMBERS {
+            let log = cluster.log(i);
+            ensure!(
+                log.contains("changed the peer protocol") && log.contains("migrated the storage format"),
+                "member {i} did not move to the next protocol and format:\n{}",
+                cluster.log_tail(i)
+            );
+        }
+        tokio::time::sleep(STEP_LOAD).await;
+        ensure!(downgrade(cluster, DowngradeAction::Validate).await? == "3.7");
+        ensure!(downgrade(cluster, DowngradeAction::Enable).await? == "3.7");
+        let enabled = DowngradeInfo {
+            enabled: true,
+            target_version: THIS.cluster.to_string(),
+        };
+        settle(cluster, &running, THIS, Some(&enabled)).await?;
+        for i in 0..MEMBERS {
+            tokio::time::sleep(STEP_LOAD).await;
+            steps.push(replace(cluster, clock, i, THIS).await?);
+            running[i] = THIS;
+            let downgrading = (i + 1 < MEMBERS).then_some(&enabled);
+            settle(cluster, &running, THIS, downgrading).await?;
+        }
+        tokio::time::sleep(STEP_LOAD).await;
+        Ok(steps)
+    })
+}
+
+/// Stops member `i` gracefully and starts it as `release`; the step, from
+/// the SIGTERM until every member serves again.
+async fn replace(cluster: &Cluster, clock: Clock, i: usize, release: Release) -> Result<Injected> {
+    let at = clock.now();
+    let exit = cluster.terminate(i, STOP_DEADLINE).await?;
+    ensure!(exit.success(), "member {i} stopped with {exit}");
+    if release == NEXT {
+        cluster.restart_under(i, &["env".to_string(), format!("{NEXT_RELEASE_ENV}=1")])?;
+    } else {
+        cluster.restart(i)?;
+    }
+    cluster.wait_member_ready(i).await?;
+    cluster.wait_healthy().await?;
+    let kind = if release == NEXT {
+        FaultKind::UpgradeMember
+    } else {
+        FaultKind::DowngradeMember
+    };
+    Ok(Injected {
+        fault: Fault {
+            kind,
+            load: STEP_LOAD,
+            downtime: Duration::ZERO,
+            seed: 0,
+        },
+        victims: vec![i],
+        at,
+        recovery: Duration::from_nanos(clock.now().saturating_sub(at)),
+    })
+}
+
+/// Waits until member `i` runs `running[i]`'s server version and every
+/// member reports `cluster`'s cluster and storage version, its format in
+/// `member/store-format`, and `downgrade` (none: not enabled).
+async fn settle(
+    cluster: &Cluster,
+    running: &[Release; MEMBERS],
+    at: Release,
+    downgrade: Option<&DowngradeInfo>,
+) -> Result<()> {
+    let downgrade = downgrade.cloned().unwrap_or_default();
+    retry_until(
+        &format!("cluster version {}, downgrade {downgrade:?}", at.cluster),
+        VERSIONS_SETTLE,
+        || async {
+            for (i, release) in running.iter().enumerate() {
+                let versions = get(&format!("{}/version", cluster.endpoint(i))).await?.body;
+                let want = format!(
+                    r#"{{"etcdserver":"{}","etcdcluster":"{}","storage":"{}"}}"#,
+                    release.server, at.cluster, at.cluster
+                );
+                ensure!(versions == want, "member {i}: {versions}");
+                let status = maintenance(cluster, i).await?.status(StatusRequest {}).await?;
+                let info = status.into_inner().downgrade_info.unwrap_or_default();
+                ensure!(info == downgrade, "member {i}: {info:?}");
+                let file = cluster.data_dir(i).join("member/store-format");
+                let format = std::fs::read_to_string(&file).context("the format file")?;
+                ensure!(format.trim() == at.format, "member {i}: format {format:?}");
+            }
+            Ok(())
+        },
+    )
+    .await
+    .with_context(|| cluster.log_tails())
+}
+
+async fn maintenance(cluster: &Cluster, i: usize) -> Result<MaintenanceClient<Channel>> {
+    let channel = Channel::from_shared(cluster.endpoint(i))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    Ok(MaintenanceClient::new(channel))
+}
+
+/// Downgrade `action` to this release's minor, asked of member 0; the
+/// cluster version it answers.
+async fn downgrade(cluster: &Cluster, action: DowngradeAction) -> Result<String> {
+    let request = DowngradeRequest {
+        action: action as i32,
+        version: "3.6".to_string(),
+    };
+    let answer = maintenance(cluster, 0).await?.downgrade(request).await?;
+    Ok(answer.into_inner().version)
+}
