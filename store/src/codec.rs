@@ -66,3 +66,6 @@ pub mod prost_bytes {
         d.deserialize_byte_buf(V)
     }
 }
+
+#[cfg(test)]
+mod layout;

@@ -310,12 +310,17 @@ mod tests {
             std::fs::read_to_string(data.join(FORMAT_FILE)).unwrap(),
             format!("{FORMAT_VERSION}\n")
         );
-        assert_eq!(prepare(data, FORMAT_VERSION).unwrap(), Found::Format(FORMAT_VERSION));
+        assert_eq!(
+            prepare(data, FORMAT_VERSION).unwrap(),
+            Found::Format(FORMAT_VERSION)
+        );
 
         let newer = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(newer.path().join("member")).unwrap();
         std::fs::write(newer.path().join(FORMAT_FILE), b"3\n").unwrap();
-        let err = prepare(newer.path(), FORMAT_VERSION).unwrap_err().to_string();
+        let err = prepare(newer.path(), FORMAT_VERSION)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             format!(

@@ -307,8 +307,7 @@ impl Member {
         crate::metrics::global().set_feature_gates(&config.gates);
         let grpc_options = config.grpc_server_options()?;
         let progress_interval = config.progress_notify_interval()?;
-        let format =
-            crate::data_dir::prepare(&data_dir, crate::version::release().newest_format)?;
+        let format = crate::data_dir::prepare(&data_dir, crate::version::release().newest_format)?;
         // Listeners first, as etcd: a port in use or a bad certificate fails
         // the start before Raft runs or anything is written.
         let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;

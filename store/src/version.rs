@@ -249,10 +249,18 @@ mod tests {
         let format = |v, r: &Release| newest_usable(&FORMATS, v, r.newest_format);
         let protocol = |v, r: &Release| newest_usable(&PEER_PROTOCOLS, v, r.newest_peer_protocol);
         assert_eq!(format(None, &next), 2);
-        assert_eq!(format(Some([3, 5]), &next), 2, "below every entry: the oldest");
+        assert_eq!(
+            format(Some([3, 5]), &next),
+            2,
+            "below every entry: the oldest"
+        );
         assert_eq!(format(Some([3, 6]), &next), 2);
         assert_eq!(format(Some([3, 7]), &next), 3);
-        assert_eq!(format(Some([3, 7]), &this), 2, "never past the release's own");
+        assert_eq!(
+            format(Some([3, 7]), &this),
+            2,
+            "never past the release's own"
+        );
         assert_eq!(format(Some([4, 0]), &next), 3);
         assert_eq!(protocol(None, &next), 1);
         assert_eq!(protocol(Some([3, 6]), &next), 1);

@@ -84,14 +84,9 @@ const VERSIONS_SETTLE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_and_downgrade_fail_no_request() {
-    let report = robustness::run_with(
-        Server::Candidate,
-        SEED,
-        ClusterConfig::new(MEMBERS),
-        roll,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    let report = robustness::run_with(Server::Candidate, SEED, ClusterConfig::new(MEMBERS), roll)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     eprintln!("{report}");
     assert_eq!(report.failure(), None);
     let failed = report.failed_on_up_members();
@@ -101,7 +96,11 @@ async fn a_rolling_upgrade_and_downgrade_fail_no_request() {
         failed.len(),
         failed.join("\n")
     );
-    assert_eq!(report.faults.len(), 2 * MEMBERS, "every member replaced twice");
+    assert_eq!(
+        report.faults.len(),
+        2 * MEMBERS,
+        "every member replaced twice"
+    );
 }
 
 /// The upgrade and the downgrade (module docs); the member replacements.
@@ -120,7 +119,8 @@ fn roll(cluster: &Cluster, clock: Clock) -> Disturbing<'_> {
         for i in 0..MEMBERS {
             let log = cluster.log(i);
             ensure!(
-                log.contains("changed the peer protocol") && log.contains("migrated the storage format"),
+                log.contains("changed the peer protocol")
+                    && log.contains("migrated the storage format"),
                 "member {i} did not move to the next protocol and format:\n{}",
                 cluster.log_tail(i)
             );
@@ -197,7 +197,10 @@ async fn settle(
                     release.server, at.cluster, at.cluster
                 );
                 ensure!(versions == want, "member {i}: {versions}");
-                let status = maintenance(cluster, i).await?.status(StatusRequest {}).await?;
+                let status = maintenance(cluster, i)
+                    .await?
+                    .status(StatusRequest {})
+                    .await?;
                 let info = status.into_inner().downgrade_info.unwrap_or_default();
                 ensure!(info == downgrade, "member {i}: {info:?}");
                 let file = cluster.data_dir(i).join("member/store-format");

@@ -101,7 +101,12 @@ pub fn spawn_gates(
 /// Sends the protocol `state` allows and migrates the data directory to
 /// the format it allows (a failed migration is logged and retried at the
 /// next change; the directory stays in the format recorded).
-async fn follow_versions(core: &Core, data_dir: &PathBuf, recorded: &mut u32, state: &ClusterState) {
+async fn follow_versions(
+    core: &Core,
+    data_dir: &PathBuf,
+    recorded: &mut u32,
+    state: &ClusterState,
+) {
     let protocol = peer_protocol(state);
     let before = core.set_peer_protocol(protocol);
     if before != protocol {
@@ -122,7 +127,9 @@ async fn follow_versions(core: &Core, data_dir: &PathBuf, recorded: &mut u32, st
             tracing::info!(from, to = want, storage_version = %storage, "migrated the storage format");
             *recorded = want;
         }
-        Ok(Err(e)) => tracing::error!(error = %e, from, to = want, "failed to migrate the storage format"),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, from, to = want, "failed to migrate the storage format")
+        }
         Err(e) => tracing::error!(error = %e, "the storage format migration panicked"),
     }
 }

@@ -790,8 +790,14 @@ mod tests {
         run.faults = vec![replaced];
         let found = run.failed_on_up_members();
         assert_eq!(found.len(), 2, "{found:?}");
-        assert!(found[0].starts_with("client 1 (member 1) at 12.000 s"), "{found:?}");
-        assert!(found[1].starts_with("client 0 (member 0) at 16.000 s"), "{found:?}");
+        assert!(
+            found[0].starts_with("client 1 (member 1) at 12.000 s"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].starts_with("client 0 (member 0) at 16.000 s"),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -95,7 +95,7 @@ impl At {
 
 /// The value of `sm/applied_part`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Partial {
+pub(crate) struct Partial {
     log_id: LogId,
     /// Proposals of the entry applied (a prefix).
     applied: usize,

@@ -586,7 +586,7 @@ impl Read for PositionedReader {
 
 /// What `snapshot.meta` holds.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct SavedMeta {
+pub(crate) struct SavedMeta {
     meta: SnapshotMeta,
     /// The data's name in the snapshot directory.
     data: String,
