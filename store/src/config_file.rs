@@ -21,7 +21,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 /// Why a config file cannot be used. The messages are etcd's.
 #[derive(Debug, thiserror::Error)]
@@ -280,7 +280,7 @@ fn go_io_reason(e: &std::io::Error) -> String {
 /// Converts a config file's text into flag arguments.
 pub fn parse(text: &str) -> Result<FileArgs, ConfigFileError> {
     let doc: Value =
-        serde_yaml::from_str(text).map_err(|e| ConfigFileError::Yaml(yaml_reason(&e)))?;
+        serde_norway::from_str(text).map_err(|e| ConfigFileError::Yaml(yaml_reason(&e)))?;
     let map = match doc {
         Value::Mapping(m) => m,
         // An empty file is an empty configuration, as in etcd.
@@ -303,9 +303,9 @@ pub fn parse(text: &str) -> Result<FileArgs, ConfigFileError> {
     Ok(out)
 }
 
-/// serde_yaml's message without its location suffix, as go-yaml words it
+/// serde_norway's message without its location suffix, as go-yaml words it
 /// (`line N: ...`).
-fn yaml_reason(e: &serde_yaml::Error) -> String {
+fn yaml_reason(e: &serde_norway::Error) -> String {
     let msg = e.to_string();
     match e.location() {
         Some(loc) => {

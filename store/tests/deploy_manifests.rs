@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_yaml::Value;
+use serde_norway::Value;
 use store::config::Parsed;
 use store::Config;
 
@@ -18,7 +18,7 @@ fn deploy(path: &str) -> PathBuf {
 
 fn yaml(path: &str) -> Value {
     let text = std::fs::read_to_string(deploy(path)).expect("deploy file exists");
-    serde_yaml::from_str(&text).expect("deploy file is YAML")
+    serde_norway::from_str(&text).expect("deploy file is YAML")
 }
 
 /// Parses `args` (after the program name) as the store does.
