@@ -39,12 +39,12 @@ use tokio::sync::watch;
 
 use crate::cluster::Cluster;
 use crate::keys::{client_rng, prefix_end, stamped_value};
+use crate::load::watch::{open_streams, receive, Target, DRAIN_TIMEOUT};
 use crate::load::{connect, merge_into, merge_tasks, Recorders, OP_TIMEOUT};
 use crate::pace::{Pacer, Stop};
 use crate::report::{fmt_ratio, median, ratio, table, text_table, OutArgs, Outcome};
 use crate::stats::RunResult;
 use crate::systems::{start_both, SystemArgs, ETCD, OURS};
-use crate::watch::{open_streams, receive, Target, DRAIN_TIMEOUT};
 
 /// Default subnet of `apiserver`.
 pub const DEFAULT_SUBNET: &str = "127.0.52";

@@ -8,7 +8,7 @@
 //!   distinct keys (etcd rejects duplicate keys in one Txn).
 //! * `txn-mixed`: Txns that either read (`--txn-ops` Ranges) or write
 //!   (`--txn-ops` Puts), `--rw-ratio` reads per write, over a pre-filled key space.
-//! * `watch`: see [`crate::watch`].
+//! * `watch`: see [`watch`].
 //! * `lease-keepalive`: every client holds one lease and sends
 //!   LeaseKeepAlive requests on its own stream; latency is request to
 //!   response on that stream.
@@ -35,6 +35,8 @@ use serde::Serialize;
 use crate::keys::{key_with_prefix, stamped_value, KeyGen};
 use crate::pace::{Pacer, Stop};
 use crate::stats::{Recorder, RunResult};
+
+pub mod watch;
 
 /// Longest time one operation may take before it counts as an error.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -126,7 +128,7 @@ pub async fn run(cfg: &LoadConfig, workload: &Workload) -> Result<RunResult> {
     let started = Instant::now();
     let (recs, counters) = match workload {
         Workload::Watch { watchers, streams } => {
-            crate::watch::run(cfg, &conns, *watchers, *streams).await?
+            watch::run(cfg, &conns, *watchers, *streams).await?
         }
         Workload::LeaseKeepalive => (run_leases(cfg, &conns).await, BTreeMap::new()),
         _ => (run_kv(cfg, &conns, workload).await, BTreeMap::new()),

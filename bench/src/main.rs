@@ -43,7 +43,6 @@ mod report;
 mod scale;
 mod stats;
 mod systems;
-mod watch;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};

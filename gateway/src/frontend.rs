@@ -29,11 +29,11 @@ use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
 use tower::load_shed::LoadShed;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use crate::backend::Backend;
+use crate::backend::{checks, Backend};
 use crate::balance::{self, EndpointChange};
 use crate::config::FrontendConfig;
 use crate::endpoint::Endpoint;
-use crate::health::{self, SharedProber};
+use crate::health::SharedProber;
 use crate::metrics::{FrontendMetrics, Metrics};
 use crate::net;
 use crate::proxy::{self, ClientConnection, ProxyError, ProxyService, ProxySettings};
@@ -249,7 +249,7 @@ fn reconcile_backends(
                     metrics.backend(&config.name, &wanted.name),
                 );
                 let check_stop = CancellationToken::new();
-                health::spawn(
+                checks::spawn(
                     Arc::clone(&backend),
                     Arc::clone(&prober),
                     config.check.interval,

@@ -27,14 +27,7 @@ const KNOWN_CIRCLES: &[(&str, &str)] = &[
         "store",
         "raft::batcher, raft::log_store, raft::state_machine::snapshot_file, raft::types",
     ),
-    ("store", "server::core, server::corruption"),
-    (
-        "store",
-        "server::json_gateway::json, server::json_gateway::schema",
-    ),
     ("gateway", "admin, cli, frontend, relays, supervisor"),
-    ("gateway", "backend, health"),
-    ("bench", "load, watch"),
 ];
 
 /// The crates whose sources are checked.

@@ -13,6 +13,7 @@
 //!
 //! Lock order: `state` before `sessions`; neither is held across an `.await`.
 
+pub mod checks;
 mod status;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -26,7 +26,7 @@ use tonic::transport::Channel;
 
 use super::forward::{
     decode_reply, encode_request, transport_failure, ForwardError, LeaderReply, LeaderRequest,
-    LeaseTtl, ReplyKind,
+    LeaseTtl, PeerHash, ReplyKind,
 };
 use super::forward_batch::ForwardBatcher;
 use super::forward_stream::ForwardStreams;
@@ -336,6 +336,9 @@ impl Core {
         req: LeaderRequest,
         deadline: Instant,
     ) -> Result<LeaderReply, ForwardError> {
+        if let Some(reply) = self.answer_anywhere(&req) {
+            return Ok(reply);
+        }
         // A leadership transfer holds log writes back (see super::transfer).
         let _gate = self.elections.gate().enter_until(deadline).await?;
         match req {
@@ -401,14 +404,36 @@ impl Core {
                 let changes = ChangeMembers::AddVoterIds([id].into_iter().collect());
                 self.change_membership(changes, deadline).await
             }
-            LeaderRequest::ClusterId => Ok(LeaderReply::ClusterId(self.config.cluster_id)),
-            LeaderRequest::HashKv(rev) => {
-                Ok(LeaderReply::HashKv(super::corruption::own_hash(self, rev)))
+            // Answered above, before the gate.
+            LeaderRequest::ClusterId | LeaderRequest::HashKv(_) | LeaderRequest::ServerVersion => {
+                Err(ForwardError::Etcd(EtcdError::UnknownMethod))
             }
-            LeaderRequest::ServerVersion => Ok(LeaderReply::ServerVersion(
+        }
+    }
+
+    /// The answer to a request any member serves (the cluster id, its
+    /// HashKV, its server version), None for one only the leader serves.
+    pub(super) fn answer_anywhere(&self, req: &LeaderRequest) -> Option<LeaderReply> {
+        match *req {
+            LeaderRequest::ClusterId => Some(LeaderReply::ClusterId(self.config.cluster_id)),
+            LeaderRequest::HashKv(rev) => Some(LeaderReply::HashKv(self.own_hash(rev))),
+            LeaderRequest::ServerVersion => Some(LeaderReply::ServerVersion(
                 crate::cluster_version::server_version_text().to_string(),
             )),
+            _ => None,
         }
+    }
+
+    /// This member's HashKV at `rev` (0: the current revision), or None if
+    /// it cannot hash that revision (compacted, or not applied yet).
+    pub(super) fn own_hash(&self, rev: i64) -> Option<PeerHash> {
+        let (hash, compact_revision, revision) = self.mvcc.hash_kv(rev).ok()?;
+        Some(PeerHash {
+            member_id: self.config.member_id,
+            hash,
+            compact_revision,
+            revision,
+        })
     }
 
     async fn change_membership(

@@ -2,7 +2,7 @@
 //! `--experimental-initial-corrupt-check`, `--experimental-corrupt-check-time`
 //! and `--experimental-compact-hash-check-enabled`/`-time`).
 //!
-//! Every member can hash its key space at a revision ([`own_hash`], etcd's
+//! Every member can hash its key space at a revision ([`Core::own_hash`], etcd's
 //! HashKV), and answers the same question from a peer over the peer
 //! protocol ([`LeaderRequest::HashKv`]). Members that applied the same log
 //! have equal hashes at every revision neither has compacted, so a
@@ -46,18 +46,6 @@ pub enum CorruptionError {
     /// The local key space cannot be hashed.
     #[error("cannot hash the local key space: {0}")]
     Local(String),
-}
-
-/// This member's HashKV at `rev` (0: the current revision), or None if it
-/// cannot hash that revision (compacted, or not applied yet).
-pub fn own_hash(core: &Core, rev: i64) -> Option<PeerHash> {
-    let (hash, compact_revision, revision) = core.mvcc.hash_kv(rev).ok()?;
-    Some(PeerHash {
-        member_id: core.config.member_id,
-        hash,
-        compact_revision,
-        revision,
-    })
 }
 
 /// Every voter and learner this member knows of. Right after a restart
@@ -166,7 +154,7 @@ pub async fn initial_check(core: &Core) -> Result<(), CorruptionError> {
 /// Followers whose hash at the leader's current revision differs, at the
 /// same compaction revision.
 async fn diverged_followers(core: &Core) -> Vec<NodeId> {
-    let Some(own) = own_hash(core, 0) else {
+    let Some(own) = core.own_hash(0) else {
         return Vec::new();
     };
     peer_hashes(core, own.revision)

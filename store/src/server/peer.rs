@@ -15,7 +15,6 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::core::Core;
-use super::corruption::own_hash;
 use super::forward::{ForwardError, LeaderReply, LeaderRequest};
 use super::forward_stream;
 use super::transfer;
@@ -146,14 +145,8 @@ type AnswerStream = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Sen
 /// A request a follower forwarded: the cluster id and HashKV from any
 /// member, everything else from the leader only.
 async fn serve_forwarded(core: &Core, request: LeaderRequest) -> Result<LeaderReply, ForwardError> {
-    if matches!(request, LeaderRequest::ClusterId) {
-        Ok(LeaderReply::ClusterId(core.config.cluster_id))
-    } else if let LeaderRequest::HashKv(rev) = request {
-        Ok(LeaderReply::HashKv(own_hash(core, rev)))
-    } else if matches!(request, LeaderRequest::ServerVersion) {
-        Ok(LeaderReply::ServerVersion(
-            crate::cluster_version::server_version_text().to_string(),
-        ))
+    if let Some(reply) = core.answer_anywhere(&request) {
+        Ok(reply)
     } else if core.leader() == Some(core.config.member_id) {
         let deadline = Instant::now() + core.config.request_timeout;
         core.serve_as_leader(request, deadline).await

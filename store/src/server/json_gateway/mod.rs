@@ -24,6 +24,7 @@
 //! [`JSON_SLACK_BYTES`]); a watch or keep-alive stream buffers at most that
 //! for one request.
 
+mod go_syntax;
 mod json;
 mod reply;
 mod schema;

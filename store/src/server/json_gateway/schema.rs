@@ -28,7 +28,7 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
 use serde_json::{Map, Value};
 
-use super::json;
+use super::go_syntax;
 
 /// A request message the gateway decodes, by its full protobuf name.
 pub trait Named {
@@ -246,7 +246,7 @@ fn integer(value: &mut Value, go_type: &str, as_string: bool) -> Result<(), Stri
     };
     let inner: Value = match serde_json::from_str(&literal) {
         Ok(v) => v,
-        Err(e) => return Err(json::value_syntax_error(literal.as_bytes(), &e)),
+        Err(e) => return Err(go_syntax::value_syntax_error(literal.as_bytes(), &e)),
     };
     let parsed = match &inner {
         Value::Number(_) => parse_int(&literal, go_type),

@@ -20,8 +20,8 @@ use anyhow::{bail, Context, Result};
 use etcd_client::{Client, WatchOptions, WatchStream};
 use tokio::sync::watch;
 
+use super::{merge_into, LoadConfig, Recorders, Workload};
 use crate::keys::since_stamp;
-use crate::load::{merge_into, LoadConfig, Recorders, Workload};
 
 /// How long watchers may keep receiving after the writers stopped.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,7 +57,7 @@ pub async fn run(
         .into_iter()
         .map(|s| tokio::spawn(receive(s, target_rx.clone(), None)))
         .collect();
-    let mut recs = crate::load::run_kv(cfg, conns, &Workload::Put).await;
+    let mut recs = super::run_kv(cfg, conns, &Workload::Put).await;
     let events = recs.get("put").map_or(0, |r| r.ok());
     let _ = target_tx.send(Some(Target {
         events,
