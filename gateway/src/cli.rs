@@ -148,9 +148,6 @@ pub fn default_threads() -> usize {
 /// Upper bound of `--threads` (HAProxy's `nbthread` limit on 64-bit builds).
 pub const MAX_THREADS: usize = 64;
 
-/// Name of the runtime's threads (`ps -L`, `/proc/PID/task/*/comm`).
-pub const RELAY_THREAD_NAME: &str = "gateway-relay";
-
 /// A parsed `--check` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckSpec {

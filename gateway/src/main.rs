@@ -45,7 +45,7 @@ fn main() -> ExitCode {
 /// Everything on one relay thread (see `gateway::relays`).
 fn run_on_one_thread(options: RunOptions) -> Result<(), String> {
     let thread = std::thread::Builder::new()
-        .name(gateway::cli::RELAY_THREAD_NAME.to_string())
+        .name(gateway::relays::RELAY_THREAD_NAME.to_string())
         .spawn(move || {
             let runtime = relay_runtime().map_err(|error| error.to_string())?;
             runtime

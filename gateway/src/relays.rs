@@ -38,7 +38,9 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::affinity;
-use crate::cli::RELAY_THREAD_NAME;
+
+/// Name of the relay threads (`ps -L`, `/proc/PID/task/*/comm`).
+pub const RELAY_THREAD_NAME: &str = "gateway-relay";
 
 /// Period of the tick that holds a relaying runtime's timer horizon ([`hold_timer_horizon`]).
 pub const TIMER_HORIZON: Duration = Duration::from_secs(1);

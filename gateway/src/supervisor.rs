@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin;
-use crate::backend::{AdminState, Backend};
+use crate::backend::{AdminState, Directory};
 use crate::config::{Config, ConfigError, FrontendConfig, VipConfig};
 use crate::frontend::{BackendEntry, Frontend, Shared};
 use crate::health::{Prober, SharedProber, TlsSetupError};
@@ -42,9 +42,6 @@ pub const VIP_RELEASE_WAIT: Duration = Duration::from_secs(5);
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// After the drain deadline, how long closing the remaining relays may take before exit.
 pub const FORCED_CLOSE_WAIT: Duration = Duration::from_secs(1);
-
-/// All backends of the running configuration, for the admin API.
-pub type Directory = Arc<RwLock<Vec<Arc<Backend>>>>;
 
 /// Why a configuration could not be applied (the running one stays).
 #[derive(Debug, thiserror::Error)]

@@ -27,7 +27,6 @@ const KNOWN_CIRCLES: &[(&str, &str)] = &[
         "store",
         "raft::batcher, raft::log_store, raft::state_machine::snapshot_file, raft::types",
     ),
-    ("gateway", "admin, cli, frontend, relays, supervisor"),
 ];
 
 /// The crates whose sources are checked.

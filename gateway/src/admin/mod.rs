@@ -30,7 +30,7 @@ pub use error::AdminError;
 
 use crate::backend::Backend;
 use crate::metrics::Metrics;
-use crate::supervisor::Directory;
+use crate::backend::Directory;
 use crate::vip::VipMonitor;
 
 /// What the handlers need.

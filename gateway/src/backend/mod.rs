@@ -17,7 +17,7 @@ pub mod checks;
 mod status;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -32,6 +32,9 @@ use crate::config::{
 use crate::health::{Health, HealthMachine, Transition};
 use crate::load::{least_connections_cost, peak_ewma_cost, slow_start_share, PeakEwma};
 use crate::metrics::BackendMetrics;
+
+/// All backends of the running configuration, for the admin API and the VIP election.
+pub type Directory = Arc<RwLock<Vec<Arc<Backend>>>>;
 
 /// The operator's decision about a backend (admin API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -394,7 +394,7 @@ impl Gateway {
             .filter_map(|task| task.ok().map(|task| task.path()))
             .filter(|task| {
                 fs::read_to_string(task.join("comm"))
-                    .is_ok_and(|name| name.trim_end() == gateway::cli::RELAY_THREAD_NAME)
+                    .is_ok_and(|name| name.trim_end() == gateway::relays::RELAY_THREAD_NAME)
             })
             .collect()
     }
