@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 pub use error::AdminError;
 
 use crate::backend::Backend;
-use crate::metrics::Metrics;
 use crate::backend::Directory;
+use crate::metrics::Metrics;
 use crate::vip::VipMonitor;
 
 /// What the handlers need.

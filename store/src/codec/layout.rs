@@ -34,11 +34,11 @@ use crate::errors::EtcdError;
 use crate::raft::network::SnapshotHeader;
 use crate::raft::state_machine::snapshot_file::SavedMeta;
 use crate::raft::state_machine::Partial;
-use crate::raft::types::{
-    Batch, Command, Entry, LogId, MemberAttributes, MemberInfo, Membership, StoredMembership,
-    TypeConfig, Vote,
+use crate::raft::types::MemberAttributes;
+use crate::raft::{
+    Batch, Command, CommandResponse, Entry, LogId, MemberInfo, Membership, NodeId,
+    StoredMembership, TypeConfig, Vote,
 };
-use crate::raft::types::{CommandResponse, NodeId};
 use crate::server::forward::{ForwardError, LeaderReply, LeaderRequest};
 use crate::server::transfer::{TransferMessage, TransferRefusal};
 

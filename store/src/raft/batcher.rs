@@ -39,8 +39,8 @@ use openraft::raft::responder::Responder;
 use openraft::OptionalSend;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
-use super::types::{Batch, CommandResponse, NodeId, Proposal, TypeConfig};
 use super::Raft;
+use super::{Batch, CommandResponse, NodeId, Proposal, TypeConfig};
 use crate::batching;
 
 /// Proposals per log entry, at most: bounds an entry's apply time and the

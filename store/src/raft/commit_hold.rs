@@ -54,7 +54,7 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use super::types::TypeConfig;
+use super::TypeConfig;
 
 /// How long a commit-only AppendEntries waits for a request that carries
 /// its commit index along with new entries. A lone writer's next entry
@@ -270,7 +270,7 @@ mod tests {
     use openraft::EntryPayload;
 
     use super::*;
-    use crate::raft::types::{Batch, Entry, LeaderId, LogId, Vote};
+    use crate::raft::{Batch, Entry, LeaderId, LogId, Vote};
 
     fn log_id(index: u64) -> LogId {
         LogId::new(

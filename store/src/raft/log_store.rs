@@ -66,7 +66,7 @@ use futures::{stream, Stream, StreamExt};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
-use super::types::{Entry, LeaderId, LogId, TypeConfig, Vote};
+use super::{Entry, LeaderId, LogId, TypeConfig, Vote};
 use crate::codec;
 use crate::engine::{try_scan, Engine, Table, WriteBatch};
 use crate::limits::{

@@ -38,7 +38,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::commit_hold::{CommitHold, CommitRelease};
 use super::state_machine::snapshot_file::{SnapshotFile, SnapshotSource};
-use super::types::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
+use super::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
 use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_SEND_CHUNKS_IN_FLIGHT};
 

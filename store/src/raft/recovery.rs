@@ -32,9 +32,7 @@ use openraft::EntryPayload;
 
 use super::log_store::LogStore;
 use super::state_machine::{read_meta, KEY_MEMBERSHIP};
-use super::types::{
-    Entry, LeaderId, LogId, MemberInfo, Membership, NodeId, StoredMembership, Vote,
-};
+use super::{Entry, LeaderId, LogId, MemberInfo, Membership, NodeId, StoredMembership, Vote};
 use crate::engine::EngineRead;
 
 /// Log entries read per step while looking backwards for the last

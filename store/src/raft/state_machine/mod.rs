@@ -47,7 +47,7 @@ use self::snapshot_file::{
     installed_pairs, EntryGate, PreparedInstall, SnapshotBuilder, SnapshotFile, SnapshotFiles,
 };
 use super::log_store::io_error;
-use super::types::{
+use super::{
     Batch, Command, CommandResponse, Entry, LogId, Proposal, Snapshot, SnapshotData, SnapshotMeta,
     StoredMembership, TypeConfig,
 };

@@ -62,7 +62,7 @@ use crate::engine::{BulkPair, Engine, EngineError, EngineRead, EngineResult, Pre
 use crate::limits::{MAX_SNAPSHOT_BYTES, SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT};
 use crate::mvcc::{IndexBuilder, PreparedIndex};
 use crate::raft::log_store::io_error;
-use crate::raft::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::raft::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
 /// The file that names the current snapshot's data and holds its meta.
 const META_FILE: &str = "snapshot.meta";
@@ -1545,7 +1545,7 @@ mod tests {
     fn applied_batch(index: u64, key: &str) -> crate::engine::WriteBatch {
         let mut b = crate::engine::WriteBatch::new();
         b.put(Table::Kv, key.as_bytes().to_vec(), b"v".to_vec());
-        let leader = crate::raft::types::LeaderId {
+        let leader = crate::raft::LeaderId {
             term: 1,
             node_id: 1,
         };
@@ -1791,7 +1791,7 @@ mod tests {
         let (engine, files) = memory_files(dir.path());
         let meta = SnapshotMeta {
             last_log_id: Some(LogId::new(
-                crate::raft::types::LeaderId {
+                crate::raft::LeaderId {
                     term: 1,
                     node_id: 1,
                 },
