@@ -28,7 +28,7 @@
 //! protocols are used only once every member runs the new release; a
 //! downgrade takes them back before any member runs the old one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,12 +101,7 @@ pub fn spawn_gates(
 /// Sends the protocol `state` allows and migrates the data directory to
 /// the format it allows (a failed migration is logged and retried at the
 /// next change; the directory stays in the format recorded).
-async fn follow_versions(
-    core: &Core,
-    data_dir: &PathBuf,
-    recorded: &mut u32,
-    state: &ClusterState,
-) {
+async fn follow_versions(core: &Core, data_dir: &Path, recorded: &mut u32, state: &ClusterState) {
     let protocol = peer_protocol(state);
     let before = core.set_peer_protocol(protocol);
     if before != protocol {
@@ -119,7 +114,7 @@ async fn follow_versions(
     if want == *recorded {
         return;
     }
-    let (dir, from) = (data_dir.clone(), *recorded);
+    let (dir, from) = (data_dir.to_path_buf(), *recorded);
     let migrated =
         tokio::task::spawn_blocking(move || crate::data_dir::migrate(&dir, from, want)).await;
     match migrated {
