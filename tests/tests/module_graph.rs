@@ -13,6 +13,9 @@
 //! yet: a new circle fails the test, and so does a listed one that is gone
 //! (take it off the list).
 //!
+//! It also checks that docs/architecture.md's module table names every
+//! top-level module of the store, and none that is gone.
+//!
 //! Run: `cargo test --release -p integration-tests --test integration module_graph::`
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -313,4 +316,40 @@ fn the_reader_finds_a_circle_and_resolves_super() {
     assert_eq!(circles(&graph), BTreeSet::from(["a, b, c".to_string()]));
     assert!(related("server", "server::core") && related("", "kv"));
     assert!(!related("server::core", "server::corruption"));
+}
+
+/// docs/architecture.md's table of the store's modules names each of its
+/// top-level modules, and no module that is gone.
+#[test]
+fn the_architecture_names_every_store_module() {
+    let root = workspace_root();
+    let src = root.join("store/src");
+    let mut modules = BTreeSet::new();
+    for entry in std::fs::read_dir(&src).expect("store/src") {
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        let name = name.strip_suffix(".rs").unwrap_or(&name).to_string();
+        if !matches!(name.as_str(), "lib" | "main" | "bin") {
+            modules.insert(name);
+        }
+    }
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("architecture.md");
+    let table = doc
+        .split("| module | responsibility |")
+        .nth(1)
+        .expect("the module table");
+    let mut named = BTreeSet::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let first = row.split('|').nth(1).unwrap_or("");
+        named.extend(first.split('`').skip(1).step_by(2).map(str::to_string));
+    }
+    let missing: Vec<_> = modules.difference(&named).collect();
+    let gone: Vec<_> = named.difference(&modules).collect();
+    assert!(
+        missing.is_empty() && gone.is_empty(),
+        "docs/architecture.md's module table: missing {missing:?}, not modules {gone:?}"
+    );
 }

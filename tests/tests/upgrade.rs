@@ -34,7 +34,6 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use etcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
-use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use etcd_proto::etcdserverpb::{DowngradeInfo, DowngradeRequest, StatusRequest};
 use integration_tests::cluster::{Cluster, ClusterConfig};
 use integration_tests::http::get;
@@ -43,7 +42,8 @@ use integration_tests::robustness::nemesis::{Fault, FaultKind, Injected};
 use integration_tests::robustness::{self, Disturbing, MEMBERS};
 use integration_tests::wait::retry_until;
 use integration_tests::Server;
-use tonic::transport::Channel;
+
+use crate::versions::maintenance;
 
 /// The test-only switch that makes a member the next release.
 const NEXT_RELEASE_ENV: &str = "ETCDRS_TEST_NEXT_RELEASE";
@@ -212,15 +212,6 @@ async fn settle(
     )
     .await
     .with_context(|| cluster.log_tails())
-}
-
-async fn maintenance(cluster: &Cluster, i: usize) -> Result<MaintenanceClient<Channel>> {
-    let channel = Channel::from_shared(cluster.endpoint(i))?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await?;
-    Ok(MaintenanceClient::new(channel))
 }
 
 /// Downgrade `action` to this release's minor, asked of member 0; the

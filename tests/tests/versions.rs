@@ -37,7 +37,8 @@ const TEST_VERSION_ENV: &str = "ETCDRS_TEST_SERVER_VERSION";
 /// The older release the rolling downgrade installs.
 const OLDER_RELEASE: &str = "3.5.21";
 
-async fn maintenance(cluster: &Cluster, i: usize) -> Result<MaintenanceClient<Channel>> {
+/// A Maintenance client of member `i`.
+pub(crate) async fn maintenance(cluster: &Cluster, i: usize) -> Result<MaintenanceClient<Channel>> {
     let channel = Channel::from_shared(cluster.endpoint(i))?
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(10))
