@@ -199,8 +199,12 @@ async fn fetch_cluster_id(
             if *id == me {
                 continue;
             }
-            let Ok(channel) = peers.channel(*id, info) else {
-                continue;
+            let channel = match peers.channel(*id, info) {
+                Ok(channel) => channel,
+                Err(error) => {
+                    tracing::warn!(member = format!("{id:x}"), %error, "cannot reach a member");
+                    continue;
+                }
             };
             let mut client = peer_client(channel);
             let mut req = tonic::Request::new(encode_request(&LeaderRequest::ClusterId));

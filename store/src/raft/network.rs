@@ -102,7 +102,7 @@ impl PeerNetworkFactory {
     /// The cached channel to `target` at its first peer URL (a new one if
     /// the URL changed). Shared by Raft replication and by the member's
     /// forwarding and ReadIndex calls.
-    pub fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, String> {
+    pub fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, ChannelError> {
         let url = node.peer_urls.first().map_or("", String::as_str);
         let protocol = self.protocol.load(Ordering::Relaxed);
         let mut cache = self.channels.lock().expect("peer channel cache lock");
@@ -150,30 +150,63 @@ impl PeerNetworkFactory {
 /// would exceed it only for pathological batches, which openraft splits).
 pub const MAX_PEER_MESSAGE_BYTES: usize = 1024 * 1024 * 1024;
 
+/// Why no channel to a member could be made. Channels connect lazily, so
+/// these are faults of the member's URL or of this member's peer TLS
+/// settings, which no retry mends (an unreachable member is an error of
+/// the calls on the channel instead).
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// The member has no peer URL.
+    #[error("member {0:?} has no peer URL")]
+    NoPeerUrl(String),
+    /// Its first peer URL is not a URI.
+    #[error("bad peer URL {url}: {source}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// Why it does not parse.
+        source: tonic::transport::Error,
+    },
+    /// The endpoint refused a setting: the user agent, or the TLS settings
+    /// of an `https://` URL.
+    #[error("peer URL {url}: {source}")]
+    Endpoint {
+        /// The URL.
+        url: String,
+        /// tonic's error.
+        source: tonic::transport::Error,
+    },
+}
+
 /// A lazily connected channel to a member's first peer URL, announcing
 /// peer protocol `protocol`.
 fn peer_channel(
     node: &MemberInfo,
     protocol: u32,
     tls: Option<&ClientTlsConfig>,
-) -> Result<Channel, String> {
+) -> Result<Channel, ChannelError> {
     let url = node
         .peer_urls
         .first()
-        .ok_or_else(|| format!("member {} has no peer URL", node.name))?;
+        .ok_or_else(|| ChannelError::NoPeerUrl(node.name.clone()))?;
+    let refused = |source| ChannelError::Endpoint {
+        url: url.clone(),
+        source,
+    };
     let mut endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| format!("bad peer URL {url}: {e}"))?
+        .map_err(|source| ChannelError::BadUrl {
+            url: url.clone(),
+            source,
+        })?
         .connect_timeout(Duration::from_millis(PEER_RPC_TIMEOUT_MS))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_while_idle(true)
         .user_agent(crate::version::peer_user_agent(protocol))
-        .map_err(|e| format!("peer user agent: {e}"))?;
+        .map_err(refused)?;
     if url.starts_with("https://") {
         let tls = tls.cloned().unwrap_or_default();
-        endpoint = endpoint
-            .tls_config(tls)
-            .map_err(|e| format!("TLS for peer URL {url}: {e}"))?;
+        endpoint = endpoint.tls_config(tls).map_err(refused)?;
     }
     Ok(endpoint.connect_lazy())
 }
@@ -278,7 +311,7 @@ impl PeerNetwork {
         self.factory
             .channel(self.target, &self.node)
             .map(peer_client)
-            .map_err(|e| RPCError::Unreachable(Unreachable::from_string(e)))
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
     }
 
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
@@ -522,5 +555,57 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
             closed = cancel => Err(StreamingError::Closed(closed)),
             sent = self.send_snapshot(vote, snapshot) => sent.map_err(streaming_error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(urls: &[&str]) -> MemberInfo {
+        MemberInfo {
+            name: "m1".to_string(),
+            peer_urls: urls.iter().map(|u| u.to_string()).collect(),
+            client_urls: Vec::new(),
+        }
+    }
+
+    /// A channel that cannot be made says why, typed, with the URL.
+    #[tokio::test]
+    async fn channel_faults_are_typed() {
+        let factory = PeerNetworkFactory::new(None);
+        let none = factory.channel(1, &member(&[])).unwrap_err();
+        assert!(
+            matches!(&none, ChannelError::NoPeerUrl(name) if name == "m1"),
+            "{none}"
+        );
+        let bad = factory.channel(1, &member(&["http://[::1"])).unwrap_err();
+        assert!(
+            matches!(&bad, ChannelError::BadUrl { url, .. } if url == "http://[::1"),
+            "{bad}"
+        );
+        assert!(
+            bad.to_string().starts_with("bad peer URL http://[::1: "),
+            "{bad}"
+        );
+        assert!(factory
+            .channel(1, &member(&["http://127.0.0.1:2380"]))
+            .is_ok());
+    }
+
+    /// A new protocol opens a new channel; the same one reuses the cached.
+    #[tokio::test]
+    async fn the_protocol_is_per_channel() {
+        let factory = PeerNetworkFactory::new(None);
+        let node = member(&["http://127.0.0.1:2380"]);
+        factory.channel(1, &node).unwrap();
+        let cached = |f: &PeerNetworkFactory| f.channels.lock().unwrap()[&1].protocol;
+        assert_eq!(cached(&factory), crate::version::OLDEST_PEER_PROTOCOL);
+        assert_eq!(
+            factory.set_protocol(2),
+            crate::version::OLDEST_PEER_PROTOCOL
+        );
+        factory.channel(1, &node).unwrap();
+        assert_eq!(cached(&factory), 2);
     }
 }

@@ -241,7 +241,9 @@ impl Core {
     /// A client for member `id`. A member missing from this member's view
     /// of the membership (a leader that was just removed, or one not yet
     /// learned) is answered as "not leader", so callers retry once the
-    /// leader is re-learned instead of failing the request.
+    /// leader is re-learned instead of failing the request. A member whose
+    /// URL or TLS settings allow no channel is etcd's "request timed out,
+    /// possibly due to connection lost", at once and logged with the cause.
     pub(crate) fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, ForwardError> {
         // This runs for every forwarded request: openraft's metrics (with
         // the replication map) are borrowed, not cloned; only the member is,
@@ -254,10 +256,15 @@ impl Core {
             .membership()
             .get_node(&id)
             .cloned();
-        let channel = node
-            .and_then(|node| self.peers.channel(id, &node).ok())
-            .ok_or(ForwardError::NotLeader(None))?;
-        Ok(peer_client(channel))
+        let node = node.ok_or(ForwardError::NotLeader(None))?;
+        match self.peers.channel(id, &node) {
+            Ok(channel) => Ok(peer_client(channel)),
+            // Not a missing leader: no retry mends a bad URL or TLS setting.
+            Err(error) => {
+                tracing::warn!(member = format!("{id:x}"), %error, "cannot reach a member");
+                Err(ForwardError::Etcd(EtcdError::TimeoutDueToConnectionLost))
+            }
+        }
     }
 
     /// Waits (until `deadline`) for a known leader.
