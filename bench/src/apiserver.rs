@@ -39,7 +39,7 @@ use tokio::sync::watch;
 
 use crate::cluster::Cluster;
 use crate::keys::{client_rng, prefix_end, stamped_value};
-use crate::load::watch::{open_streams, receive, Target, DRAIN_TIMEOUT};
+use crate::load::watch::{drain, open_streams, receive};
 use crate::load::{connect, merge_into, merge_tasks, Recorders, OP_TIMEOUT};
 use crate::pace::{Pacer, Stop};
 use crate::report::{fmt_ratio, median, ratio, table, text_table, OutArgs, Outcome};
@@ -306,16 +306,7 @@ async fn run_one(cluster: &Cluster, plan: &Plan, round: usize) -> Result<RunResu
         .iter()
         .map(|k| recs.get(k).map_or(0, |r| r.ok()))
         .sum::<u64>();
-    let _ = target_tx.send(Some(Target {
-        events,
-        deadline: Instant::now() + DRAIN_TIMEOUT,
-    }));
-    let mut delivered = 0;
-    for r in receivers {
-        let (stream_recs, n) = r.await.context("watch receiver panicked")?;
-        merge_into(&mut recs, &stream_recs);
-        delivered += n;
-    }
+    let delivered = drain(&target_tx, receivers, events, &mut recs).await?;
     let missing = (events * plan.watchers as u64).saturating_sub(delivered);
     if plan.watchers > 0 {
         recs.entry("watch-delivery")

@@ -59,16 +59,7 @@ pub async fn run(
         .collect();
     let mut recs = super::run_kv(cfg, conns, &Workload::Put).await;
     let events = recs.get("put").map_or(0, |r| r.ok());
-    let _ = target_tx.send(Some(Target {
-        events,
-        deadline: Instant::now() + DRAIN_TIMEOUT,
-    }));
-    let mut delivered = 0;
-    for r in receivers {
-        let (stream_recs, n) = r.await.context("watch receiver panicked")?;
-        merge_into(&mut recs, &stream_recs);
-        delivered += n;
-    }
+    let delivered = drain(&target_tx, receivers, events, &mut recs).await?;
     let expected = events * watchers.max(1) as u64;
     let missing = expected.saturating_sub(delivered);
     recs.entry("watch-delivery")
@@ -140,6 +131,28 @@ async fn await_created(stream: &mut WatchStream) -> Result<()> {
             bail!("watch canceled during creation: {}", resp.cancel_reason());
         }
     }
+}
+
+/// Tells the receiving streams that `events` were written (each waits
+/// for them at most [`DRAIN_TIMEOUT`] more), then merges their recorders
+/// into `recs`; the events they received in all.
+pub async fn drain(
+    target: &watch::Sender<Option<Target>>,
+    receivers: Vec<tokio::task::JoinHandle<(Recorders, u64)>>,
+    events: u64,
+    recs: &mut Recorders,
+) -> Result<u64> {
+    let _ = target.send(Some(Target {
+        events,
+        deadline: Instant::now() + DRAIN_TIMEOUT,
+    }));
+    let mut delivered = 0;
+    for r in receivers {
+        let (stream_recs, n) = r.await.context("watch receiver panicked")?;
+        merge_into(recs, &stream_recs);
+        delivered += n;
+    }
+    Ok(delivered)
 }
 
 /// Receives events until the target is met; records "watch-delivery" latency per
