@@ -35,7 +35,6 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::engine::{EngineError, EngineRead, Table};
-use crate::version::SERVER_VERSION;
 
 /// How often the leader decides the cluster version: etcd's
 /// `monitorVersionInterval` (its peer write timeout, 5 s, less 1 s).
@@ -47,8 +46,6 @@ pub const KEY_CLUSTER_VERSION: &[u8] = b"cluster_version";
 /// `Meta` key of the downgrade state (etcd's JSON,
 /// `{"target-version":"3.5.0","enabled":true}`).
 pub const KEY_DOWNGRADE: &[u8] = b"downgrade";
-
-pub use crate::version::TEST_SERVER_VERSION_ENV;
 
 /// The lowest cluster version any build of the store reads (etcd's
 /// `MinClusterVersion`).
@@ -116,22 +113,21 @@ pub fn downgrade_target(text: &str) -> Option<Version> {
 }
 
 /// The server version this process presents, parsed
-/// ([`crate::version::presented_server_version`]).
-static PRESENTED: LazyLock<(String, Version)> = LazyLock::new(|| {
-    let text = crate::version::presented_server_version().to_string();
-    let version = Version::parse(&text)
-        .unwrap_or_else(|| Version::parse(SERVER_VERSION).expect("SERVER_VERSION parses"));
-    (text, version)
+/// ([`crate::version::presented_server_version`], which only presents one
+/// that parses).
+static PRESENTED: LazyLock<Version> = LazyLock::new(|| {
+    Version::parse(crate::version::presented_server_version())
+        .expect("the presented server version parses")
 });
 
 /// The server version this process presents.
 pub fn server_version() -> Version {
-    PRESENTED.1
+    *PRESENTED
 }
 
 /// The server version as text (Status, `/version`, the metric).
 pub fn server_version_text() -> &'static str {
-    &PRESENTED.0
+    crate::version::presented_server_version()
 }
 
 /// `/version`'s body (etcd 3.6's fields, in its order).

@@ -208,16 +208,15 @@ fn read_bounded(path: &Path) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// The format a start records once it has opened everything: an older
-/// format brought up by the opening itself (format 1's `kv_index` fill) is
-/// [`FORMAT_VERSION`] now, a fresh directory too; a later one stays as it
-/// is (only [`migrate`], following the storage version, changes it). None
-/// when the recorded one is already right.
-pub fn format_after_start(found: Found) -> Option<u32> {
+/// The format the directory holds once a start has opened everything: an
+/// older format brought up by the opening itself (format 1's `kv_index`
+/// fill) is [`FORMAT_VERSION`] now, a fresh directory too; a later one
+/// stays as it is (only [`migrate`], following the storage version,
+/// changes it). The start records it when it differs from `found`.
+pub fn format_after_start(found: Found) -> u32 {
     match found {
-        Found::Fresh => Some(FORMAT_VERSION),
-        Found::Format(n) if n < FORMAT_VERSION => Some(FORMAT_VERSION),
-        Found::Format(_) => None,
+        Found::Format(n) if n >= FORMAT_VERSION => n,
+        Found::Fresh | Found::Format(_) => FORMAT_VERSION,
     }
 }
 
@@ -304,7 +303,7 @@ mod tests {
         std::fs::create_dir_all(data.join(ENGINE_DIR)).unwrap();
         std::fs::write(data.join(ENGINE_DIR).join(ENGINE_MARKER), b"x").unwrap();
         assert_eq!(prepare(data, FORMAT_VERSION).unwrap(), Found::Format(1));
-        assert_eq!(format_after_start(Found::Format(1)), Some(FORMAT_VERSION));
+        assert_eq!(format_after_start(Found::Format(1)), FORMAT_VERSION);
         record_format(data, FORMAT_VERSION).unwrap();
         assert_eq!(
             std::fs::read_to_string(data.join(FORMAT_FILE)).unwrap(),
@@ -344,14 +343,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path();
         assert_eq!(prepare(data, FORMAT_VERSION).unwrap(), Found::Fresh);
-        assert_eq!(format_after_start(Found::Fresh), Some(FORMAT_VERSION));
+        assert_eq!(format_after_start(Found::Fresh), FORMAT_VERSION);
         record_format(data, FORMAT_VERSION).unwrap();
-        assert_eq!(format_after_start(Found::Format(FORMAT_VERSION)), None);
+        assert_eq!(
+            format_after_start(Found::Format(FORMAT_VERSION)),
+            FORMAT_VERSION
+        );
         let next = FORMAT_VERSION + 1;
         migrate(data, FORMAT_VERSION, next).unwrap();
         assert!(prepare(data, FORMAT_VERSION).is_err());
         assert_eq!(prepare(data, next).unwrap(), Found::Format(next));
-        assert_eq!(format_after_start(Found::Format(next)), None);
+        assert_eq!(format_after_start(Found::Format(next)), next);
         migrate(data, next, FORMAT_VERSION).unwrap();
         assert_eq!(
             prepare(data, FORMAT_VERSION).unwrap(),

@@ -401,17 +401,11 @@ impl Member {
         }
         // Everything is open (an older format brought up by the opening
         // itself): record what the directory holds now.
-        let recorded = match crate::data_dir::format_after_start(format) {
-            Some(now) => {
-                crate::data_dir::record_format(&data_dir, now)?;
-                tracing::info!(found = ?format, format = now, "recorded the data directory's storage format");
-                now
-            }
-            None => match format {
-                crate::data_dir::Found::Format(n) => n,
-                crate::data_dir::Found::Fresh => crate::data_dir::FORMAT_VERSION,
-            },
-        };
+        let recorded = crate::data_dir::format_after_start(format);
+        if format != crate::data_dir::Found::Format(recorded) {
+            crate::data_dir::record_format(&data_dir, recorded)?;
+            tracing::info!(found = ?format, format = recorded, "recorded the data directory's storage format");
+        }
         let core = Core::new(
             CoreConfig {
                 member_id: identity.member_id,

@@ -111,10 +111,9 @@ fn newest_usable(table: &[(u32, [u64; 2])], version: Option<[u64; 2]>, ceiling: 
 }
 
 /// The storage format this release writes at storage version
-/// `storage` (`[major, minor]`; None before the cluster decided one: the
-/// oldest).
-pub fn format_for(storage: Option<[u64; 2]>) -> u32 {
-    newest_usable(&FORMATS, storage, release().newest_format)
+/// `storage` (`[major, minor]`).
+pub fn format_for(storage: [u64; 2]) -> u32 {
+    newest_usable(&FORMATS, Some(storage), release().newest_format)
 }
 
 /// The peer protocol this release sends at cluster version `cluster`

@@ -33,17 +33,15 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use etcd_proto::etcdserverpb::downgrade_request::DowngradeAction;
-use etcd_proto::etcdserverpb::{DowngradeInfo, DowngradeRequest, StatusRequest};
+use etcd_proto::etcdserverpb::DowngradeInfo;
 use integration_tests::cluster::{Cluster, ClusterConfig};
-use integration_tests::http::get;
 use integration_tests::robustness::history::Clock;
 use integration_tests::robustness::nemesis::{Fault, FaultKind, Injected};
 use integration_tests::robustness::{self, Disturbing, MEMBERS};
 use integration_tests::wait::retry_until;
 use integration_tests::Server;
 
-use crate::versions::maintenance;
+use crate::versions::{downgrade, enabled, wait_versions, ENABLE, VALIDATE};
 
 /// The test-only switch that makes a member the next release.
 const NEXT_RELEASE_ENV: &str = "ETCDRS_TEST_NEXT_RELEASE";
@@ -77,9 +75,9 @@ const STEP_LOAD: Duration = Duration::from_secs(1);
 /// How long a graceful stop may take (a leader hands its leadership over
 /// first).
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
-/// The leader decides the cluster version every 4 s, and checks whether a
-/// downgrade has finished every `--downgrade-check-time` (5 s): a few
-/// rounds of both.
+/// How long the members' `member/store-format` may take to follow the
+/// versions once they report them (each member migrates when it applies
+/// the change).
 const VERSIONS_SETTLE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,12 +124,10 @@ fn roll(cluster: &Cluster, clock: Clock) -> Disturbing<'_> {
             );
         }
         tokio::time::sleep(STEP_LOAD).await;
-        ensure!(downgrade(cluster, DowngradeAction::Validate).await? == "3.7");
-        ensure!(downgrade(cluster, DowngradeAction::Enable).await? == "3.7");
-        let enabled = DowngradeInfo {
-            enabled: true,
-            target_version: THIS.cluster.to_string(),
-        };
+        let to_this = |action| downgrade(cluster, 0, action, "3.6");
+        ensure!(to_this(VALIDATE).await? == Ok("3.7".to_string()));
+        ensure!(to_this(ENABLE).await? == Ok("3.7".to_string()));
+        let enabled = enabled(THIS.cluster);
         settle(cluster, &running, THIS, Some(&enabled)).await?;
         for i in 0..MEMBERS {
             tokio::time::sleep(STEP_LOAD).await;
@@ -176,33 +172,23 @@ async fn replace(cluster: &Cluster, clock: Clock, i: usize, release: Release) ->
     })
 }
 
-/// Waits until member `i` runs `running[i]`'s server version and every
-/// member reports `cluster`'s cluster and storage version, its format in
-/// `member/store-format`, and `downgrade` (none: not enabled).
+/// Waits until each member runs `running[i]`'s server version and reports
+/// `at`'s cluster and storage version and `downgrade` (none: not enabled),
+/// then until its `member/store-format` holds `at`'s format.
 async fn settle(
     cluster: &Cluster,
     running: &[Release; MEMBERS],
     at: Release,
     downgrade: Option<&DowngradeInfo>,
 ) -> Result<()> {
+    let servers: Vec<&str> = running.iter().map(|release| release.server).collect();
     let downgrade = downgrade.cloned().unwrap_or_default();
+    wait_versions(cluster, &servers, at.cluster, downgrade).await;
     retry_until(
-        &format!("cluster version {}, downgrade {downgrade:?}", at.cluster),
+        &format!("every member's storage format {}", at.format),
         VERSIONS_SETTLE,
         || async {
-            for (i, release) in running.iter().enumerate() {
-                let versions = get(&format!("{}/version", cluster.endpoint(i))).await?.body;
-                let want = format!(
-                    r#"{{"etcdserver":"{}","etcdcluster":"{}","storage":"{}"}}"#,
-                    release.server, at.cluster, at.cluster
-                );
-                ensure!(versions == want, "member {i}: {versions}");
-                let status = maintenance(cluster, i)
-                    .await?
-                    .status(StatusRequest {})
-                    .await?;
-                let info = status.into_inner().downgrade_info.unwrap_or_default();
-                ensure!(info == downgrade, "member {i}: {info:?}");
+            for i in 0..MEMBERS {
                 let file = cluster.data_dir(i).join("member/store-format");
                 let format = std::fs::read_to_string(&file).context("the format file")?;
                 ensure!(format.trim() == at.format, "member {i}: format {format:?}");
@@ -212,15 +198,4 @@ async fn settle(
     )
     .await
     .with_context(|| cluster.log_tails())
-}
-
-/// Downgrade `action` to this release's minor, asked of member 0; the
-/// cluster version it answers.
-async fn downgrade(cluster: &Cluster, action: DowngradeAction) -> Result<String> {
-    let request = DowngradeRequest {
-        action: action as i32,
-        version: "3.6".to_string(),
-    };
-    let answer = maintenance(cluster, 0).await?.downgrade(request).await?;
-    Ok(answer.into_inner().version)
 }

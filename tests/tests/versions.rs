@@ -37,8 +37,7 @@ const TEST_VERSION_ENV: &str = "ETCDRS_TEST_SERVER_VERSION";
 /// The older release the rolling downgrade installs.
 const OLDER_RELEASE: &str = "3.5.21";
 
-/// A Maintenance client of member `i`.
-pub(crate) async fn maintenance(cluster: &Cluster, i: usize) -> Result<MaintenanceClient<Channel>> {
+async fn maintenance(cluster: &Cluster, i: usize) -> Result<MaintenanceClient<Channel>> {
     let channel = Channel::from_shared(cluster.endpoint(i))?
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(10))
@@ -57,7 +56,7 @@ async fn status(cluster: &Cluster, i: usize) -> Result<StatusResponse> {
 
 /// Downgrade `action` `version` on member `i`: the answered cluster
 /// version, or the error's code and message.
-async fn downgrade(
+pub(crate) async fn downgrade(
     cluster: &Cluster,
     i: usize,
     action: i32,
@@ -77,7 +76,12 @@ async fn downgrade(
 
 /// Waits until every running member reports `cluster` as the cluster
 /// version and `downgrade` as the downgrade state.
-async fn wait_versions(cluster: &Cluster, server: &[&str], cv: &str, downgrade: DowngradeInfo) {
+pub(crate) async fn wait_versions(
+    cluster: &Cluster,
+    server: &[&str],
+    cv: &str,
+    downgrade: DowngradeInfo,
+) {
     retry_until(
         &format!("cluster version {cv}, downgrade {downgrade:?}"),
         VERSION_SETTLES,
@@ -111,7 +115,7 @@ async fn wait_versions(cluster: &Cluster, server: &[&str], cv: &str, downgrade: 
     .unwrap_or_else(|e| panic!("{e:#}\n{}", cluster.log_tails()));
 }
 
-fn enabled(target: &str) -> DowngradeInfo {
+pub(crate) fn enabled(target: &str) -> DowngradeInfo {
     DowngradeInfo {
         enabled: true,
         target_version: target.to_string(),
@@ -132,8 +136,8 @@ async fn cluster_at_36() -> (Cluster, [&'static str; 3]) {
     (cluster, server)
 }
 
-const VALIDATE: i32 = DowngradeAction::Validate as i32;
-const ENABLE: i32 = DowngradeAction::Enable as i32;
+pub(crate) const VALIDATE: i32 = DowngradeAction::Validate as i32;
+pub(crate) const ENABLE: i32 = DowngradeAction::Enable as i32;
 const CANCEL: i32 = DowngradeAction::Cancel as i32;
 
 #[tokio::test]

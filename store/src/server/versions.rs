@@ -110,7 +110,7 @@ async fn follow_versions(core: &Core, data_dir: &Path, recorded: &mut u32, state
     let Some(storage) = state.storage_version() else {
         return;
     };
-    let want = crate::version::format_for(Some([storage.major, storage.minor]));
+    let want = crate::version::format_for([storage.major, storage.minor]);
     if want == *recorded {
         return;
     }

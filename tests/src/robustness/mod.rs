@@ -93,6 +93,11 @@ pub const AGREEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// failed ([`RunReport::known_reference_bug`]).
 pub const CRASH_CONSISTENCY_FIXED_IN: Release = (3, 5, 3);
 
+/// The member workload client `client` talks to (see [`workload`]).
+pub fn member_of(client: usize) -> usize {
+    client % MEMBERS
+}
+
 /// The seeds to run (see the module documentation); with
 /// [`SECONDS_ENV`], seeds 1, 2, ... as long as the time lasts (a run that
 /// starts before the deadline finishes).
@@ -195,7 +200,7 @@ impl RunReport {
     pub fn failed_on_up_members(&self) -> Vec<String> {
         let timeout = OP_TIMEOUT.as_nanos() as u64;
         let excused = |event: &Event| {
-            let member = event.client % MEMBERS;
+            let member = member_of(event.client);
             self.faults.iter().any(|fault| {
                 let healed = fault.at + fault.recovery.as_nanos() as u64;
                 fault.victims.contains(&member)
@@ -212,7 +217,7 @@ impl RunReport {
                 format!(
                     "client {} (member {}) at {:.3} s: {} {:?}: {:?}",
                     event.client,
-                    event.client % MEMBERS,
+                    member_of(event.client),
                     event.invoke as f64 / 1e9,
                     event.key,
                     event.op,
@@ -436,7 +441,7 @@ pub async fn run_with(
         .collect();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
-            let endpoint = cluster.endpoint(id % MEMBERS);
+            let endpoint = cluster.endpoint(member_of(id));
             tokio::spawn(workload::run_client(
                 id,
                 endpoint,
