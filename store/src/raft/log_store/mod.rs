@@ -53,51 +53,42 @@
 //! log in the engine's `raft_log` and `raft_state` tables: the first open
 //! copies it into segments (built beside the log directory, then renamed
 //! into place) and only then removes it from the engine.
+//!
+//! The parts: [`records`] (the record kinds and their codec), [`index`]
+//! (the state the records give), [`segments`] (the files with that
+//! state), [`tail_cache`], [`flusher`] (group commit) and [`legacy`] (the
+//! move out of the engine's tables).
+//!
+//! [`GROUP_COMMIT_MAX_PENDING`]: crate::limits::GROUP_COMMIT_MAX_PENDING
 
-use std::collections::VecDeque;
+mod flusher;
+mod index;
+mod legacy;
+mod records;
+mod segments;
+mod tail_cache;
+
 use std::fmt::Debug;
 use std::io;
-use std::ops::{Bound, ControlFlow, RangeBounds};
-use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{stream, Stream, StreamExt};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
-use super::{Entry, LeaderId, LogId, TypeConfig, Vote};
+use self::flusher::Flusher;
+use self::legacy::migrate_from_engine;
+pub(crate) use self::records::io_error;
+use self::records::{entry_of_record, KIND_PURGED, KIND_TRUNCATE, KIND_VOTE};
+use self::segments::{lock_log, log_options, open_log, write_entries, Log};
+use self::tail_cache::TailCache;
+use super::{Entry, LogId, TypeConfig, Vote};
 use crate::codec;
-use crate::engine::{try_scan, Engine, Table, WriteBatch};
-use crate::limits::{
-    GROUP_COMMIT_MAX_PENDING, LOG_TAIL_CACHE_BYTES, MAX_APPEND_ENTRIES_BYTES, MAX_APPLY_READ_BYTES,
-};
-use crate::wal::{self, Location, Wal, WalOptions};
-
-const KIND_ENTRY: u8 = 1;
-const KIND_TRUNCATE: u8 = 2;
-const KIND_VOTE: u8 = 16;
-const KIND_COMMITTED: u8 = 17;
-const KIND_PURGED: u8 = 18;
-const STICKY_KINDS: [u8; 3] = [KIND_VOTE, KIND_COMMITTED, KIND_PURGED];
-
-/// Bytes before the entry's bincode in an entry record: its log id.
-const ENTRY_PREFIX_BYTES: usize = 24;
-
-/// Where the engine kept the log's state before it had files of its own
-/// (`raft_state` keys), and the record kind each becomes: the values are
-/// the bincode of the same types, so they are copied as they are.
-const LEGACY_KEY_VOTE: &[u8] = b"vote";
-const LEGACY_STATE: [(&[u8], u8); 3] = [
-    (LEGACY_KEY_VOTE, KIND_VOTE),
-    (b"committed", KIND_COMMITTED),
-    (b"last_purged", KIND_PURGED),
-];
-
-/// An I/O failure as the storage error openraft takes, naming what failed.
-pub(crate) fn io_error(what: &str, e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
-}
+use crate::engine::Engine;
+use crate::limits::{LOG_TAIL_CACHE_BYTES, MAX_APPEND_ENTRIES_BYTES, MAX_APPLY_READ_BYTES};
+use crate::wal::{self, WalOptions};
 
 /// The Raft log storage. Cheap to clone (the reader is a clone).
 #[derive(Clone)]
@@ -108,318 +99,6 @@ pub struct LogStore {
     flusher: Arc<Flusher>,
     /// The newest entries, shared by every clone (see the module docs).
     tail: Arc<Mutex<TailCache>>,
-}
-
-/// The log: its files and what their records say.
-#[derive(Debug)]
-struct Log {
-    wal: Wal,
-    index: LogIndex,
-}
-
-/// The log's state, as replayed from its records and kept since.
-#[derive(Debug, Default)]
-struct LogIndex {
-    /// Where each live entry is, the first at index `first`.
-    locations: VecDeque<Location>,
-    first: u64,
-    /// The last live entry's log id.
-    last: Option<LogId>,
-    purged: Option<LogId>,
-    vote: Option<Vote>,
-    committed: Option<LogId>,
-    /// `committed` changed since it was last written.
-    committed_unwritten: bool,
-}
-
-impl LogIndex {
-    /// Takes one record into the state (opening, and every write).
-    fn apply(&mut self, kind: u8, payload: &[u8], at: Location) -> io::Result<()> {
-        match kind {
-            KIND_ENTRY => {
-                let log_id = entry_log_id(payload)?;
-                self.push_entry(log_id, at);
-            }
-            KIND_TRUNCATE => self.truncate_after(decode(payload, "a truncation")?),
-            KIND_VOTE => self.vote = Some(decode(payload, "the vote")?),
-            KIND_COMMITTED => self.committed = decode(payload, "the commit index")?,
-            KIND_PURGED => self.purge(decode(payload, "the purge point")?),
-            other => {
-                return Err(io::Error::other(format!(
-                    "raft log: unknown record kind {other}"
-                )))
-            }
-        }
-        Ok(())
-    }
-
-    fn next_index(&self) -> u64 {
-        self.first + self.locations.len() as u64
-    }
-
-    /// An entry follows the last one; one at or before it replaces the
-    /// entries from its index; one after a gap starts the log again there
-    /// (older segments were removed; [`LogIndex::check`] says whether the
-    /// purge point explains the gap).
-    fn push_entry(&mut self, log_id: LogId, at: Location) {
-        let index = log_id.index;
-        if self.locations.is_empty() || index < self.first || index > self.next_index() {
-            self.locations.clear();
-            self.first = index;
-        } else {
-            self.locations.truncate((index - self.first) as usize);
-        }
-        self.locations.push_back(at);
-        self.last = Some(log_id);
-    }
-
-    fn truncate_after(&mut self, last: Option<LogId>) {
-        let keep = last
-            .map_or(0, |l| l.index + 1)
-            .saturating_sub(self.first)
-            .min(self.locations.len() as u64);
-        if keep as usize == self.locations.len() {
-            return;
-        }
-        self.locations.truncate(keep as usize);
-        self.last = if self.locations.is_empty() {
-            None
-        } else {
-            last
-        };
-    }
-
-    fn purge(&mut self, upto: LogId) {
-        let drop = (upto.index + 1)
-            .saturating_sub(self.first)
-            .min(self.locations.len() as u64);
-        self.locations.drain(..drop as usize);
-        self.first = self.first.max(upto.index + 1);
-        if self.locations.is_empty() {
-            self.last = None;
-        }
-        self.purged = Some(upto);
-    }
-
-    /// After opening: the live entries start right after the purge point.
-    fn check(&self) -> io::Result<()> {
-        if let (Some(purged), false) = (self.purged, self.locations.is_empty()) {
-            if self.first != purged.index + 1 {
-                return Err(io::Error::other(format!(
-                    "raft log: entries start at {} but the purge point is {}: a segment is missing",
-                    self.first, purged.index
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Log {
-    /// Writes records and takes them into the state.
-    fn write(&mut self, records: &[(u8, &[u8])]) -> io::Result<()> {
-        let locations = self.wal.append(records)?;
-        for ((kind, payload), at) in records.iter().zip(locations) {
-            self.index.apply(*kind, payload, at)?;
-        }
-        Ok(())
-    }
-
-    /// The files and places of the live entries in `[start, end)` (`end`
-    /// `None`: to the last), up to the one that brings their encoded size
-    /// to `max_bytes`.
-    fn locate(
-        &self,
-        start: u64,
-        end: Option<u64>,
-        max_bytes: usize,
-    ) -> io::Result<Vec<(Arc<std::fs::File>, Location)>> {
-        let index = &self.index;
-        let start = start.max(index.first);
-        let end = end.map_or(index.next_index(), |e| e.min(index.next_index()));
-        let mut found = Vec::new();
-        let mut bytes = 0;
-        for i in start..end {
-            let at = index.locations[(i - index.first) as usize];
-            found.push((self.wal.file_of(at)?, at));
-            bytes += at.len as usize - ENTRY_PREFIX_BYTES;
-            if bytes >= max_bytes {
-                break;
-            }
-        }
-        Ok(found)
-    }
-
-    /// The segment holding the oldest live entry (the one written to when
-    /// no entry is live): every older segment can go.
-    fn oldest_needed_segment(&self) -> u64 {
-        self.index
-            .locations
-            .front()
-            .map_or(self.wal.current_segment(), |at| at.segment)
-    }
-}
-
-fn decode<T: serde::de::DeserializeOwned>(payload: &[u8], what: &str) -> io::Result<T> {
-    codec::decode(payload).map_err(|e| io_error(&format!("raft log: decoding {what}"), e))
-}
-
-/// An entry record's payload: its log id, then its bincode (encoded in
-/// place); and the bincode's size.
-fn entry_record(entry: &Entry) -> (Vec<u8>, usize) {
-    let mut payload = Vec::with_capacity(ENTRY_PREFIX_BYTES);
-    payload.extend_from_slice(&entry.log_id.leader_id.term.to_be_bytes());
-    payload.extend_from_slice(&entry.log_id.leader_id.node_id.to_be_bytes());
-    payload.extend_from_slice(&entry.log_id.index.to_be_bytes());
-    codec::encode_into(&mut payload, entry);
-    let size = payload.len() - ENTRY_PREFIX_BYTES;
-    (payload, size)
-}
-
-fn entry_log_id(payload: &[u8]) -> io::Result<LogId> {
-    if payload.len() < ENTRY_PREFIX_BYTES {
-        return Err(io::Error::other("raft log: an entry record is too short"));
-    }
-    let word = |i: usize| u64::from_be_bytes(payload[i * 8..i * 8 + 8].try_into().expect("8"));
-    Ok(LogId::new(
-        LeaderId {
-            term: word(0),
-            node_id: word(1),
-        },
-        word(2),
-    ))
-}
-
-fn entry_of_record(payload: &[u8]) -> io::Result<Entry> {
-    decode(
-        &payload[ENTRY_PREFIX_BYTES.min(payload.len())..],
-        "an entry",
-    )
-}
-
-/// The newest log entries in memory, with their encoded sizes: a
-/// contiguous run of indexes ending at the log's last entry, or empty.
-/// Every append pushes its entries; every truncation and purge removes
-/// theirs, so a cached entry is always the one the segment files hold at
-/// its index.
-#[derive(Debug)]
-struct TailCache {
-    entries: VecDeque<(Entry, usize)>,
-    bytes: usize,
-    limit: usize,
-    /// Reads served from memory (the tests check that the cache serves).
-    hits: u64,
-}
-
-impl TailCache {
-    fn new(limit: usize) -> Self {
-        TailCache {
-            entries: VecDeque::new(),
-            bytes: 0,
-            limit,
-            hits: 0,
-        }
-    }
-
-    fn clear(&mut self) {
-        self.entries.clear();
-        self.bytes = 0;
-    }
-
-    /// Adds the entry appended after the current last one. An entry that
-    /// does not follow it (the log was truncated or jumped past a snapshot
-    /// without this cache seeing it) starts a new run; one larger than the
-    /// whole cache leaves it empty. The oldest entries go past the limit.
-    fn push(&mut self, entry: Entry, size: usize) {
-        let follows = self
-            .entries
-            .back()
-            .is_none_or(|(last, _)| last.log_id.index.checked_add(1) == Some(entry.log_id.index));
-        if !follows || size > self.limit {
-            self.clear();
-        }
-        if size > self.limit {
-            return;
-        }
-        self.bytes += size;
-        self.entries.push_back((entry, size));
-        while self.bytes > self.limit {
-            let Some((_, oldest)) = self.entries.pop_front() else {
-                break;
-            };
-            self.bytes -= oldest;
-        }
-    }
-
-    /// Drops the entries after `last` (all of them for `None`).
-    fn truncate_after(&mut self, last: Option<u64>) {
-        while let Some((entry, size)) = self.entries.back() {
-            if last.is_some_and(|last| entry.log_id.index <= last) {
-                break;
-            }
-            self.bytes -= size;
-            self.entries.pop_back();
-        }
-    }
-
-    /// Drops the entries up to and including `upto`.
-    fn purge(&mut self, upto: u64) {
-        while let Some((entry, size)) = self.entries.front() {
-            if entry.log_id.index > upto {
-                break;
-            }
-            self.bytes -= size;
-            self.entries.pop_front();
-        }
-    }
-
-    /// The entries in `[start, end)` (`end` `None`: to the last) under the
-    /// same byte rule as the engine read, if the cache holds all of them.
-    fn read(&mut self, start: u64, end: Option<u64>, max_bytes: usize) -> Option<Vec<Entry>> {
-        let first = self.entries.front()?.0.log_id.index;
-        let after_last = self.entries.back()?.0.log_id.index + 1;
-        let end = end.unwrap_or(after_last);
-        if start < first || end > after_last {
-            return None;
-        }
-        self.hits += 1;
-        if start >= end {
-            return Some(Vec::new());
-        }
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        let from = usize::try_from(start - first).ok()?;
-        for (entry, size) in self.entries.range(from..) {
-            if entry.log_id.index >= end {
-                break;
-            }
-            entries.push(entry.clone());
-            bytes += size;
-            if bytes >= max_bytes {
-                break;
-            }
-        }
-        Some(entries)
-    }
-}
-
-/// The flusher thread's queue and handle. When the last log store clone
-/// goes, the queue closes and the thread is joined, so no thread outlives
-/// the store while still holding (and possibly closing) the engine: a
-/// RocksDB closed by a detached thread during process exit aborts.
-struct Flusher {
-    /// Callbacks of appends waiting for the flusher's next sync.
-    queue: Option<SyncSender<IOFlushed<TypeConfig>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Flusher {
-    fn drop(&mut self) {
-        drop(self.queue.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 impl LogStore {
@@ -467,18 +146,11 @@ impl LogStore {
         migrate_from_engine(engine.as_ref(), dir)?;
         let log = open_log(dir, options)?;
         let log = Arc::new(Mutex::new(log));
-        let (queue, rx) = sync_channel(GROUP_COMMIT_MAX_PENDING);
-        let flush_log = log.clone();
-        let thread = std::thread::Builder::new()
-            .name("raft-log-flusher".into())
-            .spawn(move || run_flusher(flush_log, rx))?;
+        let flusher = Flusher::start(log.clone())?;
         Ok(Self {
             log,
             engine,
-            flusher: Arc::new(Flusher {
-                queue: Some(queue),
-                thread: Some(thread),
-            }),
+            flusher: Arc::new(flusher),
             tail: Arc::new(Mutex::new(TailCache::new(LOG_TAIL_CACHE_BYTES))),
         })
     }
@@ -501,163 +173,6 @@ impl LogStore {
         let mut log = self.log();
         write_entries(&mut log, entries)?;
         log.wal.sync()
-    }
-}
-
-fn lock_log(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
-    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn open_log(dir: &Path, options: WalOptions) -> io::Result<Log> {
-    let mut index = LogIndex::default();
-    let wal = Wal::open(dir, options, &mut |kind, payload, at| {
-        index.apply(kind, payload, at)
-    })?;
-    index.check()?;
-    Ok(Log { wal, index })
-}
-
-fn log_options() -> WalOptions {
-    WalOptions {
-        sticky_kinds: STICKY_KINDS.to_vec(),
-        ..WalOptions::default()
-    }
-}
-
-/// Appends entry records (and the commit index, when it changed) unsynced.
-/// Returns each entry's encoded size.
-fn write_entries(log: &mut Log, entries: &[Entry]) -> io::Result<Vec<usize>> {
-    let encoded: Vec<(Vec<u8>, usize)> = entries.iter().map(entry_record).collect();
-    let committed = log
-        .index
-        .committed_unwritten
-        .then(|| codec::encode(&log.index.committed));
-    let mut records: Vec<(u8, &[u8])> = Vec::with_capacity(entries.len() + 1);
-    if let Some(committed) = &committed {
-        records.push((KIND_COMMITTED, committed));
-    }
-    records.extend(encoded.iter().map(|(p, _)| (KIND_ENTRY, &p[..])));
-    log.write(&records)?;
-    log.index.committed_unwritten = false;
-    Ok(encoded.into_iter().map(|(_, size)| size).collect())
-}
-
-/// Moves a log kept in the engine's tables (see the module docs) into
-/// segments in `dir`, unless `dir` exists. The segments are built in a
-/// sibling directory and renamed into place once synced, so a crash
-/// during the copy leaves the engine's log as the only one.
-fn migrate_from_engine(engine: &dyn Engine, dir: &Path) -> io::Result<()> {
-    let building = building_dir(dir);
-    if dir.exists() {
-        return remove_legacy_log(engine);
-    }
-    if building.exists() {
-        std::fs::remove_dir_all(&building)
-            .map_err(|e| io_error(&format!("removing {}", building.display()), e))?;
-    }
-    if !legacy_log_present(engine)? {
-        return Ok(());
-    }
-    let mut state = Vec::new();
-    for (key, kind) in LEGACY_STATE {
-        if let Some(value) = engine
-            .get(Table::RaftState, key)
-            .map_err(|e| io_error("reading raft state", e))?
-        {
-            state.push((kind, value));
-        }
-    }
-    let mut log = open_log(&building, log_options())?;
-    let records: Vec<(u8, &[u8])> = state.iter().map(|(k, v)| (*k, &v[..])).collect();
-    log.write(&records)?;
-    for_each_legacy_entry(engine, &mut |entry| {
-        write_entries(&mut log, &[entry])?;
-        Ok(ControlFlow::Continue(()))
-    })?;
-    log.wal.sync()?;
-    drop(log);
-    std::fs::rename(&building, dir)
-        .map_err(|e| io_error(&format!("renaming {}", building.display()), e))?;
-    if let Some(parent) = dir.parent() {
-        wal::sync_dir(parent)?;
-    }
-    tracing::info!(dir = %dir.display(), "moved the raft log from the engine into segment files");
-    remove_legacy_log(engine)
-}
-
-fn building_dir(dir: &Path) -> PathBuf {
-    let mut name = dir.file_name().unwrap_or_default().to_os_string();
-    name.push(".building");
-    dir.with_file_name(name)
-}
-
-fn for_each_legacy_entry(
-    engine: &dyn Engine,
-    visit: &mut dyn FnMut(Entry) -> io::Result<ControlFlow<()>>,
-) -> io::Result<()> {
-    try_scan(engine, Table::RaftLog, &[], None, &mut |_, v| {
-        visit(decode(v, "an engine log entry")?)
-    })
-}
-
-/// Whether the engine still holds a log: entries or state.
-fn legacy_log_present(engine: &dyn Engine) -> io::Result<bool> {
-    let mut present = false;
-    for_each_legacy_entry(engine, &mut |_| {
-        present = true;
-        Ok(ControlFlow::Break(()))
-    })?;
-    for (key, _) in LEGACY_STATE {
-        present |= engine
-            .get(Table::RaftState, key)
-            .map_err(|e| io_error("reading raft state", e))?
-            .is_some();
-    }
-    Ok(present)
-}
-
-/// Removes the engine's copy of the log, synced (nothing if none).
-fn remove_legacy_log(engine: &dyn Engine) -> io::Result<()> {
-    if !legacy_log_present(engine)? {
-        return Ok(());
-    }
-    let mut b = WriteBatch::new();
-    b.delete_range(Table::RaftLog, vec![0; 8], vec![0xff; 9]);
-    for (key, _) in LEGACY_STATE {
-        b.delete(Table::RaftState, key.to_vec());
-    }
-    engine
-        .write(b, true)
-        .map_err(|e| io_error("removing the engine's raft log", e))
-}
-
-/// The flusher loop: batch appends, one sync per batch, then complete the
-/// callbacks in order.
-fn run_flusher(log: Arc<Mutex<Log>>, rx: Receiver<IOFlushed<TypeConfig>>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < GROUP_COMMIT_MAX_PENDING {
-            match rx.try_recv() {
-                Ok(cb) => batch.push(cb),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
-        }
-        // Every queued append wrote before it queued, so into this file or
-        // into one synced before this one was created.
-        let file = lock_log(&log).wal.current_file();
-        let started = std::time::Instant::now();
-        let result = file.sync_data();
-        crate::metrics::global()
-            .disk
-            .wal_fsync
-            .observe(started.elapsed().as_secs_f64());
-        for callback in batch {
-            let r = match &result {
-                Ok(()) => Ok(()),
-                Err(e) => Err(io_error("syncing the raft log", e)),
-            };
-            callback.io_completed(r);
-        }
     }
 }
 
@@ -828,10 +343,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         drop(tail);
         written.map_err(|e| io_error("writing raft log entries", e))?;
-        let queue = self.flusher.queue.as_ref().expect("open until dropped");
-        queue
-            .send(callback)
-            .map_err(|_| io::Error::other("the raft log flusher stopped"))
+        self.flusher.enqueue(callback)
     }
 
     /// Written and synced before it returns (rare: a follower whose
@@ -872,14 +384,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use etcd_proto::etcdserverpb::PutRequest;
-    use futures::StreamExt;
-    use openraft::EntryPayload;
+mod testing;
 
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::testing::{entry_of, indexes, log_id};
     use super::*;
     use crate::engine::memory::MemoryEngine;
-    use crate::raft::types::{Batch, Command, Proposal};
+    use crate::raft::LeaderId;
 
     /// Entries of this many value bytes: two fit under the 1 MiB bounds,
     /// the second one reaches them.
@@ -898,10 +412,6 @@ mod tests {
             .collect();
         store.append_synced(&entries).expect("append");
         (dir, store)
-    }
-
-    fn indexes(entries: &[Entry]) -> Vec<u64> {
-        entries.iter().map(|e| e.log_id.index).collect()
     }
 
     #[tokio::test]
@@ -1008,24 +518,6 @@ mod tests {
         assert_eq!(indexes(&rest), vec![2], "only the rest of the first chunk");
     }
 
-    /// An entry of `value_bytes` at `index` in `term`.
-    fn entry_of(term: u64, index: u64, value_bytes: usize) -> Entry {
-        let put = PutRequest {
-            key: index.to_be_bytes().to_vec(),
-            value: vec![b'v'; value_bytes],
-            ..Default::default()
-        };
-        Entry {
-            log_id: LogId::new(LeaderId { term, node_id: 1 }, index),
-            payload: EntryPayload::Normal(Batch {
-                proposals: Arc::new([Proposal {
-                    by: None,
-                    cmd: Command::Put(put),
-                }]),
-            }),
-        }
-    }
-
     /// Seeded random appends (some entries larger than the whole cache),
     /// truncations, purges and reads: every read answers what the segment
     /// files alone answer, and the cache served some of them.
@@ -1081,14 +573,9 @@ mod tests {
                     assert_eq!(cached, files, "[{start}, {end:?}) max {max_bytes}");
                 }
             }
-            let tail = store.tail();
-            assert!(tail.bytes <= CACHE_BYTES);
-            assert_eq!(
-                tail.bytes,
-                tail.entries.iter().map(|(_, size)| size).sum::<usize>()
-            );
+            store.tail().assert_consistent();
         }
-        assert!(store.tail().hits > 100, "the cache served reads");
+        assert!(store.tail().hits() > 100, "the cache served reads");
         let before = store.read_file_entries(0, None, usize::MAX).expect("read");
         let state = store.get_log_state().await.expect("state");
         drop(store);
@@ -1100,10 +587,6 @@ mod tests {
                 .expect("read"),
             before
         );
-    }
-
-    fn log_id(term: u64, index: u64) -> LogId {
-        LogId::new(LeaderId { term, node_id: 1 }, index)
     }
 
     async fn append(store: &mut LogStore, term: u64, indexes: std::ops::RangeInclusive<u64>) {
@@ -1194,100 +677,5 @@ mod tests {
         );
         let entries = store.try_get_log_entries(0..1000).await.expect("read");
         assert_eq!(indexes(&entries), (151..=200).collect::<Vec<_>>());
-    }
-
-    /// A data directory from before the log had files: its log moves out
-    /// of the engine's tables, whole, and leaves them empty.
-    #[tokio::test]
-    async fn a_log_kept_in_the_engine_moves_into_segments() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
-        let mut b = WriteBatch::new();
-        b.put(
-            Table::RaftState,
-            LEGACY_KEY_VOTE.to_vec(),
-            codec::encode(&Vote::new(4, 1)),
-        );
-        b.put(
-            Table::RaftState,
-            b"last_purged".to_vec(),
-            codec::encode(&log_id(1, 2)),
-        );
-        b.put(
-            Table::RaftState,
-            b"committed".to_vec(),
-            codec::encode(&Some(log_id(4, 7))),
-        );
-        for index in 3..=10u64 {
-            b.put(
-                Table::RaftLog,
-                index.to_be_bytes().to_vec(),
-                codec::encode(&entry_of(4, index, 100)),
-            );
-        }
-        engine.write(b, true).expect("write");
-        let log_dir = dir.path().join("log");
-        for _ in 0..2 {
-            let mut store = LogStore::open(engine.clone(), &log_dir).expect("open");
-            let state = store.get_log_state().await.expect("state");
-            assert_eq!(state.last_purged_log_id, Some(log_id(1, 2)));
-            assert_eq!(state.last_log_id, Some(log_id(4, 10)));
-            assert_eq!(
-                store.read_vote().await.expect("vote"),
-                Some(Vote::new(4, 1))
-            );
-            assert_eq!(
-                store.read_committed().await.expect("commit"),
-                Some(log_id(4, 7))
-            );
-            let entries = store.try_get_log_entries(0..100).await.expect("read");
-            assert_eq!(
-                entries,
-                (3..=10).map(|i| entry_of(4, i, 100)).collect::<Vec<_>>()
-            );
-        }
-        let mut left = 0;
-        engine
-            .scan(Table::RaftLog, &[], None, &mut |_, _| {
-                left += 1;
-                ControlFlow::Continue(())
-            })
-            .expect("scan");
-        assert_eq!(left, 0, "the engine's log is gone");
-        assert_eq!(
-            engine.get(Table::RaftState, LEGACY_KEY_VOTE).expect("get"),
-            None
-        );
-        assert!(!building_dir(&log_dir).exists());
-    }
-
-    #[test]
-    fn the_tail_cache_keeps_a_contiguous_run_within_its_bound() {
-        let mut tail = TailCache::new(1_000);
-        for index in 1..=5 {
-            tail.push(entry_of(1, index, 10), 300);
-        }
-        let held = |tail: &TailCache| -> Vec<u64> {
-            tail.entries.iter().map(|(e, _)| e.log_id.index).collect()
-        };
-        assert_eq!(held(&tail), vec![3, 4, 5], "the oldest go past the bound");
-        assert_eq!(tail.read(2, None, usize::MAX), None, "not all cached");
-        assert_eq!(
-            tail.read(7, None, usize::MAX),
-            Some(Vec::new()),
-            "past the last"
-        );
-        let read = tail.read(3, Some(5), usize::MAX).expect("cached");
-        assert_eq!(indexes(&read), vec![3, 4]);
-        tail.push(entry_of(2, 9, 10), 300);
-        assert_eq!(held(&tail), vec![9], "a gap starts a new run");
-        tail.push(entry_of(2, 10, 10), 2_000);
-        assert_eq!(held(&tail), Vec::<u64>::new(), "larger than the cache");
-        tail.push(entry_of(2, 11, 10), 300);
-        tail.push(entry_of(2, 12, 10), 300);
-        tail.truncate_after(Some(11));
-        assert_eq!(held(&tail), vec![11]);
-        tail.purge(11);
-        assert_eq!((held(&tail), tail.bytes), (Vec::new(), 0));
     }
 }
