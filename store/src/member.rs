@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use etcd_proto::etcdserverpb::auth_server::AuthServer;
 use etcd_proto::etcdserverpb::cluster_server::ClusterServer;
-use etcd_proto::etcdserverpb::kv_server::KvServer;
 use etcd_proto::etcdserverpb::lease_server::LeaseServer;
 use etcd_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use etcd_proto::etcdserverpb::watch_server::WatchServer;
@@ -68,7 +67,7 @@ use crate::server::election::ElectionService;
 use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
 use crate::server::grpc_dispatch::{GrpcDispatch, GrpcServices};
 use crate::server::http;
-use crate::server::kv::KvService;
+use crate::server::kv::KvRoutes;
 use crate::server::lease::{spawn_lease_tasks, LeaseService};
 use crate::server::lock::LockService;
 use crate::server::maintenance::MaintenanceService;
@@ -805,9 +804,7 @@ async fn serve_client(
         grpc_health,
     } = services;
     let max_recv = TRANSPORT_MAX_DECODE_BYTES.max(max_request_bytes + GRPC_OVERHEAD_BYTES);
-    let kv = KvServer::new(KvService::new(core.clone()))
-        .max_decoding_message_size(max_recv)
-        .max_encoding_message_size(MAX_SEND_BYTES);
+    let kv = KvRoutes::new(core.clone(), max_recv, MAX_SEND_BYTES);
     let maintenance = MaintenanceServer::new(MaintenanceService::new(core.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(MAX_SEND_BYTES);

@@ -24,6 +24,7 @@ pub use index::KeyRange;
 pub use revision::Revision;
 pub use store::{
     CompactionJob, IndexBuilder, MvccError, MvccStore, PreparedIndex, Prev, PrevKvInterest,
-    RangeOptions, RangeResult, WriteTxn, META_CURRENT_REV, META_FINISHED_COMPACT_REV,
+    RangeOptions, RangeResult, StoredRange, WriteTxn, META_CURRENT_REV, META_FINISHED_COMPACT_REV,
     META_SCHEDULED_COMPACT_REV, RANGE_VALUES_UNDER_LOCK,
 };
+pub use stored::StoredKvs;

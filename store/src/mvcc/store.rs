@@ -6,10 +6,13 @@
 //! that changes anything creates exactly one new main revision; read-only
 //! and failed transactions create none.
 //!
-//! Read path: [`MvccStore::range`] takes the read lock, resolves which
-//! revision of each key is visible at the read revision in the index, and
-//! fetches those values from the engine under the same lock, so compaction
-//! cannot remove a value between the two steps.
+//! Read path: [`MvccStore::range_stored`] takes the read lock, resolves
+//! which revision of each key is visible at the read revision in the
+//! index, and fetches those values from the engine under the same lock (a
+//! small range) or from an engine snapshot taken under it (a large one), so
+//! compaction cannot remove a value between the two steps. The values stay
+//! as stored, encoded `mvccpb.KeyValue`s that an answer can carry as they
+//! are; [`MvccStore::range`] decodes them.
 //!
 //! Previous values: a put or delete learns the key's create revision and
 //! version from the index, not from its old value, so it reads that value
@@ -40,6 +43,7 @@ use tokio::sync::watch;
 
 use super::index::{KeyRange, Rebuild, TreeIndex, VisibleKey};
 use super::revision::Revision;
+use super::stored::StoredKvs;
 use crate::engine::{try_scan, BatchOp, Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::limits::{
@@ -110,6 +114,17 @@ pub struct RangeOptions {
     /// (etcd 3.7's Range without `WithTotalCount`, which each chunk of a
     /// RangeStream reads).
     pub count_to_limit: bool,
+}
+
+/// A ranged read whose key-values stay as stored
+/// ([`MvccStore::range_stored`]).
+pub struct StoredRange {
+    /// Key-values in key order, at most `limit`, each read when taken.
+    pub kvs: StoredKvs,
+    /// Number of keys in the range at the read revision.
+    pub count: usize,
+    /// The store's current revision (what the response header carries).
+    pub rev: i64,
 }
 
 /// Result of a ranged read.
@@ -343,28 +358,53 @@ impl MvccStore {
         self.read_state().compact_rev
     }
 
-    /// Reads `range` as of `opts.rev`.
+    /// Reads `range` as of `opts.rev`: [`MvccStore::range_stored`], each
+    /// value decoded (and dropped for a keys-only read) as it is read.
+    pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
+        let stored = self.range_stored(range, opts)?;
+        let mut kvs = Vec::with_capacity(stored.kvs.len());
+        for bytes in stored.kvs {
+            let mut kv = decode_kv(&bytes?)?;
+            if opts.keys_only {
+                kv.value = Vec::new();
+            }
+            kvs.push(kv);
+        }
+        Ok(RangeResult {
+            kvs,
+            count: stored.count,
+            rev: stored.rev,
+        })
+    }
+
+    /// Reads `range` as of `opts.rev`, the key-values as stored
+    /// (`opts.keys_only` is the caller's to apply).
     ///
     /// The index is read under the state lock; a range that sees more than
     /// [`RANGE_VALUES_UNDER_LOCK`] keys takes an engine snapshot under the
-    /// lock and loads the values after releasing it, so a large read does
-    /// not hold up apply (writers wait for the lock) while it loads. The
-    /// snapshot keeps every revision the index named readable, even if a
-    /// compaction removes it meanwhile.
-    pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
+    /// lock and loads the values after releasing it, as they are taken, so
+    /// a large read does not hold up apply (writers wait for the lock)
+    /// while it loads. The snapshot keeps every revision the index named
+    /// readable, even if a compaction removes it meanwhile.
+    pub fn range_stored(
+        &self,
+        range: &KeyRange,
+        opts: RangeOptions,
+    ) -> Result<StoredRange, MvccError> {
         let state = self.read_state();
         let current = state.current_rev;
         let (visible, count) = plan_range(&state, range, &opts, current)?;
-        let kvs = if visible.len() <= RANGE_VALUES_UNDER_LOCK {
-            let kvs = load_values(self.engine.as_ref(), Pending::NONE, visible, &opts)?;
+        let revisions: Vec<Revision> = visible.into_iter().map(|v| v.at.modified).collect();
+        let kvs = if revisions.len() <= RANGE_VALUES_UNDER_LOCK {
+            let kvs = StoredKvs::read(self.engine.as_ref(), revisions)?;
             drop(state);
             kvs
         } else {
             let view = self.engine.snapshot();
             drop(state);
-            load_values(view.as_ref(), Pending::NONE, visible, &opts)?
+            StoredKvs::from_snapshot(view, revisions)
         };
-        Ok(RangeResult {
+        Ok(StoredRange {
             kvs,
             count,
             rev: current,
@@ -883,13 +923,7 @@ struct Pending<'a> {
     batch: Option<&'a WriteBatch>,
 }
 
-impl<'a> Pending<'a> {
-    /// No transaction: every value comes from the engine.
-    const NONE: Pending<'static> = Pending {
-        written: &[],
-        batch: None,
-    };
-
+impl Pending<'_> {
     fn get(&self, rev: Revision) -> Result<Option<KeyValue>, MvccError> {
         let (Ok(i), Some(batch)) = (
             self.written.binary_search_by_key(&rev, |(r, _)| *r),

@@ -1,17 +1,28 @@
 //! `etcdserverpb.KV`: Range, Put, DeleteRange, Txn, Compact.
+//!
+//! [`KvRoutes`] serves the service: its Range method answers a
+//! [`RangeAnswer`] (key-values as stored where it can, see
+//! [`super::range_answer`]), every other method goes to tonic's generated
+//! server.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
 
-use etcd_proto::etcdserverpb::kv_server::Kv;
+use etcd_proto::etcdserverpb::kv_server::{Kv, KvServer};
 use etcd_proto::etcdserverpb::request_op::Request as Op;
 use etcd_proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, RangeStreamResponse, TxnRequest, TxnResponse,
 };
+use futures::future::BoxFuture;
 use prost::Message;
+use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use super::core::Core;
+use super::range_answer::{RangeAnswer, RangeAnswerCodec};
 use crate::errors::{grpc_message_too_large, EtcdError};
 
 use crate::auth::{self, Access, AuthInfo};
@@ -70,6 +81,30 @@ impl KvService {
             .state()
             .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
         Ok(req)
+    }
+
+    /// A Range's answer: the key-values as stored for a request
+    /// [`kv::range::answers_as_stored`], else decoded.
+    async fn range_answer(&self, req: Request<RangeRequest>) -> Result<RangeAnswer, Status> {
+        let req = self.admit_range(req, Ranged::Once).await?;
+        let started = Instant::now();
+        if kv::range::answers_as_stored(&req) {
+            let mut resp = kv::range::range_stored(&self.core.mvcc, &req).inspect_err(|_| {
+                crate::metrics::global()
+                    .txn
+                    .observe_range(false, started.elapsed().as_secs_f64())
+            })?;
+            resp.header = self.core.header(resp.header.revision);
+            // The range duration is observed once the values are read.
+            return Ok(RangeAnswer::Stored { resp, started });
+        }
+        let result = kv::range::range(self.core.mvcc.as_ref(), &req);
+        crate::metrics::global()
+            .txn
+            .observe_range(result.is_ok(), started.elapsed().as_secs_f64());
+        let mut resp = result?;
+        self.core.fill(&mut resp.header);
+        Ok(RangeAnswer::Decoded(resp))
     }
 
     async fn read_only_txn(&self, by: &AuthInfo, req: &TxnRequest) -> Result<TxnResponse, Status> {
@@ -181,9 +216,11 @@ impl Kv for KvService {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    /// Range through tonic's generated server (a client of
+    /// [`KvRoutes`] never reaches it): the decoded answer.
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         let req = self.admit_range(req, Ranged::Once).await?;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let result = kv::range::range(self.core.mvcc.as_ref(), &req);
         crate::metrics::global()
             .txn
@@ -255,5 +292,75 @@ impl Kv for KvService {
         }
         self.core.fill(&mut resp.header);
         Ok(Response::new(resp))
+    }
+}
+
+/// The path of the Range method, which [`KvRoutes`] answers itself.
+const RANGE_PATH: &str = "/etcdserverpb.KV/Range";
+
+/// The KV service as a listener serves it (see the module docs), with
+/// tonic's message size limits on the Range method too.
+#[derive(Clone)]
+pub struct KvRoutes {
+    service: Arc<KvService>,
+    generated: KvServer<KvService>,
+    max_decoding_bytes: usize,
+    max_encoding_bytes: usize,
+}
+
+impl KvRoutes {
+    /// The KV service over `core`, taking requests up to
+    /// `max_decoding_bytes` and answers up to `max_encoding_bytes`.
+    pub fn new(core: Arc<Core>, max_decoding_bytes: usize, max_encoding_bytes: usize) -> Self {
+        let service = Arc::new(KvService::new(core));
+        let generated = KvServer::from_arc(service.clone())
+            .max_decoding_message_size(max_decoding_bytes)
+            .max_encoding_message_size(max_encoding_bytes);
+        Self {
+            service,
+            generated,
+            max_decoding_bytes,
+            max_encoding_bytes,
+        }
+    }
+}
+
+impl NamedService for KvRoutes {
+    const NAME: &'static str = <KvServer<KvService> as NamedService>::NAME;
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for KvRoutes {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // tonic's generated servers are always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        if req.uri().path() != RANGE_PATH {
+            return Box::pin(self.generated.call(req));
+        }
+        let method = RangeMethod(self.service.clone());
+        let mut grpc = Grpc::new(RangeAnswerCodec).apply_max_message_size_config(
+            Some(self.max_decoding_bytes),
+            Some(self.max_encoding_bytes),
+        );
+        Box::pin(async move { Ok(grpc.unary(method, req).await) })
+    }
+}
+
+/// The Range method, answering a [`RangeAnswer`].
+struct RangeMethod(Arc<KvService>);
+
+impl UnaryService<RangeRequest> for RangeMethod {
+    type Response = RangeAnswer;
+    type Future = BoxFuture<'static, Result<Response<RangeAnswer>, Status>>;
+
+    fn call(&mut self, req: Request<RangeRequest>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.range_answer(req).await.map(Response::new) })
     }
 }

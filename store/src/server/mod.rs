@@ -10,7 +10,8 @@
 //!   [`forward_batch`]: batched on the way;
 //!   [`caller`]: who is calling (tokens, client certificates);
 //!   [`transfer`]: leadership transfer (MoveLeader).
-//! - client services, one file each: [`kv`], [`watch`], [`lease`],
+//! - client services, one file each: [`kv`] (its Range answers encoded
+//!   as read, [`range_answer`]), [`watch`], [`lease`],
 //!   [`cluster`], [`maintenance`], [`auth`]; [`lock`] and [`election`],
 //!   etcd's recipes run as a client of the others ([`concurrency`]); and
 //!   [`http`] (`/health`,
@@ -54,6 +55,7 @@ pub mod maintenance;
 pub mod peer;
 pub mod propose;
 pub mod quota;
+pub mod range_answer;
 pub mod read_index;
 pub mod read_index_batch;
 pub mod status;
