@@ -33,6 +33,7 @@ use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::Status;
 
 use crate::kv::range::StoredRangeResponse;
+use crate::limits::MAX_SEND_BYTES;
 #[cfg(doc)]
 use crate::mvcc::StoredKvs;
 
@@ -130,8 +131,10 @@ fn encode_stored(resp: StoredRangeResponse, buf: &mut impl ReserveBuf) -> Result
         more,
         count,
     } = resp;
-    // One buffer of about the answer's size (see the module docs).
-    buf.reserve(header.encoded_len() + kvs.estimated_field_bytes() + TAIL_BYTES);
+    // One buffer of about the answer's size (see the module docs), never
+    // more than an answer may be.
+    let estimate = header.encoded_len() + kvs.estimated_field_bytes() + TAIL_BYTES;
+    buf.reserve(estimate.min(MAX_SEND_BYTES));
     encoding::message::encode(1, &header, buf);
     for kv in kvs {
         let kv = kv?;
