@@ -32,7 +32,7 @@ use crate::limits::{
     DEFAULT_SNAPSHOT_COUNT,
 };
 use crate::raft::types::{MemberInfo, NodeId};
-use crate::server::auto_compaction::AutoCompaction;
+use crate::server::duties::auto_compaction::AutoCompaction;
 
 /// A member's configuration (etcd's flags).
 #[derive(Debug, Clone, Parser)]

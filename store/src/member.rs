@@ -59,21 +59,21 @@ use crate::raft::recovery::force_new_cluster;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::MemberAttributes;
 use crate::raft::{MemberInfo, NodeId, Raft};
-use crate::server::auth::AuthService;
-use crate::server::cluster::ClusterService;
-use crate::server::conn;
 use crate::server::core::{Core, CoreConfig, ReplicatedCaches};
-use crate::server::election::ElectionService;
-use crate::server::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
-use crate::server::grpc_dispatch::{GrpcDispatch, GrpcServices};
+use crate::server::duties::{auto_compaction, corruption, versions};
 use crate::server::http;
-use crate::server::kv::KvRoutes;
-use crate::server::lease::{spawn_lease_tasks, LeaseService};
-use crate::server::lock::LockService;
-use crate::server::maintenance::MaintenanceService;
 use crate::server::peer::PeerService;
-use crate::server::watch::WatchService;
-use crate::server::{auto_compaction, corruption, versions};
+use crate::server::to_leader::forward::{decode_reply, encode_request, LeaderReply, LeaderRequest};
+use crate::server::transport::conn;
+use crate::server::transport::grpc_dispatch::{GrpcDispatch, GrpcServices};
+use crate::server::v3rpc::auth::AuthService;
+use crate::server::v3rpc::cluster::ClusterService;
+use crate::server::v3rpc::election::ElectionService;
+use crate::server::v3rpc::kv::KvRoutes;
+use crate::server::v3rpc::lease::{spawn_lease_tasks, LeaseService};
+use crate::server::v3rpc::lock::LockService;
+use crate::server::v3rpc::maintenance::MaintenanceService;
+use crate::server::v3rpc::watch::WatchService;
 use crate::tls::{TlsFiles, TlsListener};
 use crate::watch::WatchHub;
 
@@ -428,7 +428,7 @@ impl Member {
             peers,
         );
         // Every gRPC method's rows, at zero, before the metrics are served.
-        crate::server::grpc_metrics::preregister();
+        crate::server::transport::grpc_metrics::preregister();
         let http_state =
             http::HttpState::start(core.clone(), election_timeout, config.quota_bytes());
         let grpc_health = grpc_health_service().await;
@@ -602,7 +602,7 @@ impl Member {
     /// servers' graceful stop) to finish; then they are cut off.
     pub fn shutdown(self) -> MemberFuture<'static, ()> {
         Box::pin(async move {
-            crate::server::transfer::hand_over_on_stop(&self.core).await;
+            crate::server::peer::transfer::hand_over_on_stop(&self.core).await;
             let grace = self.core.config.request_timeout;
             self.stop(grace).await;
         })
@@ -854,7 +854,10 @@ async fn serve_client(
     // HTTP router, which answers 404 as etcd's HTTP mux does.
     let app = conn::ClientApp {
         http: http::client_routes(http_state)
-            .merge(crate::server::json_gateway::routes(grpc.clone(), max_recv))
+            .merge(crate::server::http::json_gateway::routes(
+                grpc.clone(),
+                max_recv,
+            ))
             .fallback(http::not_found)
             .layer(axum::middleware::from_fn(http::cors)),
         grpc,

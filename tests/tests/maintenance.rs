@@ -935,7 +935,7 @@ async fn corrupt_alarm_refuses_writes_as_etcd() {
 /// etcdctl 3.4 (Debian's `etcd-client`) dials one endpoint for `endpoint
 /// status`, `endpoint hashkv` and `defrag` and sends the whole URL as the
 /// HTTP/2 `:authority` (`http://127.0.0.1:2379`), which etcd's grpc-go
-/// ignores and h2 refuses (store::server::authority repairs it). Each
+/// ignores and h2 refuses (store::server::transport::authority_repair repairs it). Each
 /// command must succeed on `binary` and name the endpoint, and the connection
 /// must keep serving later requests.
 async fn etcdctl34_per_endpoint_commands(binary: Binary) {

@@ -288,7 +288,7 @@ fn no_new_import_circles_between_modules() {
 #[test]
 fn the_reader_finds_a_circle_and_resolves_super() {
     let paths = named_paths(
-        "server::lock",
+        "server::v3rpc::lock",
         "use super::concurrency::{a, b::{c, d}};\nuse crate::{kv, auth::X};\n\
          let x = crate::kv::range::f(); $crate::no::y();\n#[cfg(test)]\nuse crate::tests::z;",
     );
@@ -299,9 +299,9 @@ fn the_reader_finds_a_circle_and_resolves_super() {
             "kv",
             "auth::X",
             "kv::range::f",
-            "server::concurrency::a",
-            "server::concurrency::b::c",
-            "server::concurrency::b::d",
+            "server::v3rpc::concurrency::a",
+            "server::v3rpc::concurrency::b::c",
+            "server::v3rpc::concurrency::b::d",
         ]
     );
     let graph: BTreeMap<String, BTreeSet<String>> = [
@@ -315,7 +315,7 @@ fn the_reader_finds_a_circle_and_resolves_super() {
     .collect();
     assert_eq!(circles(&graph), BTreeSet::from(["a, b, c".to_string()]));
     assert!(related("server", "server::core") && related("", "kv"));
-    assert!(!related("server::core", "server::corruption"));
+    assert!(!related("server::core", "server::duties::corruption"));
 }
 
 /// docs/architecture.md's table of the store's modules names each of its
@@ -352,4 +352,71 @@ fn the_architecture_names_every_store_module() {
         missing.is_empty() && gone.is_empty(),
         "docs/architecture.md's module table: missing {missing:?}, not modules {gone:?}"
     );
+}
+
+/// The module names a folder holds: its `.rs` files (without `mod.rs`)
+/// and its sub-folders.
+fn modules_in(dir: &Path) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).expect("a source folder") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_dir() {
+            names.insert(name);
+        } else if let Some(module) = name.strip_suffix(".rs") {
+            if module != "mod" {
+                names.insert(module.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// docs/architecture.md's module graph names each room of the store's
+/// `server` (`├─ <room>/{...}`) with every module in it, and no room
+/// that is gone.
+#[test]
+fn the_architecture_names_every_server_room_and_its_modules() {
+    let root = workspace_root();
+    let server = root.join("store/src/server");
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("architecture.md");
+    let graph = doc
+        .split("  └─ server ")
+        .nth(1)
+        .and_then(|rest| rest.split("\n  └─ ").next())
+        .expect("the server's part of the module graph");
+    let mut rooms_named = BTreeSet::new();
+    for line in graph.lines() {
+        // A room's line; a line under one starts with `│`.
+        let Some(entry) = line
+            .trim_start()
+            .strip_prefix('├')
+            .or_else(|| line.trim_start().strip_prefix('└'))
+        else {
+            continue;
+        };
+        let entry = entry.trim_start_matches('─').trim();
+        if let Some((room, _)) = entry.split_once("/{") {
+            rooms_named.insert(room.to_string());
+        }
+    }
+    let rooms: BTreeSet<String> = modules_in(&server);
+    assert_eq!(
+        rooms_named, rooms,
+        "docs/architecture.md: the server's rooms"
+    );
+    let listed: BTreeSet<String> = graph
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map(str::to_string)
+        .collect();
+    for room in &rooms {
+        let missing: Vec<String> = modules_in(&server.join(room))
+            .difference(&listed)
+            .cloned()
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/architecture.md: server::{room} has modules the graph does not name: {missing:?}"
+        );
+    }
 }

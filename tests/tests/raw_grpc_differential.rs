@@ -898,7 +898,7 @@ async fn call_with_the_request_open(
 
 /// grpc-go's server (etcd's) runs a unary call as soon as its message is
 /// read, without waiting for the client's end of stream; the candidate too
-/// (`store::server::frame_limit`), for writes and reads alike.
+/// (`store::server::transport::frame_limit`), for writes and reads alike.
 #[tokio::test]
 async fn unary_calls_are_answered_before_the_request_stream_ends() {
     let pair = Differential::start()

@@ -6,7 +6,7 @@
 //! - [`perm`]: key-range permission coverage;
 //! - [`token`]: simple and JWT tokens;
 //!
-//! The `etcdserverpb.Auth` gRPC service is `crate::server::auth`.
+//! The `etcdserverpb.Auth` gRPC service is `crate::server::v3rpc::auth`.
 //!
 //! Where checks happen (as in etcd):
 //! - Writes (Put, DeleteRange, Txn, LeaseRevoke) and auth changes carry the

@@ -39,8 +39,8 @@ use crate::raft::{
     Batch, Command, CommandResponse, Entry, LogId, MemberInfo, Membership, NodeId,
     StoredMembership, TypeConfig, Vote,
 };
-use crate::server::forward::{ForwardError, LeaderReply, LeaderRequest};
-use crate::server::transfer::{TransferMessage, TransferRefusal};
+use crate::server::peer::transfer::{TransferMessage, TransferRefusal};
+use crate::server::to_leader::forward::{ForwardError, LeaderReply, LeaderRequest};
 
 /// Environment variable: record the layouts of versions that have none.
 const RECORD_ENV: &str = "STORE_RECORD_LAYOUTS";

@@ -13,7 +13,7 @@
 //! expires early because of an election; followers have no deadlines.
 //!
 //! [`Lessor`] holds the lease table, attachments and deadlines. The gRPC
-//! Lease service and the leader's expiry loop are `crate::server::lease`.
+//! Lease service and the leader's expiry loop are `crate::server::v3rpc::lease`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;

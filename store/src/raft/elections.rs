@@ -1,5 +1,5 @@
 //! A member's control over its own elections, for leadership transfer
-//! (the algorithm is in `crate::server::transfer`; this is the state it
+//! (the algorithm is in `crate::server::peer::transfer`; this is the state it
 //! drives, kept below the server so the core can own it):
 //!
 //! - the [`TransferGate`], which every log write and ReadIndex round of the

@@ -124,7 +124,7 @@ async fn run_rounds(
     let mut waiters = Vec::new();
     while rx.recv_many(&mut waiters, READ_INDEX_QUEUE).await > 0 {
         // A leadership transfer holds rounds back, as it holds writes
-        // (see crate::server::transfer): reads resume on the new leader.
+        // (see crate::server::peer::transfer): reads resume on the new leader.
         let round = async {
             let _gate = gate.enter().await;
             confirm(&raft, &poll).await

@@ -19,6 +19,7 @@
 //! answered UNIMPLEMENTED by `grpc_dispatch`).
 
 pub mod health;
+pub mod json_gateway;
 pub mod metrics;
 pub mod probes;
 
@@ -35,8 +36,8 @@ use axum::routing::any;
 use axum::Router;
 use tokio::net::TcpListener;
 
-use super::core::Core;
 use crate::raft::leadership::Leadership;
+use crate::server::core::Core;
 use crate::tls::TlsListener;
 
 /// Go's `http.Error` and content sniffing give plain text this type.
