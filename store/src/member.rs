@@ -60,6 +60,7 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::types::MemberAttributes;
 use crate::raft::{MemberInfo, NodeId, Raft};
 use crate::server::core::{Core, CoreConfig, ReplicatedCaches};
+use crate::server::duties::auto_compaction::AutoCompaction;
 use crate::server::duties::{auto_compaction, corruption, versions};
 use crate::server::http;
 use crate::server::peer::PeerService;
@@ -258,6 +259,241 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
     Ok(raft.validate()?)
 }
 
+/// The data directory, and the flags whose values only tasks started
+/// later read, checked before anything is bound or written.
+struct StartFlags {
+    data_dir: std::path::PathBuf,
+    auto_compaction: Option<AutoCompaction>,
+    corrupt_check_periods: Vec<Duration>,
+    downgrade_check: Duration,
+    grpc_options: GrpcServerOptions,
+    progress_interval: Duration,
+}
+
+impl StartFlags {
+    fn read(config: &Config) -> anyhow::Result<Self> {
+        let flags = Self {
+            data_dir: config.data_dir(),
+            auto_compaction: config.auto_compaction()?,
+            corrupt_check_periods: config.corrupt_check_periods()?,
+            downgrade_check: config.downgrade_check_interval()?,
+            grpc_options: config.grpc_server_options()?,
+            progress_interval: config.progress_notify_interval()?,
+        };
+        crate::metrics::global().set_feature_gates(&config.gates);
+        Ok(flags)
+    }
+}
+
+/// The member's bound listeners.
+struct Listeners {
+    peer: Vec<Bound>,
+    client: Vec<Bound>,
+    metrics: Vec<Bound>,
+}
+
+impl Listeners {
+    async fn bind(config: &Config) -> anyhow::Result<Self> {
+        let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
+        let peer = bind_all(&peer_addrs, &config.peer_tls(), "--peer-").await?;
+        let client_addrs = listen_addrs("listen-client-urls", &config.listen_client_urls)?;
+        let client = bind_all(&client_addrs, &config.client_tls(), "--").await?;
+        let metrics_addrs = listen_addrs("listen-metrics-urls", &config.listen_metrics_urls)?;
+        let metrics = bind_all(&metrics_addrs, &config.client_tls(), "--").await?;
+        Ok(Self {
+            peer,
+            client,
+            metrics,
+        })
+    }
+}
+
+/// The addresses `bound` listen on.
+fn local_addrs(bound: &[Bound]) -> std::io::Result<Vec<SocketAddr>> {
+    bound.iter().map(|b| b.listener.local_addr()).collect()
+}
+
+/// What the data directory holds, opened: the engine, the member's
+/// identity, the MVCC store with its compactor, the Raft log, the lessor,
+/// auth, alarms and the cluster's versions, and the peer client.
+struct Storage {
+    engine: Arc<dyn Engine>,
+    peers: PeerNetworkFactory,
+    identity: Identity,
+    members: BTreeMap<NodeId, MemberInfo>,
+    mvcc: Arc<MvccStore>,
+    compactor: tokio::sync::mpsc::Sender<crate::mvcc::CompactionJob>,
+    log_store: LogStore,
+    lessor: Arc<Lessor>,
+    auth: Arc<AuthStore>,
+    alarms: Arc<crate::alarm::RaisedCache>,
+    cluster: Arc<ClusterStateCache>,
+}
+
+impl Storage {
+    async fn open(config: &Config, data_dir: &std::path::Path) -> anyhow::Result<Self> {
+        let opening = std::time::Instant::now();
+        let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(
+            &data_dir.join(crate::data_dir::ENGINE_DIR),
+        )?);
+        tracing::info!(
+            took_ms = opening.elapsed().as_millis() as u64,
+            "opened the storage engine"
+        );
+        let peer_tls = if config.peer_tls().enabled() || config.peer_trusted_ca_file.is_some() {
+            Some(config.peer_tls().tonic_client()?)
+        } else {
+            None
+        };
+        let peers = PeerNetworkFactory::new(peer_tls);
+        let (identity, members) = load_identity(engine.as_ref(), config, &peers).await?;
+        let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
+        let mvcc = Arc::new(mvcc);
+        let compactor = spawn_compactor(mvcc.clone(), pending);
+        let opening = std::time::Instant::now();
+        let mut log_store =
+            LogStore::open(engine.clone(), &data_dir.join(crate::data_dir::LOG_DIR))?;
+        tracing::info!(
+            took_ms = opening.elapsed().as_millis() as u64,
+            "opened the raft log"
+        );
+        if config.force_new_cluster && !identity.fresh {
+            let forced =
+                force_new_cluster(&mut log_store, engine.as_ref(), identity.member_id).await?;
+            tracing::warn!(
+                removed = ?forced.removed.iter().map(|id| format!("{id:x}")).collect::<Vec<_>>(),
+                index = forced.index,
+                "forcing restart as a one-member cluster (--force-new-cluster)"
+            );
+        }
+        let lessor = Arc::new(Lessor::new(Duration::from_millis(config.election_timeout)));
+        lessor.reload_from_store(&mvcc)?;
+        let tokens = TokenProvider::from_flag(
+            &config.auth_token,
+            Duration::from_secs(config.auth_token_ttl),
+        )?;
+        let auth = Arc::new(AuthStore::new(tokens, config.bcrypt_cost));
+        auth.load(engine.as_ref())?;
+        let alarms = Arc::new(crate::alarm::RaisedCache::load(engine.as_ref())?);
+        let cluster = Arc::new(ClusterStateCache::load(engine.as_ref())?);
+        // etcd's MustDetectDowngrade: an older binary may not serve a
+        // cluster whose version is already past it.
+        crate::cluster_version::check_binary_allowed(&cluster.get()).map_err(anyhow::Error::msg)?;
+        peers.set_protocol(versions::peer_protocol(&cluster.get()));
+        Ok(Self {
+            engine,
+            peers,
+            identity,
+            members,
+            mvcc,
+            compactor,
+            log_store,
+            lessor,
+            auth,
+            alarms,
+            cluster,
+        })
+    }
+}
+
+/// A member whose Raft runs, before its tasks and servers start.
+struct Started {
+    core: Arc<Core>,
+    hub: Arc<WatchHub>,
+    log_reader: LogStore,
+    identity: Identity,
+    /// The storage format the data directory holds now.
+    recorded_format: u32,
+}
+
+/// Starts Raft over `storage` (a fresh member of a new cluster bootstraps
+/// it), records the member's identity and the data directory's format,
+/// and builds the core.
+async fn start_raft(
+    config: &Config,
+    data_dir: &std::path::Path,
+    format: crate::data_dir::Found,
+    storage: Storage,
+) -> anyhow::Result<Started> {
+    let Storage {
+        engine,
+        peers,
+        identity,
+        members,
+        mvcc,
+        compactor,
+        log_store,
+        lessor,
+        auth,
+        alarms,
+        cluster,
+    } = storage;
+    let hub = WatchHub::new();
+    let snapshot_dir = data_dir.join(crate::data_dir::SNAPSHOT_DIR);
+    crate::raft::state_machine::snapshot_file::remove_leftovers(&snapshot_dir)?;
+    let sm = StateMachine::new(
+        mvcc.clone(),
+        snapshot_dir.clone(),
+        compactor,
+        hub.clone(),
+        lessor.clone(),
+        auth.clone(),
+    )
+    .keeping_alarms_in(alarms.clone())
+    .keeping_cluster_state_in(cluster.clone());
+    let log_reader = log_store.clone();
+    let raft = Raft::new(
+        identity.member_id,
+        Arc::new(raft_config(config)?),
+        peers.clone(),
+        log_store,
+        sm,
+    )
+    .await?;
+    if identity.fresh && config.initial_cluster_state == "new" {
+        initialize(&raft, members).await?;
+    }
+    if identity.fresh {
+        save_identity(engine.as_ref(), &identity)?;
+    }
+    // Everything is open (an older format brought up by the opening
+    // itself): record what the directory holds now.
+    let recorded_format = crate::data_dir::format_after_start(format);
+    if format != crate::data_dir::Found::Format(recorded_format) {
+        crate::data_dir::record_format(data_dir, recorded_format)?;
+        tracing::info!(found = ?format, format = recorded_format, "recorded the data directory's storage format");
+    }
+    let core = Core::new(
+        CoreConfig {
+            member_id: identity.member_id,
+            cluster_id: identity.cluster_id,
+            cluster_token: config.initial_cluster_token.clone(),
+            request_timeout: Duration::from_millis(
+                REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout,
+            ),
+            election_timeout: Duration::from_millis(config.election_timeout),
+            max_request_bytes: config.max_request_bytes,
+            max_txn_ops: config.max_txn_ops,
+            quota_bytes: config.quota_bytes(),
+            max_learners: usize::try_from(config.max_learners).unwrap_or(0),
+            snapshot_dir: Some(snapshot_dir),
+        },
+        raft,
+        mvcc,
+        lessor,
+        auth,
+        ReplicatedCaches { alarms, cluster },
+        peers,
+    );
+    Ok(Started {
+        core,
+        hub,
+        log_reader,
+        identity,
+        recorded_format,
+    })
+}
+
 /// A bound listener, with the TLS configuration if its URL is `https://`.
 struct Bound {
     listener: TcpListener,
@@ -300,133 +536,36 @@ impl Member {
         Box::pin(Self::start_serving(config))
     }
 
+    /// Starts a member in phases: the flags later tasks read, the
+    /// listeners (bound before anything is written, as etcd: a port in
+    /// use or a bad certificate fails the start first), the storage, Raft
+    /// and the core, then the tasks and servers.
     async fn start_serving(config: Config) -> anyhow::Result<Member> {
-        let data_dir = config.data_dir();
-        // Flags whose values only tasks started later read, checked before
-        // anything is bound or written.
-        let auto_compaction = config.auto_compaction()?;
-        let corrupt_check_periods = config.corrupt_check_periods()?;
-        let downgrade_check = config.downgrade_check_interval()?;
-        crate::metrics::global().set_feature_gates(&config.gates);
-        let grpc_options = config.grpc_server_options()?;
-        let progress_interval = config.progress_notify_interval()?;
+        let flags = StartFlags::read(&config)?;
+        let data_dir = flags.data_dir.clone();
         let format = crate::data_dir::prepare(&data_dir, crate::version::release().newest_format)?;
-        // Listeners first, as etcd: a port in use or a bad certificate fails
-        // the start before Raft runs or anything is written.
-        let peer_addrs = listen_addrs("listen-peer-urls", &config.listen_peer_urls)?;
-        let peer_listeners = bind_all(&peer_addrs, &config.peer_tls(), "--peer-").await?;
-        let client_addrs = listen_addrs("listen-client-urls", &config.listen_client_urls)?;
-        let client_listeners = bind_all(&client_addrs, &config.client_tls(), "--").await?;
-        let metrics_addrs = listen_addrs("listen-metrics-urls", &config.listen_metrics_urls)?;
-        let metrics_listeners = bind_all(&metrics_addrs, &config.client_tls(), "--").await?;
-        let opening = std::time::Instant::now();
-        let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(
-            &data_dir.join(crate::data_dir::ENGINE_DIR),
-        )?);
-        tracing::info!(
-            took_ms = opening.elapsed().as_millis() as u64,
-            "opened the storage engine"
-        );
-        let peer_tls = if config.peer_tls().enabled() || config.peer_trusted_ca_file.is_some() {
-            Some(config.peer_tls().tonic_client()?)
-        } else {
-            None
-        };
-        let peers = PeerNetworkFactory::new(peer_tls);
-        let (identity, members) = load_identity(engine.as_ref(), &config, &peers).await?;
-        let (mvcc, pending) = MvccStore::open_with_pending(engine.clone())?;
-        let mvcc = Arc::new(mvcc);
-        let compactor = spawn_compactor(mvcc.clone(), pending);
-        let opening = std::time::Instant::now();
-        let mut log_store =
-            LogStore::open(engine.clone(), &data_dir.join(crate::data_dir::LOG_DIR))?;
-        tracing::info!(
-            took_ms = opening.elapsed().as_millis() as u64,
-            "opened the raft log"
-        );
-        if config.force_new_cluster && !identity.fresh {
-            let forced =
-                force_new_cluster(&mut log_store, engine.as_ref(), identity.member_id).await?;
-            tracing::warn!(
-                removed = ?forced.removed.iter().map(|id| format!("{id:x}")).collect::<Vec<_>>(),
-                index = forced.index,
-                "forcing restart as a one-member cluster (--force-new-cluster)"
-            );
-        }
-        let hub = WatchHub::new();
-        let election_timeout = Duration::from_millis(config.election_timeout);
-        let lessor = Arc::new(Lessor::new(election_timeout));
-        lessor.reload_from_store(&mvcc)?;
-        let tokens = TokenProvider::from_flag(
-            &config.auth_token,
-            Duration::from_secs(config.auth_token_ttl),
-        )?;
-        let auth = Arc::new(AuthStore::new(tokens, config.bcrypt_cost));
-        auth.load(engine.as_ref())?;
-        let snapshot_dir = data_dir.join(crate::data_dir::SNAPSHOT_DIR);
-        crate::raft::state_machine::snapshot_file::remove_leftovers(&snapshot_dir)?;
-        let sm = StateMachine::new(
-            mvcc.clone(),
-            snapshot_dir,
-            compactor,
-            hub.clone(),
-            lessor.clone(),
-            auth.clone(),
-        );
-        let alarms = Arc::new(crate::alarm::RaisedCache::load(engine.as_ref())?);
-        let cluster = Arc::new(ClusterStateCache::load(engine.as_ref())?);
-        // etcd's MustDetectDowngrade: an older binary may not serve a
-        // cluster whose version is already past it.
-        crate::cluster_version::check_binary_allowed(&cluster.get()).map_err(anyhow::Error::msg)?;
-        peers.set_protocol(versions::peer_protocol(&cluster.get()));
-        let sm = sm
-            .keeping_alarms_in(alarms.clone())
-            .keeping_cluster_state_in(cluster.clone());
-        let log_reader = log_store.clone();
-        let raft = Raft::new(
-            identity.member_id,
-            Arc::new(raft_config(&config)?),
-            peers.clone(),
-            log_store,
-            sm,
-        )
-        .await?;
+        let listeners = Listeners::bind(&config).await?;
+        let storage = Storage::open(&config, &data_dir).await?;
+        let started = start_raft(&config, &data_dir, format, storage).await?;
+        Self::serve(config, flags, listeners, started).await
+    }
 
-        if identity.fresh && config.initial_cluster_state == "new" {
-            initialize(&raft, members).await?;
-        }
-        if identity.fresh {
-            save_identity(engine.as_ref(), &identity)?;
-        }
-        // Everything is open (an older format brought up by the opening
-        // itself): record what the directory holds now.
-        let recorded = crate::data_dir::format_after_start(format);
-        if format != crate::data_dir::Found::Format(recorded) {
-            crate::data_dir::record_format(&data_dir, recorded)?;
-            tracing::info!(found = ?format, format = recorded, "recorded the data directory's storage format");
-        }
-        let core = Core::new(
-            CoreConfig {
-                member_id: identity.member_id,
-                cluster_id: identity.cluster_id,
-                cluster_token: config.initial_cluster_token.clone(),
-                request_timeout: Duration::from_millis(
-                    REQUEST_TIMEOUT_BASE_MS + 2 * config.election_timeout,
-                ),
-                election_timeout,
-                max_request_bytes: config.max_request_bytes,
-                max_txn_ops: config.max_txn_ops,
-                quota_bytes: config.quota_bytes(),
-                max_learners: usize::try_from(config.max_learners).unwrap_or(0),
-                snapshot_dir: Some(data_dir.join(crate::data_dir::SNAPSHOT_DIR)),
-            },
-            raft,
-            mvcc,
-            lessor,
-            auth,
-            ReplicatedCaches { alarms, cluster },
-            peers,
-        );
+    /// The last phase of [`Member::start_serving`]: the member's tasks and
+    /// its peer, client and metrics servers.
+    async fn serve(
+        config: Config,
+        flags: StartFlags,
+        listeners: Listeners,
+        started: Started,
+    ) -> anyhow::Result<Member> {
+        let Started {
+            core,
+            hub,
+            log_reader,
+            identity,
+            recorded_format,
+        } = started;
+        let election_timeout = Duration::from_millis(config.election_timeout);
         // Every gRPC method's rows, at zero, before the metrics are served.
         crate::server::transport::grpc_metrics::preregister();
         let http_state =
@@ -436,14 +575,8 @@ impl Member {
         let (ready_tx, ready) = watch::channel(false);
         let mut member = Member {
             core: core.clone(),
-            client_addrs: client_listeners
-                .iter()
-                .map(|b| b.listener.local_addr())
-                .collect::<Result<_, _>>()?,
-            peer_addrs: peer_listeners
-                .iter()
-                .map(|b| b.listener.local_addr())
-                .collect::<Result<_, _>>()?,
+            client_addrs: local_addrs(&listeners.client)?,
+            peer_addrs: local_addrs(&listeners.peer)?,
             shutdown,
             ready,
             tasks: Vec::new(),
@@ -459,7 +592,7 @@ impl Member {
             ready_tx,
             member.shutdown.subscribe(),
         );
-        for b in peer_listeners {
+        for b in listeners.peer {
             let tls = match b.tls {
                 Some(_) => Some(config.peer_tls().tonic_server()?),
                 None => None,
@@ -477,48 +610,18 @@ impl Member {
                 return Err(e.into());
             }
         }
-        if let Some(policy) = auto_compaction {
-            auto_compaction::spawn(core.clone(), policy, member.shutdown.subscribe());
-        }
-        for every in corrupt_check_periods {
-            corruption::spawn_periodic_check(core.clone(), every, member.shutdown.subscribe());
-        }
-        versions::spawn_monitor(core.clone(), downgrade_check, member.shutdown.subscribe());
-        versions::spawn_gates(
-            core.clone(),
-            data_dir.clone(),
-            recorded,
-            member.shutdown.subscribe(),
-        );
-        crate::raft::log_bound::spawn(core.raft.clone(), log_reader, member.shutdown.subscribe());
-        for l in client_listeners {
-            let Bound { listener: l, tls } = l;
-            let services = ClientServices {
-                core: core.clone(),
-                hub: hub.clone(),
-                max_request_bytes: config.max_request_bytes,
-                progress_interval,
-                election_timeout,
-                grpc_options,
-                http: http_state.clone(),
-                grpc_health: grpc_health.clone(),
-            };
-            member.tasks.push(tokio::spawn(serve_client(
-                l,
-                tls,
-                services,
-                member.ready.clone(),
-                member.shutdown.subscribe(),
-            )));
-        }
-        for b in metrics_listeners {
-            member.tasks.push(tokio::spawn(http::serve_metrics(
-                b.listener,
-                b.tls,
-                http_state.clone(),
-                stopped(member.shutdown.subscribe()),
-            )));
-        }
+        member.spawn_duties(&flags, recorded_format, log_reader);
+        let services = ClientServices {
+            core: core.clone(),
+            hub,
+            max_request_bytes: config.max_request_bytes,
+            progress_interval: flags.progress_interval,
+            election_timeout,
+            grpc_options: flags.grpc_options,
+            http: http_state,
+            grpc_health,
+        };
+        member.serve_clients(listeners.client, listeners.metrics, services);
         tracing::info!(
             name = %config.name,
             member_id = format_args!("{:x}", identity.member_id),
@@ -528,6 +631,52 @@ impl Member {
             "member started"
         );
         Ok(member)
+    }
+
+    /// Starts what a member does on its own: auto-compaction, the periodic
+    /// corruption checks, the version monitor and gates, the log's bound.
+    fn spawn_duties(&self, flags: &StartFlags, recorded_format: u32, log_reader: LogStore) {
+        let core = &self.core;
+        if let Some(policy) = flags.auto_compaction {
+            auto_compaction::spawn(core.clone(), policy, self.shutdown.subscribe());
+        }
+        for every in &flags.corrupt_check_periods {
+            corruption::spawn_periodic_check(core.clone(), *every, self.shutdown.subscribe());
+        }
+        versions::spawn_monitor(
+            core.clone(),
+            flags.downgrade_check,
+            self.shutdown.subscribe(),
+        );
+        versions::spawn_gates(
+            core.clone(),
+            flags.data_dir.clone(),
+            recorded_format,
+            self.shutdown.subscribe(),
+        );
+        crate::raft::log_bound::spawn(core.raft.clone(), log_reader, self.shutdown.subscribe());
+    }
+
+    /// Serves `services` on each client listener and the metrics on each
+    /// metrics listener.
+    fn serve_clients(&mut self, client: Vec<Bound>, metrics: Vec<Bound>, services: ClientServices) {
+        for Bound { listener, tls } in client {
+            self.tasks.push(tokio::spawn(serve_client(
+                listener,
+                tls,
+                services.clone(),
+                self.ready.clone(),
+                self.shutdown.subscribe(),
+            )));
+        }
+        for b in metrics {
+            self.tasks.push(tokio::spawn(http::serve_metrics(
+                b.listener,
+                b.tls,
+                services.http.clone(),
+                stopped(self.shutdown.subscribe()),
+            )));
+        }
     }
 
     /// Waits until this member has published its name and client URLs
@@ -755,6 +904,7 @@ async fn serve_peer(
 }
 
 /// What the client port serves.
+#[derive(Clone)]
 struct ClientServices {
     core: Arc<Core>,
     hub: Arc<WatchHub>,
