@@ -173,28 +173,32 @@ mod tests {
         store
     }
 
-    fn stored_bytes(store: &MvccStore, req: &RangeRequest) -> Vec<u8> {
-        assert!(answers_as_stored(req));
-        let mut resp = range_stored(store, req).expect("range");
-        resp.header = ResponseHeader {
+    /// `header` as a member fills it.
+    fn filled(header: ResponseHeader) -> ResponseHeader {
+        ResponseHeader {
             cluster_id: 1,
             member_id: 2,
             raft_term: 3,
-            ..resp.header
-        };
+            ..header
+        }
+    }
+
+    /// `resp`'s encoding, its header filled.
+    fn encoded(mut resp: StoredRangeResponse) -> Vec<u8> {
+        resp.header = filled(resp.header);
         let mut buf = Vec::new();
         encode_stored(resp, &mut buf).expect("encode");
         buf
     }
 
+    fn stored_bytes(store: &MvccStore, req: &RangeRequest) -> Vec<u8> {
+        assert!(answers_as_stored(req));
+        encoded(range_stored(store, req).expect("range"))
+    }
+
     fn decoded_bytes(store: &MvccStore, req: &RangeRequest) -> Vec<u8> {
         let mut resp = range(store, req).expect("range");
-        resp.header = Some(ResponseHeader {
-            cluster_id: 1,
-            member_id: 2,
-            raft_term: 3,
-            ..resp.header.expect("header")
-        });
+        resp.header = Some(filled(resp.header.expect("header")));
         resp.encode_to_vec()
     }
 
@@ -277,16 +281,7 @@ mod tests {
         txn.put(b"k0000", b"new".to_vec(), 0, Prev::Unread)
             .expect("put");
         txn.commit(WriteBatch::new()).expect("commit");
-        let mut resp = resp;
-        resp.header = ResponseHeader {
-            cluster_id: 1,
-            member_id: 2,
-            raft_term: 3,
-            ..resp.header
-        };
-        let mut buf = Vec::new();
-        encode_stored(resp, &mut buf).expect("encode");
-        assert_eq!(buf, expected);
+        assert_eq!(encoded(resp), expected);
     }
 
     #[test]
