@@ -130,10 +130,18 @@ fn default_target_dir() -> Result<PathBuf> {
 
 /// The Cargo workspace root (the parent of this crate's directory).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    let manifest = manifest_dir();
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+/// This crate's folder (`tests/`): cargo's `CARGO_MANIFEST_DIR` when it
+/// runs the tests, else the one the crate was compiled in. Two checkouts
+/// that share one target directory share the compiled crate too (cargo
+/// keys a path package by its path inside the workspace), so the compiled
+/// path may be the other checkout's.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 #[cfg(test)]

@@ -239,7 +239,7 @@ impl Stack {
     }
 
     fn run(&self, action: &str) -> Result<std::process::Output> {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack.sh");
+        let script = integration_tests::binary::manifest_dir().join("../scripts/stack.sh");
         let out = Command::new("bash")
             .arg(script)
             .arg(action)
@@ -270,7 +270,7 @@ async fn stack_round_trip(apiservers: bool) -> Result<()> {
     let mut stack = Stack::new()?;
     if apiservers {
         let stand_in =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/stand-in-kube-apiserver");
+            integration_tests::binary::manifest_dir().join("fixtures/stand-in-kube-apiserver");
         stack
             .env
             .push(("KUBE_APISERVER", stand_in.display().to_string()));

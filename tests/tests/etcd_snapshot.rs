@@ -707,7 +707,7 @@ async fn python_etcd3_test_snapshot_passes() {
         python.display()
     );
     let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/python-etcd3-test-snapshot.py");
+        integration_tests::binary::manifest_dir().join("fixtures/python-etcd3-test-snapshot.py");
     let etcdutl = etcd35_dir().join("etcdutl");
     for binary in [
         Binary::etcd35().expect("etcd"),

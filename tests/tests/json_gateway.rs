@@ -717,11 +717,12 @@ async fn lock_and_election_routes() -> Result<()> {
 }
 
 async fn etcd3gw_run(endpoint: &str) -> Result<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/etcd3gw_check.py");
+    let script = integration_tests::binary::manifest_dir().join("scripts/etcd3gw_check.py");
     let venv = std::env::var("ETCD3GW_VENV").unwrap_or_else(|_| ETCD3GW_VENV.to_string());
     let python = format!("{venv}/bin/python");
     let out = Command::new(&python)
-        .args([script, endpoint])
+        .arg(&script)
+        .arg(endpoint)
         .output()
         .await
         .with_context(|| format!("running {python} (scripts/setup.sh installs it)"))?;

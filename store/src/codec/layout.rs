@@ -45,9 +45,13 @@ use crate::server::to_leader::forward::{ForwardError, LeaderReply, LeaderRequest
 /// Environment variable: record the layouts of versions that have none.
 const RECORD_ENV: &str = "STORE_RECORD_LAYOUTS";
 
-/// Where the recorded layouts are.
+/// Where the recorded layouts are: under cargo's `CARGO_MANIFEST_DIR` when
+/// it runs the tests (a build shared by two checkouts carries the path of
+/// the one that compiled it), else the compiled one.
 fn layouts_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("layouts")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+        .join("layouts")
 }
 
 /// The layouts of named values: each root's format, and every named type
