@@ -323,18 +323,9 @@ fn the_reader_finds_a_circle_and_resolves_super() {
 #[test]
 fn the_architecture_names_every_store_module() {
     let root = workspace_root();
-    let src = root.join("store/src");
-    let mut modules = BTreeSet::new();
-    for entry in std::fs::read_dir(&src).expect("store/src") {
-        let name = entry
-            .expect("entry")
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        let name = name.strip_suffix(".rs").unwrap_or(&name).to_string();
-        if !matches!(name.as_str(), "lib" | "main" | "bin") {
-            modules.insert(name);
-        }
+    let mut modules = modules_in(&root.join("store/src"));
+    for root_or_binaries in ["lib", "main", "bin"] {
+        modules.remove(root_or_binaries);
     }
     let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("architecture.md");
     let table = doc

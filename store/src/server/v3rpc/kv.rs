@@ -98,13 +98,19 @@ impl KvService {
             // The range duration is observed once the values are read.
             return Ok(RangeAnswer::Stored { resp, started });
         }
-        let result = kv::range::range(self.core.mvcc.as_ref(), &req);
+        self.decoded_range(&req, started).map(RangeAnswer::Decoded)
+    }
+
+    /// `req` read with its key-values decoded, the range duration observed
+    /// from `started` and the header filled.
+    fn decoded_range(&self, req: &RangeRequest, started: Instant) -> Result<RangeResponse, Status> {
+        let result = kv::range::range(self.core.mvcc.as_ref(), req);
         crate::metrics::global()
             .txn
             .observe_range(result.is_ok(), started.elapsed().as_secs_f64());
         let mut resp = result?;
         self.core.fill(&mut resp.header);
-        Ok(RangeAnswer::Decoded(resp))
+        Ok(resp)
     }
 
     async fn read_only_txn(&self, by: &AuthInfo, req: &TxnRequest) -> Result<TxnResponse, Status> {
@@ -220,14 +226,7 @@ impl Kv for KvService {
     /// [`KvRoutes`] never reaches it): the decoded answer.
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         let req = self.admit_range(req, Ranged::Once).await?;
-        let started = Instant::now();
-        let result = kv::range::range(self.core.mvcc.as_ref(), &req);
-        crate::metrics::global()
-            .txn
-            .observe_range(result.is_ok(), started.elapsed().as_secs_f64());
-        let mut resp = result?;
-        self.core.fill(&mut resp.header);
-        Ok(Response::new(resp))
+        self.decoded_range(&req, Instant::now()).map(Response::new)
     }
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {

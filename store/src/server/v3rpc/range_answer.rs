@@ -24,7 +24,7 @@
 
 use std::time::Instant;
 
-use etcd_proto::codec::{encode_range_consuming, EtcdCodec, EtcdDecoder};
+use etcd_proto::codec::{EtcdCodec, EtcdDecoder, EtcdEncoder};
 use etcd_proto::etcdserverpb::{RangeRequest, RangeResponse};
 use prost::bytes::BufMut;
 use prost::encoding::{self, WireType};
@@ -81,7 +81,9 @@ impl Codec for RangeAnswerCodec {
     type Decoder = EtcdDecoder<RangeRequest>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        RangeAnswerEncoder
+        RangeAnswerEncoder {
+            decoded: EtcdCodec::<RangeResponse, RangeRequest>::default().encoder(),
+        }
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -89,8 +91,11 @@ impl Codec for RangeAnswerCodec {
     }
 }
 
-/// Encodes a [`RangeAnswer`] (see the module docs).
-pub struct RangeAnswerEncoder;
+/// Encodes a [`RangeAnswer`] (see the module docs): a decoded one as every
+/// other answer is encoded.
+pub struct RangeAnswerEncoder {
+    decoded: EtcdEncoder<RangeResponse>,
+}
 
 impl Encoder for RangeAnswerEncoder {
     type Item = RangeAnswer;
@@ -98,11 +103,7 @@ impl Encoder for RangeAnswerEncoder {
 
     fn encode(&mut self, item: RangeAnswer, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
         match item {
-            RangeAnswer::Decoded(mut resp) => {
-                buf.reserve(resp.encoded_len());
-                encode_range_consuming(&mut resp, buf);
-                Ok(())
-            }
+            RangeAnswer::Decoded(resp) => self.decoded.encode(resp, buf),
             RangeAnswer::Stored { resp, started } => {
                 let written = encode_stored(resp, buf);
                 crate::metrics::global()
@@ -114,7 +115,7 @@ impl Encoder for RangeAnswerEncoder {
     }
 
     fn buffer_settings(&self) -> BufferSettings {
-        BufferSettings::default()
+        self.decoded.buffer_settings()
     }
 }
 
