@@ -895,6 +895,9 @@ async fn serve_peer(
         .layer(tower::util::MapRequestLayer::new(
             crate::server::peer::end_after_one_message,
         ))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::server::peer::announce_peer_protocol,
+        ))
         .add_service(svc)
         .serve_with_incoming_shutdown(incoming, stopped(shutdown))
         .await;

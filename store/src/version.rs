@@ -30,18 +30,35 @@ pub const TEST_SERVER_VERSION_ENV: &str = "ETCDRS_TEST_SERVER_VERSION";
 /// (tests/tests/upgrade.rs) then need one build only.
 pub const TEST_NEXT_RELEASE_ENV: &str = "ETCDRS_TEST_NEXT_RELEASE";
 
+/// Test-only: with this set to `1` the process is the *previous build* of
+/// this release: the same version and storage format, but peer protocol 1
+/// only, and it announces no protocol in its answers, as builds before
+/// peer protocol 2 did. A rolling upgrade from it (tests/tests/upgrade.rs)
+/// then needs one build only.
+pub const TEST_PREVIOUS_BUILD_ENV: &str = "ETCDRS_TEST_PREVIOUS_BUILD";
+
 /// A release's storage formats and peer protocols, each with the cluster
 /// (or storage) version, `[major, minor]`, from which it may be used:
 /// a member writes the newest format its storage version allows and
 /// sends the newest protocol its cluster version allows, never past its
 /// own release's, so that every member of the cluster can read them.
+/// A protocol is also sent to a member only once that member has
+/// announced it speaks it ([`crate::raft::peer_protocol`]): builds of one
+/// release may differ in their protocols, and the cluster version cannot
+/// tell them apart.
 ///
-/// | format | protocol | from | what |
-/// | --- | --- | --- | --- |
-/// | 2 | 1 | 3.6 | this release ([`crate::data_dir`]'s formats, `storepeer`'s messages) |
-/// | 3 | 2 | 3.7 | the test-only next release: the same layouts under new numbers, so the upgrade test exercises the gates, the migration and the refusals |
+/// | format | from | what |
+/// | --- | --- | --- |
+/// | 2 | 3.6 | this release ([`crate::data_dir`]'s formats) |
+/// | 3 | 3.7 | the test-only next release: format 2's layout under a new number, so the upgrade test exercises the gates, the migration and the refusals |
+///
+/// | protocol | from | what |
+/// | --- | --- | --- |
+/// | 1 | 3.6 | `storepeer`'s messages; a Raft failure answered as its text |
+/// | 2 | 3.6 | a Raft failure answered typed ([`crate::raft::peer_protocol::RaftFailure`]) |
+/// | 3 | 3.7 | the test-only next release: protocol 2's layout under a new number |
 const FORMATS: [(u32, [u64; 2]); 2] = [(2, [3, 6]), (3, [3, 7])];
-const PEER_PROTOCOLS: [(u32, [u64; 2]); 2] = [(1, [3, 6]), (2, [3, 7])];
+const PEER_PROTOCOLS: [(u32, [u64; 2]); 3] = [(1, [3, 6]), (2, [3, 6]), (3, [3, 7])];
 
 /// What one release presents, writes and speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,38 +71,67 @@ pub struct Release {
     pub newest_format: u32,
     /// The newest peer protocol it speaks.
     pub newest_peer_protocol: u32,
+    /// Whether its peer answers announce the newest protocol it speaks
+    /// ([`PEER_PROTOCOL_HEADER`]); builds before protocol 2 did not.
+    pub announces_peer_protocol: bool,
 }
 
-/// The release this process is: this one, the test-only next one
-/// ([`TEST_NEXT_RELEASE_ENV`]), or this one presenting the server version
-/// given in [`TEST_SERVER_VERSION_ENV`]. Read once.
+/// Which build a test runs this one as ([`TEST_NEXT_RELEASE_ENV`],
+/// [`TEST_PREVIOUS_BUILD_ENV`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Build {
+    /// This build.
+    This,
+    /// The next release.
+    Next,
+    /// The previous build of this release.
+    Previous,
+}
+
+/// The release this process is: this one, the test-only next one or
+/// previous build, or this one presenting the server version given in
+/// [`TEST_SERVER_VERSION_ENV`]. Read once.
 pub fn release() -> &'static Release {
     static RELEASE: std::sync::LazyLock<Release> = std::sync::LazyLock::new(|| {
-        let next = std::env::var(TEST_NEXT_RELEASE_ENV).is_ok_and(|v| v == "1");
-        release_of(next, std::env::var(TEST_SERVER_VERSION_ENV).ok())
+        let on = |name| std::env::var(name).is_ok_and(|v| v == "1");
+        let build = if on(TEST_NEXT_RELEASE_ENV) {
+            Build::Next
+        } else if on(TEST_PREVIOUS_BUILD_ENV) {
+            Build::Previous
+        } else {
+            Build::This
+        };
+        release_of(build, std::env::var(TEST_SERVER_VERSION_ENV).ok())
     });
     &RELEASE
 }
 
-/// The release [`release`] describes, given the two test-only switches.
-fn release_of(next: bool, presented: Option<String>) -> Release {
+/// The release [`release`] describes, given the test-only switches.
+fn release_of(build: Build, presented: Option<String>) -> Release {
     let [major, minor, _] = parse_release(SERVER_VERSION).expect("SERVER_VERSION parses");
-    if next {
+    if build == Build::Next {
         let version = format!("{major}.{}.0", minor + 1);
         return Release {
             server_version: version.clone(),
             storage_version: version,
             newest_format: crate::data_dir::FORMAT_VERSION + 1,
             newest_peer_protocol: PEER_PROTOCOL_VERSION + 1,
+            announces_peer_protocol: true,
         };
     }
+    let previous = build == Build::Previous;
     Release {
         server_version: presented
             .filter(|v| parse_release(v).is_some())
             .unwrap_or_else(|| SERVER_VERSION.to_string()),
         storage_version: STORAGE_VERSION.to_string(),
         newest_format: crate::data_dir::FORMAT_VERSION,
-        newest_peer_protocol: PEER_PROTOCOL_VERSION,
+        newest_peer_protocol: if previous {
+            OLDEST_PEER_PROTOCOL
+        } else {
+            PEER_PROTOCOL_VERSION
+        },
+        announces_peer_protocol: !previous,
     }
 }
 
@@ -147,9 +193,10 @@ pub fn parse_release(text: &str) -> Option<[u64; 3]> {
 /// their peer connections' `user-agent` ([`peer_user_agent`]); a member
 /// refuses requests of a version it does not speak ([`speaks_peer_protocol`])
 /// rather than misread them, and sends the newest one the cluster version
-/// allows ([`peer_protocol_for`]). Builds before it was announced spoke
+/// allows ([`peer_protocol_for`]) and the receiver announced
+/// ([`PEER_PROTOCOL_HEADER`]). Builds before it was announced spoke
 /// version 1.
-pub const PEER_PROTOCOL_VERSION: u32 = 1;
+pub const PEER_PROTOCOL_VERSION: u32 = 2;
 
 /// The oldest peer protocol this build speaks.
 pub const OLDEST_PEER_PROTOCOL: u32 = 1;
@@ -164,6 +211,21 @@ const UNANNOUNCED_PEER_PROTOCOL: u32 = 1;
 
 /// The `user-agent` token that announces the peer protocol.
 const PEER_PROTOCOL_TOKEN: &str = "peer-protocol/";
+
+/// The header of every peer answer that announces the newest peer protocol
+/// the answering member speaks (a number); an answer without it comes from
+/// a build that speaks protocol 1 only. etcd's members learn each other's
+/// stream formats from their answers' `X-Server-Version` the same way.
+pub const PEER_PROTOCOL_HEADER: &str = "peer-protocol";
+
+/// The newest peer protocol a peer answer's headers announce (1 when they
+/// announce none; `None` when the number does not parse).
+pub fn announced_peer_protocol(headers: &http::HeaderMap) -> Option<u32> {
+    match headers.get(PEER_PROTOCOL_HEADER) {
+        None => Some(UNANNOUNCED_PEER_PROTOCOL),
+        Some(value) => value.to_str().ok()?.parse().ok(),
+    }
+}
 
 /// The `user-agent` of this member's peer connections that send
 /// `protocol` (see [`peer_protocol_for`]).
@@ -222,29 +284,54 @@ mod tests {
 
     #[test]
     fn the_next_release_is_one_minor_up_with_the_next_format_and_protocol() {
-        let this = release_of(false, None);
+        let this = release_of(Build::This, None);
         assert_eq!(this.server_version, SERVER_VERSION);
         assert_eq!(this.storage_version, STORAGE_VERSION);
+        assert!(this.announces_peer_protocol);
         assert_eq!(
-            release_of(false, Some("3.5.21".into())).server_version,
+            release_of(Build::This, Some("3.5.21".into())).server_version,
             "3.5.21"
         );
         assert_eq!(
-            release_of(false, Some("three".into())).server_version,
+            release_of(Build::This, Some("three".into())).server_version,
             SERVER_VERSION
         );
-        let next = release_of(true, Some("3.5.21".into()));
+        let next = release_of(Build::Next, Some("3.5.21".into()));
         assert_eq!(next.server_version, "3.7.0");
         assert_eq!(next.storage_version, "3.7.0");
         assert_eq!(next.newest_format, this.newest_format + 1);
         assert_eq!(next.newest_peer_protocol, this.newest_peer_protocol + 1);
     }
 
+    /// The previous build is this release speaking protocol 1 only,
+    /// announcing none.
+    #[test]
+    fn the_previous_build_speaks_protocol_1_and_announces_nothing() {
+        let (this, previous) = (
+            release_of(Build::This, None),
+            release_of(Build::Previous, None),
+        );
+        assert_eq!(previous.server_version, this.server_version);
+        assert_eq!(previous.newest_format, this.newest_format);
+        assert_eq!(previous.newest_peer_protocol, 1);
+        assert!(!previous.announces_peer_protocol);
+    }
+
+    #[test]
+    fn the_announced_protocol_is_read_from_the_answer() {
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(announced_peer_protocol(&headers), Some(1));
+        headers.insert(PEER_PROTOCOL_HEADER, http::HeaderValue::from_static("2"));
+        assert_eq!(announced_peer_protocol(&headers), Some(2));
+        headers.insert(PEER_PROTOCOL_HEADER, http::HeaderValue::from_static("two"));
+        assert_eq!(announced_peer_protocol(&headers), None);
+    }
+
     /// Formats and protocols follow the storage and cluster versions,
     /// capped at the release's own.
     #[test]
     fn formats_and_protocols_are_gated_by_the_versions() {
-        let (this, next) = (release_of(false, None), release_of(true, None));
+        let (this, next) = (release_of(Build::This, None), release_of(Build::Next, None));
         let format = |v, r: &Release| newest_usable(&FORMATS, v, r.newest_format);
         let protocol = |v, r: &Release| newest_usable(&PEER_PROTOCOLS, v, r.newest_peer_protocol);
         assert_eq!(format(None, &next), 2);
@@ -262,9 +349,10 @@ mod tests {
         );
         assert_eq!(format(Some([4, 0]), &next), 3);
         assert_eq!(protocol(None, &next), 1);
-        assert_eq!(protocol(Some([3, 6]), &next), 1);
-        assert_eq!(protocol(Some([3, 7]), &next), 2);
-        assert_eq!(protocol(Some([3, 7]), &this), 1);
+        assert_eq!(protocol(Some([3, 5]), &next), 1);
+        assert_eq!(protocol(Some([3, 6]), &next), 2);
+        assert_eq!(protocol(Some([3, 7]), &next), 3);
+        assert_eq!(protocol(Some([3, 7]), &this), 2);
         assert_eq!(format(Some([3, 6]), &this), crate::data_dir::FORMAT_VERSION);
         assert_eq!(protocol(Some([3, 6]), &this), PEER_PROTOCOL_VERSION);
     }

@@ -5,28 +5,37 @@
 //!
 //! The next release is this build started with the test-only
 //! `ETCDRS_TEST_NEXT_RELEASE=1`: it presents 3.7.0, writes storage format
-//! 3 and speaks peer protocol 2, but only once the cluster version allows
+//! 3 and speaks peer protocol 3, but only once the cluster version allows
 //! them; this release reads neither (it refuses the format at start and
 //! the protocol per request), so using either too early fails the run.
 //!
 //! 1. Three members of this release (3.6.14; cluster version 3.6.0,
-//!    format 2).
+//!    format 2, protocol 2).
 //! 2. Each member in turn replaced by the next release. While any member
 //!    runs 3.6 the cluster version stays 3.6.0, so the format stays 2 and
-//!    the protocol 1; once all run 3.7 the leader raises it to 3.7.0, every
-//!    member migrates its directory to format 3 and sends protocol 2.
+//!    the protocol 2; once all run 3.7 the leader raises it to 3.7.0, every
+//!    member migrates its directory to format 3 and sends protocol 3.
 //! 3. etcd 3.6's downgrade: `Downgrade VALIDATE 3.6`, `ENABLE 3.6`; the
 //!    leader lowers the cluster version to 3.6.0, every member migrates
-//!    back to format 2 and sends protocol 1 again (the operator checks
+//!    back to format 2 and sends protocol 2 again (the operator checks
 //!    each member's storage version before replacing any).
 //! 4. Each member in turn replaced by this release; once all run 3.6 the
 //!    leader ends the downgrade.
 //!
-//! Checked: every member's versions and format after each phase; the
-//! robustness checks (linearizable history, no lost acknowledged write,
-//! the members' HashKV agree, watch guarantees, no lease expired early);
-//! and no failed request to a member that was up (one in flight on, or
-//! sent to, the member being replaced is excused until it serves again).
+//! The second test rolls between two builds of this release: the
+//! previous build (`ETCDRS_TEST_PREVIOUS_BUILD=1`: peer protocol 1 only,
+//! announcing none, as builds before protocol 2) and this one. The cluster
+//! version cannot tell them apart (both present 3.6.14), so each member
+//! learns what the others speak from their answers: every member is
+//! rolled back to the previous build, then upgraded again; at the end each
+//! member has learned protocol 2 from every other.
+//!
+//! Checked: every member's versions and format after each phase, and the
+//! protocol each member learned from every other; the robustness checks
+//! (linearizable history, no lost acknowledged write, the members' HashKV
+//! agree, watch guarantees, no lease expired early); and no failed request
+//! to a member that was up (one in flight on, or sent to, the member being
+//! replaced is excused until it serves again).
 //!
 //! Run: `cargo test --release -p integration-tests --test integration upgrade::`
 
@@ -45,6 +54,14 @@ use crate::versions::{downgrade, enabled, wait_versions, ENABLE, VALIDATE};
 
 /// The test-only switch that makes a member the next release.
 const NEXT_RELEASE_ENV: &str = "ETCDRS_TEST_NEXT_RELEASE";
+/// The test-only switch that makes a member the previous build of this
+/// release.
+const PREVIOUS_BUILD_ENV: &str = "ETCDRS_TEST_PREVIOUS_BUILD";
+/// The log message of a member that learned another's peer protocol.
+const LEARNED: &str = "learned a member's peer protocol";
+/// The log message of a member whose cluster version allows another
+/// peer protocol.
+const CHANGED: &str = "changed the peer protocol";
 /// The seed of the clients' choices.
 const SEED: u64 = 1;
 
@@ -57,17 +74,32 @@ struct Release {
     cluster: &'static str,
     /// `member/store-format` once the cluster runs it.
     format: &'static str,
+    /// The newest peer protocol it speaks and announces.
+    protocol: u64,
+    /// The test-only switch that starts it, if any.
+    switch: Option<&'static str>,
 }
 
 const THIS: Release = Release {
     server: "3.6.14",
     cluster: "3.6.0",
     format: "2",
+    protocol: 2,
+    switch: None,
 };
 const NEXT: Release = Release {
     server: "3.7.0",
     cluster: "3.7.0",
     format: "3",
+    protocol: 3,
+    switch: Some(NEXT_RELEASE_ENV),
+};
+const PREVIOUS: Release = Release {
+    server: "3.6.14",
+    cluster: "3.6.0",
+    format: "2",
+    protocol: 1,
+    switch: Some(PREVIOUS_BUILD_ENV),
 };
 
 /// Load between two steps.
@@ -109,15 +141,16 @@ fn roll(cluster: &Cluster, clock: Clock) -> Disturbing<'_> {
         settle(cluster, &running, THIS, None).await?;
         for i in 0..MEMBERS {
             tokio::time::sleep(STEP_LOAD).await;
-            steps.push(replace(cluster, clock, i, NEXT).await?);
+            steps.push(replace(cluster, clock, i, running[i], NEXT).await?);
             running[i] = NEXT;
             let cluster_release = if i + 1 < MEMBERS { THIS } else { NEXT };
             settle(cluster, &running, cluster_release, None).await?;
         }
+        learned(cluster, NEXT.protocol).await?;
         for i in 0..MEMBERS {
             let log = cluster.log(i);
             ensure!(
-                log.contains("changed the peer protocol")
+                last_said(&log, CHANGED).values().last() == Some(&NEXT.protocol)
                     && log.contains("migrated the storage format"),
                 "member {i} did not move to the next protocol and format:\n{}",
                 cluster.log_tail(i)
@@ -131,30 +164,124 @@ fn roll(cluster: &Cluster, clock: Clock) -> Disturbing<'_> {
         settle(cluster, &running, THIS, Some(&enabled)).await?;
         for i in 0..MEMBERS {
             tokio::time::sleep(STEP_LOAD).await;
-            steps.push(replace(cluster, clock, i, THIS).await?);
+            steps.push(replace(cluster, clock, i, running[i], THIS).await?);
             running[i] = THIS;
             let downgrading = (i + 1 < MEMBERS).then_some(&enabled);
             settle(cluster, &running, THIS, downgrading).await?;
         }
+        learned(cluster, THIS.protocol).await?;
         tokio::time::sleep(STEP_LOAD).await;
         Ok(steps)
     })
 }
 
-/// Stops member `i` gracefully and starts it as `release`; the step, from
-/// the SIGTERM until every member serves again.
-async fn replace(cluster: &Cluster, clock: Clock, i: usize, release: Release) -> Result<Injected> {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_to_the_previous_build_and_back_fail_no_request() {
+    let config = ClusterConfig::new(MEMBERS);
+    let report = robustness::run_with(Server::Candidate, SEED, config, roll_builds)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!("{report}");
+    assert_eq!(report.failure(), None);
+    let failed = report.failed_on_up_members();
+    assert!(
+        failed.is_empty(),
+        "{} requests failed on members that were up:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    assert_eq!(
+        report.faults.len(),
+        2 * MEMBERS,
+        "every member replaced twice"
+    );
+}
+
+/// The rollback to the previous build and the upgrade back (module docs).
+fn roll_builds(cluster: &Cluster, clock: Clock) -> Disturbing<'_> {
+    Box::pin(async move {
+        let mut steps = Vec::new();
+        let mut running = [THIS; MEMBERS];
+        settle(cluster, &running, THIS, None).await?;
+        learned(cluster, THIS.protocol).await?;
+        for release in [PREVIOUS, THIS] {
+            for i in 0..MEMBERS {
+                tokio::time::sleep(STEP_LOAD).await;
+                steps.push(replace(cluster, clock, i, running[i], release).await?);
+                running[i] = release;
+                settle(cluster, &running, THIS, None).await?;
+            }
+        }
+        learned(cluster, THIS.protocol).await?;
+        tokio::time::sleep(STEP_LOAD).await;
+        Ok(steps)
+    })
+}
+
+/// Waits until the leader has last learned peer protocol `protocol` from
+/// every follower and every follower from the leader (from their logs).
+/// Members learn from the answers to what they send, and followers send
+/// nothing to each other, so only these pairs are sure to have talked.
+async fn learned(cluster: &Cluster, protocol: u64) -> Result<()> {
+    let mut ids = Vec::with_capacity(MEMBERS);
+    for i in 0..MEMBERS {
+        ids.push(format!("{:x}", cluster.member_id(i).await?));
+    }
+    retry_until(
+        &format!("the leader and its followers learned peer protocol {protocol} of each other"),
+        VERSIONS_SETTLE,
+        || async {
+            let leader = cluster.leader().await?;
+            let pairs = (0..MEMBERS)
+                .filter(|&i| i != leader)
+                .flat_map(|i| [(leader, i), (i, leader)]);
+            for (i, j) in pairs {
+                let learned = last_said(&cluster.log(i), LEARNED);
+                let of_j = learned.get(ids[j].as_str());
+                ensure!(
+                    of_j == Some(&protocol),
+                    "member {i} last learned {of_j:?} of member {j}"
+                );
+            }
+            Ok(())
+        },
+    )
+    .await
+    .with_context(|| cluster.log_tails())
+}
+
+/// The last `to` of each member (`member`, "" if the line names none) in
+/// the JSON log lines whose message is `message`.
+fn last_said(log: &str, message: &str) -> std::collections::BTreeMap<String, u64> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["msg"] == message)
+        .filter_map(|line| {
+            let member = line["member"].as_str().unwrap_or_default().to_string();
+            Some((member, line["to"].as_u64()?))
+        })
+        .collect()
+}
+
+/// Stops member `i` gracefully and starts it as `release` (it ran `from`);
+/// the step, from the SIGTERM until every member serves again.
+async fn replace(
+    cluster: &Cluster,
+    clock: Clock,
+    i: usize,
+    from: Release,
+    release: Release,
+) -> Result<Injected> {
     let at = clock.now();
     let exit = cluster.terminate(i, STOP_DEADLINE).await?;
     ensure!(exit.success(), "member {i} stopped with {exit}");
-    if release == NEXT {
-        cluster.restart_under(i, &["env".to_string(), format!("{NEXT_RELEASE_ENV}=1")])?;
-    } else {
-        cluster.restart(i)?;
+    match release.switch {
+        Some(switch) => cluster.restart_under(i, &["env".to_string(), format!("{switch}=1")])?,
+        None => cluster.restart(i)?,
     }
     cluster.wait_member_ready(i).await?;
     cluster.wait_healthy().await?;
-    let kind = if release == NEXT {
+    let kind = if release.protocol > from.protocol {
         FaultKind::UpgradeMember
     } else {
         FaultKind::DowngradeMember

@@ -252,7 +252,9 @@ async fn a_rolling_downgrade_finishes_when_every_member_runs_the_target() {
 
 /// A peer request announcing a peer protocol the member does not speak
 /// (a newer build's) is refused with FailedPrecondition, before its
-/// message is read; one in the member's own protocol is read.
+/// message is read; one in a protocol the member speaks (1 or 2) is read.
+/// Every answer, the refusal too, announces the newest protocol the member
+/// speaks.
 #[tokio::test]
 async fn a_newer_peer_protocol_is_refused() -> Result<()> {
     use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
@@ -273,20 +275,40 @@ async fn a_newer_peer_protocol_is_refused() -> Result<()> {
             anyhow::Ok(answer)
         }
     };
-    let refused = vote("etcd-rs-store/9.9.9 peer-protocol/2")
+    let announced = |metadata: &tonic::metadata::MetadataMap| {
+        metadata
+            .get("peer-protocol")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let refused = vote("etcd-rs-store/9.9.9 peer-protocol/3")
         .await?
-        .expect_err("a vote in peer protocol 2");
+        .expect_err("a vote in peer protocol 3");
     ensure!(refused.code() == Code::FailedPrecondition, "{refused:?}");
     ensure!(
         refused
             .message()
-            .starts_with("peer protocol 2 is not one this member speaks (1 to 1)"),
+            .starts_with("peer protocol 3 is not one this member speaks (1 to 2)"),
         "{refused:?}"
     );
-    let read = vote("etcd-rs-store/3.6.14 peer-protocol/1").await?;
     ensure!(
-        !matches!(&read, Err(s) if s.code() == Code::FailedPrecondition),
-        "protocol 1 refused: {read:?}"
+        announced(refused.metadata()).as_deref() == Some("2"),
+        "{refused:?}"
     );
+    for agent in [
+        "etcd-rs-store/3.6.14 peer-protocol/1",
+        "etcd-rs-store/3.6.14 peer-protocol/2",
+    ] {
+        let read = vote(agent).await?;
+        let status = read.as_ref().expect_err("the payload is not a vote");
+        ensure!(
+            status.code() == Code::InvalidArgument,
+            "{agent}: refused before reading: {read:?}"
+        );
+        ensure!(
+            announced(status.metadata()).as_deref() == Some("2"),
+            "{agent}: {read:?}"
+        );
+    }
     Ok(())
 }

@@ -32,6 +32,7 @@ use crate::auth::state::AuthState;
 use crate::auth::{AuthCommand, AuthReply};
 use crate::errors::EtcdError;
 use crate::raft::network::SnapshotHeader;
+use crate::raft::peer_protocol::RaftFailure;
 use crate::raft::state_machine::snapshot_file::SavedMeta;
 use crate::raft::state_machine::Partial;
 use crate::raft::types::MemberAttributes;
@@ -158,15 +159,15 @@ fn storage_layouts() -> String {
         .text()
 }
 
-/// What members send each other (payloads of `storepeer.RaftPeer`; an
-/// answer is a `Result` of the two sides named).
-fn peer_layouts() -> String {
+/// What members send each other in peer protocol `protocol` (payloads of
+/// `storepeer.RaftPeer`; an answer is a `Result` of the two sides named).
+fn peer_layouts(protocol: u32) -> String {
     use openraft::raft::{
         AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
-        TransferLeaderRequest, VoteRequest, VoteResponse,
+        TransferLeaderError, TransferLeaderRequest, VoteRequest, VoteResponse,
     };
     use openraft::ChangeMembers;
-    entry_enums(Layouts::new())
+    let layouts = entry_enums(Layouts::new())
         .enumeration::<AuthReply>()
         .enumeration::<EtcdError>()
         .enumeration::<CommandResponse>()
@@ -178,7 +179,35 @@ fn peer_layouts() -> String {
         .enumeration::<AppendEntriesResponse<TypeConfig>>()
         .enumeration::<StreamAppendError<TypeConfig>>()
         .enumeration::<TransferRefusal>()
-        .enumeration::<TransferMessage>()
+        .enumeration::<TransferMessage>();
+    let layouts = if protocol == 1 {
+        // Protocol 1's names of the two transfer methods are each other's.
+        layouts
+            .root::<String>(
+                "AppendEntries, Vote, PreVote, InstallSnapshot, StreamAppend: answer, Err",
+            )
+            .root::<TransferLeaderRequest<TypeConfig>>("LeaderTransfer: request")
+            .root::<TransferMessage>("TransferLeader: request")
+            .root::<()>("TransferLeader: answer, Ok")
+            .root::<TransferRefusal>("TransferLeader: answer, Err")
+    } else {
+        layouts
+            .enumeration::<RaftFailure>()
+            .root::<RaftFailure>(
+                "AppendEntries, Vote, PreVote, InstallSnapshot, StreamAppend, TransferLeader: \
+                 answer, Err",
+            )
+            .root::<TransferMessage>("LeaderTransfer: request")
+            .root::<()>("LeaderTransfer: answer, Ok")
+            .root::<TransferRefusal>("LeaderTransfer: answer, Err")
+            .enumeration::<TransferLeaderError<TypeConfig>>()
+            .root::<TransferLeaderRequest<TypeConfig>>("TransferLeader: request")
+            .root::<()>("TransferLeader: answer, Ok (itself a Result), Ok")
+            .root::<TransferLeaderError<TypeConfig>>(
+                "TransferLeader: answer, Ok (itself a Result), Err",
+            )
+    };
+    layouts
         .root::<AppendEntriesRequest<TypeConfig>>("AppendEntries, StreamAppend: request")
         .root::<AppendEntriesResponse<TypeConfig>>("AppendEntries: answer, Ok")
         .root::<Option<LogId>>("StreamAppend: answer, Ok")
@@ -187,7 +216,6 @@ fn peer_layouts() -> String {
         .root::<VoteResponse<TypeConfig>>("Vote, PreVote: answer, Ok")
         .root::<SnapshotHeader>("InstallSnapshot: header")
         .root::<SnapshotResponse<TypeConfig>>("InstallSnapshot: answer, Ok")
-        .root::<String>("AppendEntries, Vote, PreVote, InstallSnapshot, StreamAppend: answer, Err")
         .root::<LeaderRequest>("Forward: request")
         .root::<LeaderReply>("Forward, ForwardStream: answer, Ok")
         .root::<ForwardError>("Forward, ForwardStream, ReadIndex: answer, Err")
@@ -195,10 +223,6 @@ fn peer_layouts() -> String {
         .root::<u64>("ForwardStream: answer's id (before the Result); ReadIndex: answer, Ok")
         .root::<Vote>("ConfirmLeader: request")
         .root::<bool>("ConfirmLeader: answer")
-        .root::<TransferLeaderRequest<TypeConfig>>("LeaderTransfer: request")
-        .root::<TransferMessage>("TransferLeader: request")
-        .root::<()>("TransferLeader: answer, Ok")
-        .root::<TransferRefusal>("TransferLeader: answer, Err")
         .text()
 }
 
@@ -253,14 +277,18 @@ fn stored_layouts_are_those_of_the_storage_format() {
     );
 }
 
+/// Every protocol this build speaks, the oldest included: a member of an
+/// earlier build may still send it.
 #[test]
-fn peer_messages_are_those_of_the_peer_protocol() {
-    let protocol = crate::version::PEER_PROTOCOL_VERSION;
-    check(
-        &format!("peer-protocol-{protocol}"),
-        "version::PEER_PROTOCOL_VERSION",
-        &peer_layouts(),
-    );
+fn peer_messages_are_those_of_the_peer_protocols() {
+    use crate::version::{OLDEST_PEER_PROTOCOL, PEER_PROTOCOL_VERSION};
+    for protocol in OLDEST_PEER_PROTOCOL..=PEER_PROTOCOL_VERSION {
+        check(
+            &format!("peer-protocol-{protocol}"),
+            "version::PEER_PROTOCOL_VERSION",
+            &peer_layouts(protocol),
+        );
+    }
 }
 
 #[test]

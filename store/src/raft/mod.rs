@@ -28,6 +28,7 @@ pub mod log_bound;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
+pub mod peer_protocol;
 pub mod read_index;
 pub mod recovery;
 pub mod state_machine;

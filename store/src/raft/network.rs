@@ -9,10 +9,10 @@
 //! a stream of AppendEntries requests and reads the answers from another
 //! stream; both travel over one bidirectional gRPC stream, so the leader
 //! sends the next entries while the follower is still writing the previous
-//! ones (etcd's rafthttp pipelines its appends the same way). A Raft error
-//! on the receiving member comes back as text inside the answer and is
-//! surfaced as `RPCError::Network`; transport failures are `Unreachable`,
-//! so openraft backs off.
+//! ones (etcd's rafthttp pipelines its appends the same way). A Raft
+//! failure on the receiving member comes back inside the answer
+//! ([`super::peer_protocol::RaftFailure`]); it and transport failures are
+//! `Unreachable`, so openraft backs off.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::commit_hold::{CommitHold, CommitRelease};
+use super::peer_protocol::PeerChannel;
 use super::state_machine::snapshot_file::{SnapshotFile, SnapshotSource};
 use super::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
@@ -48,25 +49,35 @@ use crate::limits::{PEER_RPC_TIMEOUT_MS, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_SEND_CHU
 /// HTTP/2 connection, so no round pays for a new connection.
 ///
 /// Every channel announces the peer protocol its requests are in
-/// ([`crate::version::peer_user_agent`]): the one the cluster version
-/// allows ([`Self::set_protocol`]). When it changes, the next call to
-/// each member opens a new channel in the new protocol; a stream opened
-/// before (a replication or forwarding stream) keeps the protocol it was
-/// opened in until it ends.
+/// ([`crate::version::peer_user_agent`]): the newest the cluster version
+/// allows ([`Self::set_protocol`]) and the member announced
+/// ([`super::peer_protocol`]). When it changes, the next call to the
+/// member opens a new channel in the new protocol; a stream opened before
+/// (a replication or forwarding stream) keeps the protocol it was opened
+/// in until it ends.
 #[derive(Clone)]
 pub struct PeerNetworkFactory {
-    channels: Arc<Mutex<HashMap<NodeId, CachedChannel>>>,
+    peers: Arc<Mutex<HashMap<NodeId, Peer>>>,
     protocol: Arc<AtomicU32>,
     tls: Option<ClientTlsConfig>,
     /// Ends every replication stream's commit hold (see [`CommitHold`]).
     commit_release: Arc<CommitRelease>,
 }
 
-/// A cached channel: the peer URL it dials and the protocol it announces.
+/// What the factory keeps of one member.
+struct Peer {
+    /// The newest protocol the member announced (see
+    /// [`super::peer_protocol`]); protocol 1 until it answers.
+    announced: Arc<AtomicU32>,
+    /// The channel to it, if one was made.
+    cached: Option<CachedChannel>,
+}
+
+/// A cached channel: the peer URL it dials and the channel (which knows
+/// its protocol).
 struct CachedChannel {
     url: String,
-    protocol: u32,
-    channel: Channel,
+    channel: PeerChannel,
 }
 
 impl Default for PeerNetworkFactory {
@@ -80,7 +91,7 @@ impl PeerNetworkFactory {
     /// peer protocol until [`Self::set_protocol`].
     pub fn new(tls: Option<ClientTlsConfig>) -> Self {
         Self {
-            channels: Arc::default(),
+            peers: Arc::default(),
             protocol: Arc::new(AtomicU32::new(crate::version::OLDEST_PEER_PROTOCOL)),
             tls,
             commit_release: Arc::default(),
@@ -100,24 +111,30 @@ impl PeerNetworkFactory {
     }
 
     /// The cached channel to `target` at its first peer URL (a new one if
-    /// the URL changed). Shared by Raft replication and by the member's
-    /// forwarding and ReadIndex calls.
-    pub fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<Channel, ChannelError> {
+    /// the URL or the protocol to send it changed). Shared by Raft
+    /// replication and by the member's forwarding and ReadIndex calls.
+    pub fn channel(&self, target: NodeId, node: &MemberInfo) -> Result<PeerChannel, ChannelError> {
         let url = node.peer_urls.first().map_or("", String::as_str);
-        let protocol = self.protocol.load(Ordering::Relaxed);
-        let mut cache = self.channels.lock().expect("peer channel cache lock");
-        if let Some(cached) = cache.get(&target) {
-            if cached.url == url && cached.protocol == protocol {
+        let allowed = self.protocol.load(Ordering::Relaxed);
+        let mut peers = self.peers.lock().expect("peer channel cache lock");
+        let peer = peers.entry(target).or_insert_with(|| Peer {
+            announced: Arc::new(AtomicU32::new(crate::version::OLDEST_PEER_PROTOCOL)),
+            cached: None,
+        });
+        let protocol = allowed
+            .min(peer.announced.load(Ordering::Relaxed))
+            .max(crate::version::OLDEST_PEER_PROTOCOL);
+        if let Some(cached) = &peer.cached {
+            if cached.url == url && cached.channel.protocol() == protocol {
                 return Ok(cached.channel.clone());
             }
         }
-        let channel = peer_channel(node, protocol, self.tls.as_ref())?;
-        let cached = CachedChannel {
+        let inner = peer_channel(node, protocol, self.tls.as_ref())?;
+        let channel = PeerChannel::new(inner, protocol, target, peer.announced.clone());
+        peer.cached = Some(CachedChannel {
             url: url.to_string(),
-            protocol,
             channel: channel.clone(),
-        };
-        cache.insert(target, cached);
+        });
         Ok(channel)
     }
 
@@ -211,8 +228,11 @@ fn peer_channel(
     Ok(endpoint.connect_lazy())
 }
 
+/// A client of a member's peer service.
+pub type PeerClient = RaftPeerClient<PeerChannel>;
+
 /// A peer client with our message size limits.
-pub fn peer_client(channel: Channel) -> RaftPeerClient<Channel> {
+pub fn peer_client(channel: PeerChannel) -> PeerClient {
     RaftPeerClient::new(channel)
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES)
@@ -292,11 +312,13 @@ fn status_error(status: tonic::Status) -> RPCError<TypeConfig> {
     }
 }
 
-/// An answer's payload: the value, or the remote member's error text.
-fn decode_answer<T: DeserializeOwned>(payload: &[u8]) -> RpcResult<T> {
-    let answer: Result<T, String> =
-        codec::decode(payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-    answer.map_err(|e| RPCError::Network(NetworkError::from_string(e)))
+/// An answer's payload in `protocol`: the value, or the remote member's
+/// Raft failure, after which openraft backs off (see
+/// [`super::peer_protocol`]).
+fn decode_answer<T: DeserializeOwned>(protocol: u32, payload: &[u8]) -> RpcResult<T> {
+    super::peer_protocol::decode_answer(protocol, payload)
+        .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
+        .map_err(|failure| RPCError::Unreachable(Unreachable::new(&failure)))
 }
 
 #[derive(Clone, Copy)]
@@ -307,10 +329,12 @@ enum Rpc {
 }
 
 impl PeerNetwork {
-    fn client(&self) -> RpcResult<RaftPeerClient<Channel>> {
+    /// A client, and the protocol its requests (and their answers) are in.
+    fn client(&self) -> RpcResult<(PeerClient, u32)> {
         self.factory
             .channel(self.target, &self.node)
-            .map(peer_client)
+            .map(|channel| (channel.protocol(), channel))
+            .map(|(protocol, channel)| (peer_client(channel), protocol))
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
     }
 
@@ -320,7 +344,7 @@ impl PeerNetwork {
         req: &Req,
         timeout: Duration,
     ) -> RpcResult<Resp> {
-        let mut client = self.client()?;
+        let (mut client, protocol) = self.client()?;
         let payload = codec::encode(req);
         self.counters.sent.inc_by(payload.len() as u64);
         let mut request = tonic::Request::new(RaftMessage { payload });
@@ -335,7 +359,7 @@ impl PeerNetwork {
         self.counters.rtt.observe(started.elapsed().as_secs_f64());
         let payload = reply.into_inner().payload;
         self.counters.received.inc_by(payload.len() as u64);
-        decode_answer(&payload)
+        decode_answer(protocol, &payload)
     }
 
     /// The bidirectional append stream: `input` encoded on the way out,
@@ -356,7 +380,7 @@ impl PeerNetwork {
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
-        let mut client = self.client()?;
+        let (mut client, protocol) = self.client()?;
         let counters = self.counters.clone();
         let mut input = CommitHold::new(input, self.commit_release.clone());
         let opened = async move {
@@ -377,7 +401,7 @@ impl PeerNetwork {
                     .map(move |answer| {
                         let payload = answer.map_err(status_error)?.payload;
                         counters.received.inc_by(payload.len() as u64);
-                        decode_answer(&payload)
+                        decode_answer(protocol, &payload)
                     })
                     .boxed(),
                 Err(status) => {
@@ -395,7 +419,7 @@ impl PeerNetwork {
         vote: Vote,
         snapshot: Snapshot,
     ) -> RpcResult<SnapshotResponse<TypeConfig>> {
-        let mut client = self.client()?;
+        let (mut client, protocol) = self.client()?;
         let data = snapshot.snapshot;
         let source = tokio::task::spawn_blocking(move || data.source())
             .await
@@ -430,7 +454,7 @@ impl PeerNetwork {
         self.counters.sent.inc_by(sent);
         let payload = reply.into_inner().payload;
         self.counters.received.inc_by(payload.len() as u64);
-        decode_answer(&payload)
+        decode_answer(protocol, &payload)
     }
 }
 
@@ -598,14 +622,24 @@ mod tests {
     async fn the_protocol_is_per_channel() {
         let factory = PeerNetworkFactory::new(None);
         let node = member(&["http://127.0.0.1:2380"]);
-        factory.channel(1, &node).unwrap();
-        let cached = |f: &PeerNetworkFactory| f.channels.lock().unwrap()[&1].protocol;
-        assert_eq!(cached(&factory), crate::version::OLDEST_PEER_PROTOCOL);
+        assert_eq!(factory.channel(1, &node).unwrap().protocol(), 1);
         assert_eq!(
             factory.set_protocol(2),
             crate::version::OLDEST_PEER_PROTOCOL
         );
-        factory.channel(1, &node).unwrap();
-        assert_eq!(cached(&factory), 2);
+        assert_eq!(
+            factory.channel(1, &node).unwrap().protocol(),
+            1,
+            "the member has announced nothing yet"
+        );
+        let announced = |f: &PeerNetworkFactory| f.peers.lock().unwrap()[&1].announced.clone();
+        announced(&factory).store(3, Ordering::Relaxed);
+        assert_eq!(
+            factory.channel(1, &node).unwrap().protocol(),
+            2,
+            "capped by the cluster version's"
+        );
+        factory.set_protocol(3);
+        assert_eq!(factory.channel(1, &node).unwrap().protocol(), 3);
     }
 }

@@ -119,8 +119,8 @@ impl fmt::Display for FaultKind {
             FaultKind::SlowNetwork => "slow network: links delayed",
             FaultKind::TransferLeader => "MoveLeader to a follower",
             FaultKind::FullDisk => "full disk on a follower",
-            FaultKind::UpgradeMember => "member replaced by the next release",
-            FaultKind::DowngradeMember => "member replaced by the older release",
+            FaultKind::UpgradeMember => "member replaced by a newer build",
+            FaultKind::DowngradeMember => "member replaced by an older build",
         })
     }
 }

@@ -23,12 +23,11 @@ use std::time::Duration;
 
 use etcd_proto::etcdserverpb::alarm_request::AlarmAction;
 use etcd_proto::etcdserverpb::{AlarmRequest, AlarmType, ResponseHeader};
-use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+
 use futures::future::join_all;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::alarm::RaisedCache;
 use crate::auth::AuthStore;
@@ -42,7 +41,8 @@ use crate::raft::batcher::{BatchError, Batcher};
 use crate::raft::elections::ElectionControl;
 use crate::raft::leadership::LeaderContact;
 use crate::raft::metrics::{self, matched_index, LeaderWatch};
-use crate::raft::network::{peer_client, PeerNetworkFactory};
+use crate::raft::network::{peer_client, PeerClient, PeerNetworkFactory};
+use crate::raft::peer_protocol::PeerChannel;
 use crate::raft::read_index::ReadRounds;
 use crate::raft::{Command, CommandResponse, MemberInfo, NodeId, Proposal, Raft};
 use crate::server::core::quota::SizeGauge;
@@ -250,7 +250,13 @@ impl Core {
     /// leader is re-learned instead of failing the request. A member whose
     /// URL or TLS settings allow no channel is etcd's "request timed out,
     /// possibly due to connection lost", at once and logged with the cause.
-    pub(crate) fn peer(&self, id: NodeId) -> Result<RaftPeerClient<Channel>, ForwardError> {
+    pub(crate) fn peer(&self, id: NodeId) -> Result<PeerClient, ForwardError> {
+        self.peer_channel(id).map(peer_client)
+    }
+
+    /// The channel [`Self::peer`]'s client uses (which knows the peer
+    /// protocol its requests are in).
+    pub(crate) fn peer_channel(&self, id: NodeId) -> Result<PeerChannel, ForwardError> {
         // This runs for every forwarded request: openraft's metrics (with
         // the replication map) are borrowed, not cloned; only the member is,
         // and the borrow ends before the channel cache's lock is taken.
@@ -264,7 +270,7 @@ impl Core {
             .cloned();
         let node = node.ok_or(ForwardError::NotLeader(None))?;
         match self.peers.channel(id, &node) {
-            Ok(channel) => Ok(peer_client(channel)),
+            Ok(channel) => Ok(channel),
             // Not a missing leader: no retry mends a bad URL or TLS setting.
             Err(error) => {
                 tracing::warn!(member = format!("{id:x}"), %error, "cannot reach a member");

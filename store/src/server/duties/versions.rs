@@ -23,8 +23,9 @@
 //! What follows the versions ([`spawn_gates`], on every member, as etcd
 //! 3.6's `UpdateStorageVersionIfNeeded`): each time the replicated versions
 //! change, the member sends the peer protocol the cluster version allows
-//! and migrates its data directory to the format the storage version
-//! allows ([`crate::version`]'s table). An upgrade's new formats and
+//! (to each member no newer than it announced, see
+//! [`crate::raft::peer_protocol`]) and migrates its data directory to the
+//! format the storage version allows ([`crate::version`]'s table). An upgrade's new formats and
 //! protocols are used only once every member runs the new release; a
 //! downgrade takes them back before any member runs the old one.
 

@@ -18,35 +18,68 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
 use crate::raft::network::SnapshotHeader;
+use crate::raft::peer_protocol::{encode_answer, fatal, REFUSAL_PREFIX};
 use crate::raft::state_machine::snapshot_file::{SnapshotData, SnapshotReceiver};
 use crate::raft::{NodeId, Snapshot, TypeConfig, Vote};
 use crate::server::core::Core;
 use crate::server::to_leader::forward::{ForwardError, LeaderReply, LeaderRequest};
 use crate::server::to_leader::forward_stream;
+use openraft::error::Fatal;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, TransferLeaderRequest,
     VoteRequest,
 };
 
+/// The peer protocol a request is in (a request extension set by
+/// [`check_peer_protocol`]); its answer is in the same.
+#[derive(Debug, Clone, Copy)]
+struct SentProtocol(u32);
+
+/// The protocol `req` is in (protocol 1 if no check ran).
+fn protocol_of<T>(req: &Request<T>) -> u32 {
+    req.extensions()
+        .get::<SentProtocol>()
+        .map_or(crate::version::OLDEST_PEER_PROTOCOL, |p| p.0)
+}
+
 /// Refuses a request in a peer protocol this member does not speak (see
 /// [`crate::version::speaks_peer_protocol`]), before its message is read:
-/// a member of a newer build must not be misread by an older one.
-pub fn check_peer_protocol(req: Request<()>) -> Result<Request<()>, Status> {
+/// a member of a newer build must not be misread by an older one. A
+/// request it takes carries its protocol on ([`SentProtocol`]).
+pub fn check_peer_protocol(mut req: Request<()>) -> Result<Request<()>, Status> {
     use crate::version::{peer_protocol_of, release, speaks_peer_protocol, OLDEST_PEER_PROTOCOL};
     let agent = req
         .metadata()
         .get("user-agent")
         .and_then(|v| v.to_str().ok());
     match peer_protocol_of(agent) {
-        Some(v) if speaks_peer_protocol(v) => Ok(req),
+        Some(v) if speaks_peer_protocol(v) => {
+            req.extensions_mut().insert(SentProtocol(v));
+            Ok(req)
+        }
         found => Err(Status::failed_precondition(format!(
-            "peer protocol {} is not one this member speaks ({OLDEST_PEER_PROTOCOL} to {}): the \
+            "{REFUSAL_PREFIX}{} is not one this member speaks ({OLDEST_PEER_PROTOCOL} to {}): the \
              peer runs a build this member cannot serve; upgrade this member (user-agent {:?})",
             found.map_or_else(|| "unknown".to_string(), |v| v.to_string()),
             release().newest_peer_protocol,
             agent.unwrap_or_default()
         ))),
     }
+}
+
+/// Announces the newest peer protocol this member speaks on every peer
+/// answer, refusals included ([`crate::version::PEER_PROTOCOL_HEADER`]):
+/// the sender learns from it what it may send (see
+/// [`crate::raft::peer_protocol`]).
+pub fn announce_peer_protocol<B>(mut answer: http::Response<B>) -> http::Response<B> {
+    let release = crate::version::release();
+    if release.announces_peer_protocol {
+        answer.headers_mut().insert(
+            crate::version::PEER_PROTOCOL_HEADER,
+            http::HeaderValue::from(release.newest_peer_protocol),
+        );
+    }
+    answer
 }
 
 /// The `storepeer.RaftPeer` methods whose request is one message (all but
@@ -107,15 +140,17 @@ fn count_received(from: Option<NodeId>, bytes: usize) {
         .inc_by(bytes as u64);
 }
 
-/// [`reply`] to a Raft message, counting the answer's bytes in
+/// The answer to a Raft message in `protocol` (see
+/// [`crate::raft::peer_protocol`]), counting its bytes in
 /// `etcd_network_peer_sent_bytes_total` under the sender's id (`To`).
 fn counted_reply<T: serde::Serialize>(
     to: Option<NodeId>,
-    value: &T,
+    protocol: u32,
+    result: Result<T, Fatal<TypeConfig>>,
 ) -> Result<Response<RaftMessage>, Status> {
-    let answer = reply(value)?;
-    count_sent(to, answer.get_ref().payload.len());
-    Ok(answer)
+    let payload = encode_answer(protocol, result);
+    count_sent(to, payload.len());
+    Ok(Response::new(RaftMessage { payload }))
 }
 
 /// Counts an answer's bytes in `etcd_network_peer_sent_bytes_total` under
@@ -135,11 +170,6 @@ fn decode<T: serde::de::DeserializeOwned>(req: Request<RaftMessage>) -> Result<T
 
 fn decode_payload<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
     codec::decode(payload).map_err(|e| Status::invalid_argument(format!("bad peer payload: {e}")))
-}
-
-/// A Raft answer on the wire: the value, or the error's text.
-fn answer<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, String> {
-    result.map_err(|e| e.to_string())
 }
 
 /// The answers of one append stream, as gRPC sends them.
@@ -170,7 +200,7 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let bytes = req.get_ref().payload.len();
+        let (bytes, protocol) = (req.get_ref().payload.len(), protocol_of(&req));
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
         let from = Some(rpc.vote.leader_id.node_id);
         count_received(from, bytes);
@@ -178,7 +208,7 @@ impl RaftPeer for PeerService {
         if matches!(&result, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.core.leader_contact.record();
         }
-        counted_reply(from, &answer(result))
+        counted_reply(from, protocol, result.map_err(fatal))
     }
 
     type StreamAppendStream = AnswerStream;
@@ -190,6 +220,7 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<Streaming<RaftMessage>>,
     ) -> Result<Response<AnswerStream>, Status> {
+        let protocol = protocol_of(&req);
         let (bad_tx, bad_rx) = tokio::sync::oneshot::channel::<Status>();
         let mut bad_tx = Some(bad_tx);
         // The leader the answers go to (for the sent-bytes counter).
@@ -226,7 +257,7 @@ impl RaftPeer for PeerService {
             if !matches!(result, Ok(Err(StreamAppendError::HigherVote(_))) | Err(_)) {
                 contact.record();
             }
-            let payload = codec::encode(&answer(result));
+            let payload = encode_answer(protocol, result);
             count_sent(Some(leader.load(Ordering::Relaxed)), payload.len());
             Ok(RaftMessage { payload })
         });
@@ -236,19 +267,21 @@ impl RaftPeer for PeerService {
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let bytes = req.get_ref().payload.len();
+        let (bytes, protocol) = (req.get_ref().payload.len(), protocol_of(&req));
         let rpc: VoteRequest<TypeConfig> = decode(req)?;
         let from = Some(rpc.vote.leader_id.node_id);
         count_received(from, bytes);
-        counted_reply(from, &answer(self.core.raft.vote(rpc).await))
+        let result = self.core.raft.vote(rpc).await;
+        counted_reply(from, protocol, result.map_err(fatal))
     }
 
     async fn pre_vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let bytes = req.get_ref().payload.len();
+        let (bytes, protocol) = (req.get_ref().payload.len(), protocol_of(&req));
         let rpc: VoteRequest<TypeConfig> = decode(req)?;
         let from = Some(rpc.vote.leader_id.node_id);
         count_received(from, bytes);
-        counted_reply(from, &answer(self.core.raft.pre_vote(rpc).await))
+        let result = self.core.raft.pre_vote(rpc).await;
+        counted_reply(from, protocol, result.map_err(fatal))
     }
 
     /// Receives a snapshot (a header, then raw chunks) into a file in the
@@ -257,6 +290,7 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<Streaming<RaftMessage>>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let protocol = protocol_of(&req);
         let mut chunks = req.into_inner();
         let first = chunks
             .message()
@@ -292,7 +326,7 @@ impl RaftPeer for PeerService {
         if result.is_ok() {
             self.core.leader_contact.record();
         }
-        counted_reply(from, &answer(result))
+        counted_reply(from, protocol, result)
     }
 
     async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
@@ -352,8 +386,12 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let protocol = protocol_of(&req);
         let rpc: TransferLeaderRequest<TypeConfig> = decode(req)?;
-        reply(&answer(self.core.raft.handle_transfer_leader(rpc).await))
+        let result = self.core.raft.handle_transfer_leader(rpc).await;
+        Ok(Response::new(RaftMessage {
+            payload: encode_answer(protocol, result),
+        }))
     }
 
     async fn confirm_leader(

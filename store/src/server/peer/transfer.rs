@@ -91,6 +91,8 @@ use crate::errors::EtcdError;
 use crate::limits::PEER_RPC_TIMEOUT_MS;
 use crate::raft::elections::after;
 use crate::raft::metrics::{self, matched_index, WaitError};
+use crate::raft::network::peer_client;
+use crate::raft::peer_protocol::{decode_answer, PeerChannel, RaftFailure};
 use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::server::core::Core;
 use openraft::raft::{TransferLeaderRequest, TransferLeaderResponse};
@@ -173,8 +175,15 @@ pub enum SendError {
     /// The member refused.
     #[error(transparent)]
     Refused(#[from] TransferRefusal),
-    /// The member's Raft refused the handoff (its vote or log differs) or
-    /// has stopped.
+    /// The member's Raft has stopped.
+    #[error("member {member:x}: {failure}")]
+    Failed {
+        /// The member.
+        member: NodeId,
+        /// Why its Raft stopped.
+        failure: RaftFailure,
+    },
+    /// The member's Raft refused the handoff (its vote or log differs).
     #[error("member {member:x} refused the handoff: {reason}")]
     HandoffRefused {
         /// The member.
@@ -448,16 +457,22 @@ async fn send_handoff(
     request: &TransferLeaderRequest<TypeConfig>,
     deadline: Instant,
 ) -> Result<(), SendError> {
-    let answer: Result<TransferLeaderResponse<TypeConfig>, String> = call(
-        core,
-        to,
-        PeerCall::Handoff,
-        codec::encode(request),
-        deadline,
-    )
-    .await?;
+    let channel = core
+        .peer_channel(to)
+        .map_err(|_| SendError::NotMember(to))?;
+    let protocol = channel.protocol();
+    let payload = codec::encode(request);
+    let answer = call_on(channel, to, PeerCall::Handoff, payload, deadline).await?;
+    let answer: Result<TransferLeaderResponse<TypeConfig>, RaftFailure> =
+        decode_answer(protocol, &answer)
+            .map_err(|source| SendError::Garbage { member: to, source })?;
     let refused = |reason: String| SendError::HandoffRefused { member: to, reason };
-    answer.map_err(refused)?.map_err(|e| refused(e.to_string()))
+    answer
+        .map_err(|failure| SendError::Failed {
+            member: to,
+            failure,
+        })?
+        .map_err(|e| refused(e.to_string()))
 }
 
 /// The two peer RPCs of a transfer.
@@ -478,7 +493,23 @@ async fn call<A: serde::de::DeserializeOwned>(
     payload: Vec<u8>,
     deadline: Instant,
 ) -> Result<A, SendError> {
-    let mut client = core.peer(to).map_err(|_| SendError::NotMember(to))?;
+    let channel = core
+        .peer_channel(to)
+        .map_err(|_| SendError::NotMember(to))?;
+    let answer = call_on(channel, to, rpc, payload, deadline).await?;
+    codec::decode(&answer).map_err(|source| SendError::Garbage { member: to, source })
+}
+
+/// Calls `rpc` on member `to` over `channel` with `payload`, bounded by
+/// the peer RPC timeout and `deadline`; the answer's payload.
+async fn call_on(
+    channel: PeerChannel,
+    to: NodeId,
+    rpc: PeerCall,
+    payload: Vec<u8>,
+    deadline: Instant,
+) -> Result<Vec<u8>, SendError> {
+    let mut client = peer_client(channel);
     let timeout = Duration::from_millis(PEER_RPC_TIMEOUT_MS)
         .min(deadline.saturating_duration_since(Instant::now()));
     let mut request = tonic::Request::new(RaftMessage { payload });
@@ -496,8 +527,7 @@ async fn call<A: serde::de::DeserializeOwned>(
             timeout,
         })?
         .map_err(|source| SendError::Rpc { member: to, source })?;
-    codec::decode(&reply.into_inner().payload)
-        .map_err(|source| SendError::Garbage { member: to, source })
+    Ok(reply.into_inner().payload)
 }
 
 /// Step 5, when the handoff did not move the leadership: tells the target

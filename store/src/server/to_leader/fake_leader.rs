@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
 use etcd_proto::storepeer::raft_peer_server::{RaftPeer, RaftPeerServer};
 use etcd_proto::storepeer::RaftMessage;
 use futures::{Stream, StreamExt};
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
+use crate::raft::network::{peer_client, PeerClient};
+use crate::raft::peer_protocol::PeerChannel;
 use crate::server::to_leader::forward::{ForwardError, LeaderReply, LeaderRequest};
 use crate::server::to_leader::forward_stream;
 
@@ -64,7 +64,7 @@ impl Default for FakeLeader {
 
 impl FakeLeader {
     /// Serves the fake on a loopback port; a client of it.
-    pub async fn serve(&self) -> RaftPeerClient<Channel> {
+    pub async fn serve(&self) -> PeerClient {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -78,7 +78,8 @@ impl FakeLeader {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .expect("endpoint")
             .connect_lazy();
-        RaftPeerClient::new(channel)
+        let announced = Arc::new(std::sync::atomic::AtomicU32::new(1));
+        peer_client(PeerChannel::new(channel, 1, 0, announced))
     }
 }
 

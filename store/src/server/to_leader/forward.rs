@@ -187,12 +187,16 @@ pub fn encode_request(req: &LeaderRequest) -> RaftMessage {
     }
 }
 
-/// A failed peer call. A connection that could not be made delivered
-/// nothing, so retrying (after the leader is re-learned) is safe; any other
-/// failure may have delivered the write, so the client gets etcd's timeout
-/// error instead of a possible duplicate.
+/// A failed peer call. A connection that could not be made, and a request
+/// the leader refused for its peer protocol (a leader restarted on a build
+/// that speaks less, see [`crate::raft::peer_protocol`]), delivered
+/// nothing, so retrying (after the leader is re-learned, in the protocol
+/// its refusal announced) is safe; any other failure may have delivered
+/// the write, so the client gets etcd's timeout error instead of a
+/// possible duplicate.
 pub fn transport_failure(status: &tonic::Status) -> ForwardError {
-    if status.code() == tonic::Code::Unavailable && never_connected(status) {
+    let unconnected = status.code() == tonic::Code::Unavailable && never_connected(status);
+    if unconnected || crate::raft::peer_protocol::refused(status) {
         ForwardError::NotLeader(None)
     } else {
         ForwardError::Etcd(EtcdError::TimeoutDueToConnectionLost)
@@ -241,6 +245,23 @@ mod tests {
             transport_failure(&status).retryable(),
             "a refused connection delivered nothing: {status:?}"
         );
+    }
+
+    /// A member that refused the request's protocol read nothing of it.
+    #[test]
+    fn a_refused_protocol_is_retryable() {
+        let refused = crate::server::peer::check_peer_protocol({
+            let mut request = tonic::Request::new(());
+            let agent = "etcd-rs-store/9.9.9 peer-protocol/99"
+                .parse()
+                .expect("ascii");
+            request.metadata_mut().insert("user-agent", agent);
+            request
+        })
+        .expect_err("protocol 99 is refused");
+        assert!(transport_failure(&refused).retryable(), "{refused:?}");
+        let other = tonic::Status::failed_precondition("something else");
+        assert!(!transport_failure(&other).retryable());
     }
 
     #[test]

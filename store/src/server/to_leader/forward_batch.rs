@@ -21,9 +21,8 @@
 
 use std::sync::Arc;
 
-use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use crate::raft::network::PeerClient;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::errors::EtcdError;
 use crate::raft::{CommandResponse, NodeId, Proposal};
@@ -77,7 +76,7 @@ impl ForwardBatcher {
     pub async fn forward(
         &self,
         leader: NodeId,
-        client: RaftPeerClient<Channel>,
+        client: PeerClient,
         proposal: Proposal,
         deadline: Instant,
     ) -> Result<CommandResponse, ForwardError> {

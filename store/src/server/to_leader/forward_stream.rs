@@ -30,12 +30,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use crate::raft::network::PeerClient;
 use etcd_proto::storepeer::RaftMessage;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
 use crate::codec;
@@ -117,7 +116,7 @@ impl ForwardStreams {
     pub async fn ask(
         &self,
         leader: NodeId,
-        client: &RaftPeerClient<Channel>,
+        client: &PeerClient,
         request: &LeaderRequest,
         deadline: Instant,
     ) -> Option<Reply> {
@@ -134,7 +133,7 @@ impl ForwardStreams {
     }
 
     /// The open stream to `leader`, opened now if there is none.
-    async fn link(&self, leader: NodeId, client: &RaftPeerClient<Channel>) -> Option<Arc<Link>> {
+    async fn link(&self, leader: NodeId, client: &PeerClient) -> Option<Arc<Link>> {
         let slot = self.slot(leader);
         let mut state = slot.lock().await;
         match &*state {
@@ -176,7 +175,7 @@ struct Link {
 
 impl Link {
     /// Opens a stream through `client` and starts reading its answers.
-    async fn open(mut client: RaftPeerClient<Channel>) -> Result<Arc<Link>, tonic::Status> {
+    async fn open(mut client: PeerClient) -> Result<Arc<Link>, tonic::Status> {
         let (requests, outgoing) = mpsc::channel(STREAM_QUEUE);
         let answers = client
             .forward_stream(ReceiverStream::new(outgoing))
@@ -277,7 +276,7 @@ mod tests {
     async fn ask(
         streams: &ForwardStreams,
         leader: NodeId,
-        client: &RaftPeerClient<Channel>,
+        client: &PeerClient,
         n: i64,
     ) -> Option<Reply> {
         let deadline = Instant::now() + TIMEOUT;

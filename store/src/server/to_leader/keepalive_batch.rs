@@ -19,9 +19,8 @@
 
 use std::sync::Arc;
 
-use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use crate::raft::network::PeerClient;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::errors::EtcdError;
 use crate::raft::NodeId;
@@ -69,7 +68,7 @@ impl KeepAliveBatcher {
     pub async fn renew(
         &self,
         leader: NodeId,
-        client: RaftPeerClient<Channel>,
+        client: PeerClient,
         id: i64,
         deadline: Instant,
     ) -> Result<Renewed, ForwardError> {

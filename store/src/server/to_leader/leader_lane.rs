@@ -10,10 +10,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use crate::raft::network::PeerClient;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::batching;
 use crate::errors::EtcdError;
@@ -31,7 +30,7 @@ pub struct ToLeader<P, A> {
     /// The leader it is meant for: a batch holds one leader's items.
     pub leader: NodeId,
     /// The peer client of that leader.
-    pub client: RaftPeerClient<Channel>,
+    pub client: PeerClient,
     /// What is asked.
     pub payload: P,
     /// When the caller stops waiting.
@@ -48,7 +47,7 @@ pub struct Batch<P, A> {
     /// The leader (every item names the same one).
     pub leader: NodeId,
     /// The leader's client.
-    pub client: RaftPeerClient<Channel>,
+    pub client: PeerClient,
     /// The items' payloads.
     pub payloads: Vec<P>,
     /// The items' answers, in the payloads' order.
@@ -165,7 +164,7 @@ impl<P: Send + 'static, A: Send + 'static> LeaderLane<P, A> {
     /// batch is out (see [`batching::Lane::direct_permit`]); the answer.
     pub async fn ask<Fut>(
         &self,
-        (leader, client): (NodeId, RaftPeerClient<Channel>),
+        (leader, client): (NodeId, PeerClient),
         payload: P,
         deadline: Instant,
         send: impl FnOnce(Vec<ToLeader<P, A>>) -> Fut,

@@ -24,10 +24,9 @@
 //! out, is not answered by it (request 2 may have left before C's client
 //! saw a write acknowledged); C goes with request 3.
 
-use etcd_proto::storepeer::raft_peer_client::RaftPeerClient;
+use crate::raft::network::PeerClient;
 use etcd_proto::storepeer::RaftMessage;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::codec;
 use crate::errors::EtcdError;
@@ -70,7 +69,7 @@ impl ReadIndexBatcher {
     pub async fn read_index(
         &self,
         leader: NodeId,
-        client: RaftPeerClient<Channel>,
+        client: PeerClient,
         deadline: Instant,
     ) -> Result<u64, ForwardError> {
         self.lane.ask((leader, client), (), deadline, send).await
@@ -117,10 +116,7 @@ mod tests {
     }
 
     /// Starts `reads` reads at once; their answers.
-    async fn read_all(
-        reads: usize,
-        client: &RaftPeerClient<Channel>,
-    ) -> Vec<Result<u64, ForwardError>> {
+    async fn read_all(reads: usize, client: &PeerClient) -> Vec<Result<u64, ForwardError>> {
         let batcher = Arc::new(ReadIndexBatcher::spawn());
         // The batching task takes its permit before the reads arrive.
         tokio::time::sleep(Duration::from_millis(20)).await;
