@@ -95,7 +95,7 @@ use crate::raft::network::peer_client;
 use crate::raft::peer_protocol::{decode_answer, PeerChannel, RaftFailure};
 use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::server::core::Core;
-use openraft::raft::{TransferLeaderRequest, TransferLeaderResponse};
+use openraft::raft::{TransferLeaderError, TransferLeaderRequest, TransferLeaderResponse};
 
 /// Bound of a whole transfer, in leader leases (openraft's
 /// `election_timeout_max`, half of `--election-timeout`). A transfer
@@ -184,12 +184,12 @@ pub enum SendError {
         failure: RaftFailure,
     },
     /// The member's Raft refused the handoff (its vote or log differs).
-    #[error("member {member:x} refused the handoff: {reason}")]
+    #[error("member {member:x} refused the handoff: {source}")]
     HandoffRefused {
         /// The member.
         member: NodeId,
-        /// openraft's words.
-        reason: String,
+        /// openraft's reason.
+        source: TransferLeaderError<TypeConfig>,
     },
 }
 
@@ -466,13 +466,12 @@ async fn send_handoff(
     let answer: Result<TransferLeaderResponse<TypeConfig>, RaftFailure> =
         decode_answer(protocol, &answer)
             .map_err(|source| SendError::Garbage { member: to, source })?;
-    let refused = |reason: String| SendError::HandoffRefused { member: to, reason };
     answer
         .map_err(|failure| SendError::Failed {
             member: to,
             failure,
         })?
-        .map_err(|e| refused(e.to_string()))
+        .map_err(|source| SendError::HandoffRefused { member: to, source })
 }
 
 /// The two peer RPCs of a transfer.
