@@ -55,7 +55,7 @@ pub const TEST_PREVIOUS_BUILD_ENV: &str = "ETCDRS_TEST_PREVIOUS_BUILD";
 /// | protocol | from | what |
 /// | --- | --- | --- |
 /// | 1 | 3.6 | `storepeer`'s messages; a Raft failure answered as its text |
-/// | 2 | 3.6 | a Raft failure answered typed ([`crate::raft::peer_protocol::RaftFailure`]) |
+/// | 2 | 3.6 | a Raft failure answered typed ([`crate::raft::peer_protocol::RaftFailure`]); a snapshot streamed without its length first, its end marked ([`crate::raft::network::SnapshotOpening`]) |
 /// | 3 | 3.7 | the test-only next release: protocol 2's layout under a new number |
 const FORMATS: [(u32, [u64; 2]); 2] = [(2, [3, 6]), (3, [3, 7])];
 const PEER_PROTOCOLS: [(u32, [u64; 2]); 3] = [(1, [3, 6]), (2, [3, 6]), (3, [3, 7])];

@@ -6,7 +6,9 @@
 //!   resume after an election; the killed member, restarted, catches up.
 //! - A member stopped while far more than `--snapshot-count` writes (and a
 //!   range delete and a compaction) happen is brought up to date after
-//!   restart, which takes a snapshot transfer (in etcd as in our store).
+//!   restart, which takes a snapshot transfer (in etcd as in our store);
+//!   also when it restarts as the previous build of this release, which
+//!   takes the snapshot in peer protocol 1 (its length announced first).
 //! - 400 MiB of writes reach a stopped member by snapshot, 48 MiB by log,
 //!   without either side holding them in memory; with the default
 //!   `--snapshot-count` the 400 MiB are snapshotted and purged by the log's
@@ -366,6 +368,30 @@ async fn write_many(endpoints: Vec<String>, prefix: &str) -> Expected {
 
 #[tokio::test]
 async fn stopped_member_catches_up_after_many_writes() {
+    stopped_member_catches_up(Build::This).await;
+}
+
+/// The same with the member restarted as the previous build of this
+/// release (peer protocol 1): the leader measures the snapshot first, as
+/// that protocol's stream header announces its length.
+#[tokio::test]
+async fn stopped_member_of_the_previous_build_catches_up_after_many_writes() {
+    stopped_member_catches_up(Build::Previous).await;
+}
+
+/// Which build a member restarts as.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Build {
+    /// This one (peer protocol 2).
+    This,
+    /// The previous build of this release (`ETCDRS_TEST_PREVIOUS_BUILD`).
+    Previous,
+}
+
+/// The log line of a leader that measured a snapshot before sending it.
+const MEASURED: &str = "measured a snapshot to send";
+
+async fn stopped_member_catches_up(build: Build) {
     let cluster = start(ClusterConfig::new(MEMBERS).with_snapshot_count(SNAPSHOT_COUNT)).await;
     let lagging = cluster.follower().await.expect("follower");
     cluster.kill(lagging).expect("kill -9 a follower");
@@ -391,10 +417,25 @@ async fn stopped_member_catches_up_after_many_writes() {
         .expect("final write");
     let last_revision = expected["lag/last"].1;
 
-    cluster
-        .restart(lagging)
-        .expect("restart the lagging member");
+    match build {
+        Build::This => cluster.restart(lagging),
+        Build::Previous => {
+            let previous = [
+                "env".to_string(),
+                "ETCDRS_TEST_PREVIOUS_BUILD=1".to_string(),
+            ];
+            cluster.restart_under(lagging, &previous)
+        }
+    }
+    .expect("restart the lagging member");
     wait_converged(&cluster, lagging, "lag/", &expected).await;
+    let measured = (0..MEMBERS).any(|i| cluster.log(i).contains(MEASURED));
+    assert_eq!(
+        measured,
+        build == Build::Previous,
+        "a snapshot is measured first only for a member of protocol 1\n{}",
+        cluster.log_tails()
+    );
     cluster
         .wait_member_ready(lagging)
         .await

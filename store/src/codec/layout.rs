@@ -31,7 +31,7 @@ use serde_reflection::{Format, Registry, Samples, Tracer, TracerConfig};
 use crate::auth::state::AuthState;
 use crate::auth::{AuthCommand, AuthReply};
 use crate::errors::EtcdError;
-use crate::raft::network::SnapshotHeader;
+use crate::raft::network::{SnapshotHeader, SnapshotOpening};
 use crate::raft::peer_protocol::RaftFailure;
 use crate::raft::state_machine::snapshot_file::SavedMeta;
 use crate::raft::state_machine::Partial;
@@ -190,6 +190,7 @@ fn peer_layouts(protocol: u32) -> String {
             .root::<TransferMessage>("TransferLeader: request")
             .root::<()>("TransferLeader: answer, Ok")
             .root::<TransferRefusal>("TransferLeader: answer, Err")
+            .root::<SnapshotHeader>("InstallSnapshot: header")
     } else {
         layouts
             .enumeration::<RaftFailure>()
@@ -206,6 +207,9 @@ fn peer_layouts(protocol: u32) -> String {
             .root::<TransferLeaderError<TypeConfig>>(
                 "TransferLeader: answer, Ok (itself a Result), Err",
             )
+            .root::<SnapshotOpening>(
+                "InstallSnapshot: header (the chunks follow, then an empty message)",
+            )
     };
     layouts
         .root::<AppendEntriesRequest<TypeConfig>>("AppendEntries, StreamAppend: request")
@@ -214,7 +218,6 @@ fn peer_layouts(protocol: u32) -> String {
         .root::<StreamAppendError<TypeConfig>>("StreamAppend: answer, Err")
         .root::<VoteRequest<TypeConfig>>("Vote, PreVote: request")
         .root::<VoteResponse<TypeConfig>>("Vote, PreVote: answer, Ok")
-        .root::<SnapshotHeader>("InstallSnapshot: header")
         .root::<SnapshotResponse<TypeConfig>>("InstallSnapshot: answer, Ok")
         .root::<LeaderRequest>("Forward: request")
         .root::<LeaderReply>("Forward, ForwardStream: answer, Ok")

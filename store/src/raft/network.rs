@@ -67,7 +67,7 @@ pub struct PeerNetworkFactory {
 /// What the factory keeps of one member.
 struct Peer {
     /// The newest protocol the member announced (see
-    /// [`super::peer_protocol`]); protocol 1 until it answers.
+    /// [`super::peer_protocol`]); unknown until it answers.
     announced: Arc<AtomicU32>,
     /// The channel to it, if one was made.
     cached: Option<CachedChannel>,
@@ -118,7 +118,7 @@ impl PeerNetworkFactory {
         let allowed = self.protocol.load(Ordering::Relaxed);
         let mut peers = self.peers.lock().expect("peer channel cache lock");
         let peer = peers.entry(target).or_insert_with(|| Peer {
-            announced: Arc::new(AtomicU32::new(crate::version::OLDEST_PEER_PROTOCOL)),
+            announced: Arc::new(AtomicU32::new(super::peer_protocol::UNKNOWN)),
             cached: None,
         });
         let protocol = allowed
@@ -252,8 +252,9 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
     }
 }
 
-/// The first message of an InstallSnapshot stream; the snapshot's bytes
-/// follow in raw chunks of at most [`SNAPSHOT_CHUNK_BYTES`].
+/// The first message of an InstallSnapshot stream in peer protocol 1; the
+/// snapshot's bytes follow in raw chunks of at most
+/// [`SNAPSHOT_CHUNK_BYTES`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SnapshotHeader {
     /// The sending leader's vote.
@@ -263,6 +264,21 @@ pub struct SnapshotHeader {
     /// The snapshot's size: the receiver refuses a stream that ends
     /// before (a sender that failed to read its file) or runs past it.
     pub bytes: u64,
+}
+
+/// The first message of an InstallSnapshot stream in peer protocol 2 and
+/// later: the snapshot's bytes follow in raw chunks of at most
+/// [`SNAPSHOT_CHUNK_BYTES`], then an empty message marks their end (the
+/// sender streams a checkpoint's records as it reads them, so it does not
+/// know their length before; protocol 1 measured them in a pass of its
+/// own). A stream that ends without the mark (its sender failed to read
+/// the snapshot) is refused.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SnapshotOpening {
+    /// The sending leader's vote.
+    pub vote: Vote,
+    /// What the snapshot covers.
+    pub meta: SnapshotMeta,
 }
 
 /// The connection to one member.
@@ -331,10 +347,14 @@ enum Rpc {
 impl PeerNetwork {
     /// A client, and the protocol its requests (and their answers) are in.
     fn client(&self) -> RpcResult<(PeerClient, u32)> {
-        self.factory
-            .channel(self.target, &self.node)
+        self.channel()
             .map(|channel| (channel.protocol(), channel))
             .map(|(protocol, channel)| (peer_client(channel), protocol))
+    }
+
+    fn channel(&self) -> RpcResult<PeerChannel> {
+        self.factory
+            .channel(self.target, &self.node)
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
     }
 
@@ -413,25 +433,48 @@ impl PeerNetwork {
     }
 
     /// Sends `snapshot` as a header and raw chunks on one client stream,
-    /// reading each chunk from the file as the stream asks for it.
+    /// reading each chunk from the file as the stream asks for it; in peer
+    /// protocol 2 and later, with no length first and an end mark after
+    /// ([`SnapshotOpening`]).
     async fn send_snapshot(
         &mut self,
         vote: Vote,
         snapshot: Snapshot,
     ) -> RpcResult<SnapshotResponse<TypeConfig>> {
-        let (mut client, protocol) = self.client()?;
+        let channel = self.channel()?;
+        if !channel.knows_peer() {
+            // Sent in protocol 1, the snapshot would be read once more
+            // first (see `peer_protocol`); openraft retries after its
+            // backoff, by when a heartbeat has taught the protocol.
+            return Err(RPCError::Unreachable(Unreachable::new(&UnknownPeer(
+                self.target,
+            ))));
+        }
+        let protocol = channel.protocol();
+        let mut client = peer_client(channel);
+        let marked = protocol > crate::version::OLDEST_PEER_PROTOCOL;
+        let network = |e: std::io::Error| RPCError::Network(NetworkError::new(&e));
         let data = snapshot.snapshot;
-        let source = tokio::task::spawn_blocking(move || data.source())
+        let source = tokio::task::spawn_blocking(move || data.source(!marked))
             .await
             .map_err(std::io::Error::other)
             .and_then(|r| r)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let header = codec::encode(&SnapshotHeader {
-            vote,
-            meta: snapshot.meta,
-            bytes: source.len(),
-        });
-        let sent = header.len() as u64 + source.len();
+            .map_err(network)?;
+        let header = if marked {
+            codec::encode(&SnapshotOpening {
+                vote,
+                meta: snapshot.meta,
+            })
+        } else {
+            let bytes = source
+                .known_len()
+                .ok_or_else(|| network(std::io::Error::other("an unmeasured snapshot")))?;
+            codec::encode(&SnapshotHeader {
+                vote,
+                meta: snapshot.meta,
+                bytes,
+            })
+        };
         let read_failure = Arc::new(Mutex::new(None));
         let chunks = match source {
             SnapshotSource::File(file) => file_chunks(file, read_failure.clone()).left_stream(),
@@ -443,19 +486,46 @@ impl PeerNetwork {
                 produced_chunks(produced, read_failure.clone()).right_stream()
             }
         };
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(header.len() as u64));
+        let counted = sent.clone();
+        let chunks = chunks.inspect(move |chunk| {
+            counted.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        });
         let messages = futures::stream::once(std::future::ready(header))
             .chain(chunks)
+            .chain(end_mark(marked, read_failure.clone()))
             .map(|payload| RaftMessage { payload });
         let reply = client.install_snapshot(messages).await;
         if let Some(e) = read_failure.lock().ok().and_then(|mut f| f.take()) {
-            return Err(RPCError::Network(NetworkError::new(&e)));
+            return Err(network(e));
         }
         let reply = reply.map_err(status_error)?;
-        self.counters.sent.inc_by(sent);
+        self.counters.sent.inc_by(sent.load(Ordering::Relaxed));
         let payload = reply.into_inner().payload;
         self.counters.received.inc_by(payload.len() as u64);
         decode_answer(protocol, &payload)
     }
+}
+
+/// A snapshot waits for the member to answer (see
+/// [`super::peer_protocol`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "member {0:x} has not answered since it was last reached: its peer protocol is not known yet"
+)]
+struct UnknownPeer(NodeId);
+
+/// The end mark of a snapshot stream ([`SnapshotOpening`]), sent when
+/// `marked` once the chunks ended without a read failure: an empty
+/// message. The chunks before are never empty.
+fn end_mark(
+    marked: bool,
+    failure: Arc<Mutex<Option<std::io::Error>>>,
+) -> impl Stream<Item = Vec<u8>> {
+    futures::stream::iter(marked.then_some(())).filter_map(move |()| {
+        let failed = failure.lock().map_or(true, |f| f.is_some());
+        std::future::ready((!failed).then(Vec::new))
+    })
 }
 
 /// The snapshot's chunks of [`SNAPSHOT_CHUNK_BYTES`], each read when the
@@ -622,7 +692,9 @@ mod tests {
     async fn the_protocol_is_per_channel() {
         let factory = PeerNetworkFactory::new(None);
         let node = member(&["http://127.0.0.1:2380"]);
-        assert_eq!(factory.channel(1, &node).unwrap().protocol(), 1);
+        let first = factory.channel(1, &node).unwrap();
+        assert_eq!(first.protocol(), 1);
+        assert!(!first.knows_peer(), "the member has not answered");
         assert_eq!(
             factory.set_protocol(2),
             crate::version::OLDEST_PEER_PROTOCOL
@@ -634,6 +706,7 @@ mod tests {
         );
         let announced = |f: &PeerNetworkFactory| f.peers.lock().unwrap()[&1].announced.clone();
         announced(&factory).store(3, Ordering::Relaxed);
+        assert!(first.knows_peer(), "every channel to the member shares it");
         assert_eq!(
             factory.channel(1, &node).unwrap().protocol(),
             2,

@@ -14,16 +14,23 @@
 //! sets (3) again, and an answer without the header means protocol 1, so
 //! (3) follows M across a restart on another build. Until M has answered,
 //! and after a call to M fails in transport (M is down, and may come back
-//! as another build), (3) is protocol 1, which every build reads:
+//! as another build), (3) is unknown and M is sent protocol 1, which every
+//! build reads:
 //!
 //! ```text
-//! what M's last answer said       | learned for M | sent to M (cluster version 3.6)
-//! nothing yet                     | 1             | 1
-//! "peer-protocol: 2"              | 2             | 2
-//! "peer-protocol: 3" (next release) | 3           | 2 (the cluster version's cap)
-//! no header (a build before 2)    | 1             | 1
-//! the connection failed           | 1             | 1
+//! what M's last answer said         | learned for M | sent to M (cluster version 3.6)
+//! nothing yet                       | unknown       | 1
+//! "peer-protocol: 2"                | 2             | 2
+//! "peer-protocol: 3" (next release) | 3             | 2 (the cluster version's cap)
+//! no header (a build before 2)      | 1             | 1
+//! the connection failed             | unknown       | 1
 //! ```
+//!
+//! A snapshot waits until M's protocol is known
+//! ([`PeerChannel::knows_peer`]): protocol 1 would make the sender read the
+//! whole checkpoint once more first, to announce its length. Openraft's
+//! heartbeats reach every member, so M's protocol is known within a
+//! heartbeat of M answering.
 //!
 //! The channel to M is per protocol ([`PeerChannel`], cached by
 //! [`super::network::PeerNetworkFactory::channel`]): when the protocol to M
@@ -56,6 +63,10 @@ use tonic::transport::Channel;
 use super::{NodeId, TypeConfig};
 use crate::codec;
 use crate::version::{announced_peer_protocol, OLDEST_PEER_PROTOCOL};
+
+/// What [`PeerChannel`]s keep for a member that has not answered since it
+/// was last reached: its protocol is not known.
+pub const UNKNOWN: u32 = 0;
 
 /// How a member's refusal of a request in a protocol it does not speak
 /// begins (a FailedPrecondition status, sent before the request is read).
@@ -171,6 +182,12 @@ impl PeerChannel {
     pub fn protocol(&self) -> u32 {
         self.protocol
     }
+
+    /// Whether the member answered since it was last reached, so that
+    /// the newest protocol it speaks is known (module docs).
+    pub fn knows_peer(&self) -> bool {
+        self.announced.load(Ordering::Relaxed) != UNKNOWN
+    }
 }
 
 /// Keeps `protocol` as what member `target` announced, logging a change.
@@ -208,12 +225,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for PeerChannel {
                     Ok(response)
                 }
                 Err(e) => {
-                    learn(
-                        &announced,
-                        target,
-                        OLDEST_PEER_PROTOCOL,
-                        "the connection failed",
-                    );
+                    learn(&announced, target, UNKNOWN, "the connection failed");
                     Err(e)
                 }
             }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
-use crate::raft::network::SnapshotHeader;
+use crate::raft::network::{SnapshotHeader, SnapshotOpening};
 use crate::raft::peer_protocol::{encode_answer, fatal, REFUSAL_PREFIX};
 use crate::raft::state_machine::snapshot_file::{SnapshotData, SnapshotReceiver};
 use crate::raft::{NodeId, Snapshot, TypeConfig, Vote};
@@ -284,8 +284,9 @@ impl RaftPeer for PeerService {
         counted_reply(from, protocol, result.map_err(fatal))
     }
 
-    /// Receives a snapshot (a header, then raw chunks) into a file in the
-    /// snapshot directory and installs it.
+    /// Receives a snapshot (a header, then raw chunks; in peer protocol 2
+    /// and later, then an end mark: [`SnapshotOpening`]) into a file in
+    /// the snapshot directory and installs it.
     async fn install_snapshot(
         &self,
         req: Request<Streaming<RaftMessage>>,
@@ -296,12 +297,22 @@ impl RaftPeer for PeerService {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
-        let header: SnapshotHeader = decode_payload(&first.payload)?;
-        let from = Some(header.vote.leader_id.node_id);
+        let (opening, bytes) = if protocol > crate::version::OLDEST_PEER_PROTOCOL {
+            let opening: SnapshotOpening = decode_payload(&first.payload)?;
+            (opening, None)
+        } else {
+            let sized: SnapshotHeader = decode_payload(&first.payload)?;
+            let opening = SnapshotOpening {
+                vote: sized.vote,
+                meta: sized.meta,
+            };
+            (opening, Some(sized.bytes))
+        };
+        let from = Some(opening.vote.leader_id.node_id);
         let dir = self.core.config.snapshot_dir_or_temp();
         let engine = self.core.mvcc.engine().clone();
         let mut receiver = blocking(move || {
-            let mut receiver = SnapshotReceiver::create(&dir, header.bytes)?;
+            let mut receiver = SnapshotReceiver::create(&dir, bytes)?;
             receiver.prepare_install(engine)?;
             Ok(receiver)
         })
@@ -309,19 +320,23 @@ impl RaftPeer for PeerService {
         let mut received = first.payload.len();
         while let Some(chunk) = chunks.message().await? {
             received += chunk.payload.len();
+            if chunk.payload.is_empty() && bytes.is_none() {
+                receiver.end().map_err(snapshot_refused)?;
+                continue;
+            }
             receiver =
                 blocking(move || receiver.write_owned(chunk.payload).map(|()| receiver)).await?;
         }
         count_received(from, received);
         let data = blocking(move || receiver.finish()).await?;
         let snapshot = Snapshot {
-            meta: header.meta,
+            meta: opening.meta,
             snapshot: SnapshotData::File(Arc::new(data)),
         };
         let result = self
             .core
             .raft
-            .install_full_snapshot(header.vote, snapshot)
+            .install_full_snapshot(opening.vote, snapshot)
             .await;
         if result.is_ok() {
             self.core.leader_contact.record();
@@ -406,6 +421,12 @@ impl RaftPeer for PeerService {
     }
 }
 
+/// A snapshot stream refused for `e` (what it holds breaks the format or
+/// what its sender announced).
+fn snapshot_refused(e: std::io::Error) -> Status {
+    Status::invalid_argument(format!("snapshot: {e}"))
+}
+
 /// Runs blocking file work for a snapshot receive off the async workers;
 /// a failure refuses the stream.
 async fn blocking<T: Send + 'static>(
@@ -413,7 +434,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, Status> {
     match tokio::task::spawn_blocking(work).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Status::invalid_argument(format!("snapshot: {e}"))),
+        Ok(Err(e)) => Err(snapshot_refused(e)),
         Err(e) => Err(Status::internal(format!("snapshot: {e}"))),
     }
 }

@@ -211,12 +211,15 @@ mod tests {
         let (_, built) = files.build().unwrap();
         let written = built.encoded().unwrap();
         let expected = written.chunk_at(0, written.len()).unwrap();
-        let SnapshotSource::Checkpoint { checkpoint, len } = built.source().unwrap() else {
+        let unmeasured = built.source(false).unwrap();
+        assert_eq!(unmeasured.known_len(), None, "protocol 2 sends it unmeasured");
+        let SnapshotSource::Checkpoint { checkpoint, len } = built.source(true).unwrap() else {
             panic!("a built snapshot is a checkpoint");
         };
+        let len = len.expect("measured");
         assert_eq!(len, expected.len() as u64);
         assert_eq!(checkpoint.measured.get(), Some(&len), "measured once");
-        assert_eq!(built.source().unwrap().len(), len);
+        assert_eq!(built.source(true).unwrap().known_len(), Some(len));
         let mut produced = checkpoint.produce(7, 2);
         let mut streamed = Vec::new();
         while let Some(chunk) = produced.blocking_recv() {

@@ -30,13 +30,19 @@ impl SnapshotData {
     }
 
     /// What a sender streams (blocking): a file as it is; a checkpoint's
-    /// records produced as they are sent ([`Checkpoint::measure`] first:
-    /// the stream's header announces their length), with no file written.
-    pub fn source(&self) -> std::io::Result<SnapshotSource> {
+    /// records produced as they are sent, with no file written. With
+    /// `measured`, a checkpoint is measured first ([`Checkpoint::measure`],
+    /// one more pass over it): peer protocol 1's stream header announces
+    /// the length; protocol 2's stream ends with a mark instead.
+    pub fn source(&self, measured: bool) -> std::io::Result<SnapshotSource> {
         match self {
             Self::File(file) => Ok(SnapshotSource::File(file.clone())),
             Self::Checkpoint(checkpoint) => Ok(SnapshotSource::Checkpoint {
-                len: checkpoint.measure()?,
+                len: if measured {
+                    Some(checkpoint.measure()?)
+                } else {
+                    None
+                },
                 checkpoint: checkpoint.clone(),
             }),
         }
@@ -55,27 +61,22 @@ impl SnapshotData {
 pub enum SnapshotSource {
     /// Records in a file, read in chunks at their offsets.
     File(Arc<SnapshotFile>),
-    /// A checkpoint's records, `len` bytes, produced as they are sent
+    /// A checkpoint's records, produced as they are sent
     /// ([`Checkpoint::produce`]).
     Checkpoint {
         /// The checkpoint.
         checkpoint: Arc<Checkpoint>,
-        /// Its records' length ([`Checkpoint::measure`]).
-        len: u64,
+        /// Its records' length, if measured ([`Checkpoint::measure`]).
+        len: Option<u64>,
     },
 }
 
 impl SnapshotSource {
-    /// The records' length in bytes.
-    pub fn len(&self) -> u64 {
+    /// The records' length in bytes, if known before they are sent.
+    pub fn known_len(&self) -> Option<u64> {
         match self {
-            Self::File(file) => file.len(),
+            Self::File(file) => Some(file.len()),
             Self::Checkpoint { len, .. } => *len,
         }
-    }
-
-    /// Whether there is no record.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

@@ -15,11 +15,13 @@
 //! the store's size each time, and stretched the writes' p99.9 from 99 to
 //! 354 ms at `--snapshot-count 5000` as the file grew to 102 MB.
 //!
-//! **Sending** one to a lagging follower reads the checkpoint twice: once
-//! to measure its records (the stream's header announces their length),
-//! then again as the stream sends them, in the format below, produced in
-//! chunks on a thread a few chunks ahead ([`SnapshotData::source`],
-//! [`Checkpoint::produce`]); no file is written. A **received** snapshot
+//! **Sending** one to a lagging follower reads the checkpoint as the
+//! stream sends its records, in the format below, produced in chunks on a
+//! thread a few chunks ahead ([`SnapshotData::source`],
+//! [`Checkpoint::produce`]); no file is written. The stream marks its end
+//! (peer protocol 2); for a member that speaks only protocol 1, whose
+//! stream header announces the records' length, the checkpoint is read
+//! once more before, to measure them ([`Checkpoint::measure`]). A **received** snapshot
 //! is a records file: installing it makes it the current snapshot before
 //! the tables are replaced, so a crash in between installs it again at the
 //! next start. While it arrives, two threads read the same chunks into
@@ -513,7 +515,7 @@ mod tests {
         put_applied(engine.as_ref(), 7, "b");
         let (new_meta, newer) = files.build().unwrap();
         let received = newer.encoded().unwrap();
-        let copy = SnapshotReceiver::create(dir.path(), received.len()).unwrap();
+        let copy = SnapshotReceiver::create(dir.path(), Some(received.len())).unwrap();
         let mut copy = copy;
         copy.write(&received.chunk_at(0, received.len()).unwrap())
             .unwrap();
@@ -576,7 +578,7 @@ mod tests {
         put_applied(engine_a.as_ref(), 4, "k");
         let (meta, built) = files_a.build().unwrap();
         let records = built.encoded().unwrap();
-        let mut receiver = SnapshotReceiver::create(a.path(), records.len()).unwrap();
+        let mut receiver = SnapshotReceiver::create(a.path(), Some(records.len())).unwrap();
         receiver
             .write(&records.chunk_at(0, records.len()).unwrap())
             .unwrap();

@@ -16,24 +16,37 @@ use crate::limits::{MAX_SNAPSHOT_BYTES, SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT};
 use crate::mvcc::{IndexBuilder, PreparedIndex};
 use crate::raft::log_store::io_error;
 
+/// Why a snapshot over [`MAX_SNAPSHOT_BYTES`] is refused.
+const TOO_LARGE: &str = "snapshot larger than the member's limit";
+
 /// Writes a snapshot arriving in chunks to a temporary file in the
 /// snapshot directory, refusing more than the sender announced and more
 /// than [`MAX_SNAPSHOT_BYTES`]. The file is removed if the receive fails.
 /// With [`SnapshotReceiver::prepare_install`], the records are also read
 /// as they arrive into what installing them needs.
+///
+/// Peer protocol 1 announces the snapshot's length first; protocol 2 does
+/// not (the sender streams a checkpoint without measuring it first) and
+/// marks the end instead ([`SnapshotReceiver::end`]). Either way a stream
+/// that stops early, because its sender failed to read the snapshot, is
+/// refused.
 pub struct SnapshotReceiver {
     file: BufWriter<File>,
     /// The file being received; its `len` counts the bytes so far.
     snapshot: SnapshotFile,
-    expected: u64,
+    /// The announced length, if any.
+    expected: Option<u64>,
+    /// Whether the sender marked the end.
+    ended: bool,
     preparing: Option<Preparing>,
 }
 
 impl SnapshotReceiver {
-    /// Starts receiving a snapshot of `expected` bytes into `dir`.
-    pub fn create(dir: &Path, expected: u64) -> std::io::Result<Self> {
-        if expected > MAX_SNAPSHOT_BYTES {
-            return Err(invalid("snapshot larger than the member's limit"));
+    /// Starts receiving a snapshot of `expected` bytes (`None`: not
+    /// announced; the sender marks the end) into `dir`.
+    pub fn create(dir: &Path, expected: Option<u64>) -> std::io::Result<Self> {
+        if expected.is_some_and(|n| n > MAX_SNAPSHOT_BYTES) {
+            return Err(invalid(TOO_LARGE));
         }
         std::fs::create_dir_all(dir)?;
         let (snapshot, file) = SnapshotFile::create_temporary(dir, RECEIVING_PREFIX)?;
@@ -41,8 +54,19 @@ impl SnapshotReceiver {
             file: BufWriter::with_capacity(FILE_BUFFER_BYTES, file),
             snapshot,
             expected,
+            ended: false,
             preparing: None,
         })
+    }
+
+    /// The sender marked the end of a snapshot whose length it did not
+    /// announce: every byte arrived.
+    pub fn end(&mut self) -> std::io::Result<()> {
+        if self.expected.is_some() {
+            return Err(invalid("an end mark in a snapshot of announced length"));
+        }
+        self.ended = true;
+        Ok(())
     }
 
     /// Prepares the install on two threads while the chunks arrive: one
@@ -86,8 +110,16 @@ impl SnapshotReceiver {
     /// [`SnapshotReceiver::write`] of a chunk the caller gives up (the
     /// preparing threads share it instead of a copy).
     pub fn write_owned(&mut self, chunk: Vec<u8>) -> std::io::Result<()> {
-        if self.snapshot.len + chunk.len() as u64 > self.expected {
-            return Err(invalid("snapshot longer than announced"));
+        if self.ended {
+            return Err(invalid("snapshot data after its end mark"));
+        }
+        let after = self.snapshot.len + chunk.len() as u64;
+        match self.expected {
+            Some(expected) if after > expected => {
+                return Err(invalid("snapshot longer than announced"))
+            }
+            None if after > MAX_SNAPSHOT_BYTES => return Err(invalid(TOO_LARGE)),
+            _ => {}
         }
         self.file.write_all(&chunk)?;
         self.snapshot.len += chunk.len() as u64;
@@ -99,11 +131,18 @@ impl SnapshotReceiver {
         Ok(())
     }
 
-    /// The received snapshot, once every announced byte arrived (and the
-    /// preparing threads, if any, are done with it).
+    /// The received snapshot, once every announced byte arrived or the
+    /// end was marked (and the preparing threads, if any, are done with
+    /// it).
     pub fn finish(mut self) -> std::io::Result<SnapshotFile> {
-        if self.snapshot.len != self.expected {
-            return Err(invalid("snapshot shorter than announced"));
+        match self.expected {
+            Some(expected) if self.snapshot.len != expected => {
+                return Err(invalid("snapshot shorter than announced"))
+            }
+            None if !self.ended => {
+                return Err(invalid("snapshot stream ended before its end mark"))
+            }
+            _ => {}
         }
         self.file.flush()?;
         if let Some(Preparing { load, index }) = self.preparing.take() {
@@ -131,17 +170,21 @@ struct Feed<T> {
 
 impl<T: Send + 'static> Feed<T> {
     /// Starts `work` on a thread named `name`, reading the `len` bytes of
-    /// records the chunks sent to it hold.
+    /// records the chunks sent to it hold (all of them, when not known).
     fn start(
         name: &str,
-        len: u64,
+        len: Option<u64>,
         work: impl FnOnce(&mut RecordReader<ChunkReader>) -> std::io::Result<T> + Send + 'static,
     ) -> std::io::Result<Self> {
         let (tx, rx) = std::sync::mpsc::sync_channel(SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT);
         let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
-                let mut records = RecordReader::new(ChunkReader::new(rx), len);
+                let chunks = ChunkReader::new(rx);
+                let mut records = match len {
+                    Some(len) => RecordReader::new(chunks, len),
+                    None => RecordReader::until_end(chunks, MAX_SNAPSHOT_BYTES),
+                };
                 work(&mut records)
             })?;
         Ok(Self {
@@ -226,15 +269,17 @@ mod tests {
     #[test]
     fn a_receiver_takes_exactly_the_announced_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        let mut short = SnapshotReceiver::create(dir.path(), 4).unwrap();
+        let mut short = SnapshotReceiver::create(dir.path(), Some(4)).unwrap();
         short.write(b"abc").unwrap();
         assert!(short.finish().is_err());
-        let mut long = SnapshotReceiver::create(dir.path(), 2).unwrap();
+        let mut long = SnapshotReceiver::create(dir.path(), Some(2)).unwrap();
         assert!(long.write(b"abc").is_err());
-        drop(long);
-        assert!(SnapshotReceiver::create(dir.path(), MAX_SNAPSHOT_BYTES + 1).is_err());
+        let mut marked = SnapshotReceiver::create(dir.path(), Some(3)).unwrap();
+        assert!(marked.end().is_err(), "protocol 1 has no end mark");
+        drop((long, marked));
+        assert!(SnapshotReceiver::create(dir.path(), Some(MAX_SNAPSHOT_BYTES + 1)).is_err());
 
-        let mut ok = SnapshotReceiver::create(dir.path(), 6).unwrap();
+        let mut ok = SnapshotReceiver::create(dir.path(), Some(6)).unwrap();
         ok.write(b"abc").unwrap();
         ok.write(b"def").unwrap();
         let snapshot = ok.finish().unwrap();
@@ -243,6 +288,36 @@ mod tests {
         assert_eq!(snapshot.chunk_at(4, 100).unwrap(), b"ef");
         drop(snapshot);
         // Every temporary file is gone: none was adopted.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// Without an announced length (peer protocol 2) the end mark says
+    /// every byte arrived: a stream that stops before it is refused, and
+    /// so is data after it.
+    #[test]
+    fn a_receiver_of_unknown_length_takes_the_bytes_before_the_end_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut unmarked = SnapshotReceiver::create(dir.path(), None).unwrap();
+        unmarked.write(b"abc").unwrap();
+        let refused = unmarked.finish().unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "snapshot stream ended before its end mark"
+        );
+        let mut after = SnapshotReceiver::create(dir.path(), None).unwrap();
+        after.write(b"abc").unwrap();
+        after.end().unwrap();
+        assert!(after.write(b"d").is_err());
+        drop(after);
+
+        let mut ok = SnapshotReceiver::create(dir.path(), None).unwrap();
+        ok.write(b"abc").unwrap();
+        ok.write(b"def").unwrap();
+        ok.end().unwrap();
+        let snapshot = ok.finish().unwrap();
+        assert_eq!(snapshot.len(), 6);
+        assert_eq!(snapshot.chunk_at(0, 6).unwrap(), b"abcdef");
+        drop(snapshot);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
@@ -295,16 +370,27 @@ mod tests {
         Arc::new(crate::engine::rocks::RocksEngine::open(dir).unwrap())
     }
 
+    /// The same with the length announced (peer protocol 1) and with an
+    /// end mark instead (protocol 2).
     #[test]
     fn a_prepared_receive_ingests_and_indexes_what_the_file_would() {
-        let dir = tempfile::tempdir().unwrap();
         let data = encode(&store_records());
-        let mut receiver = SnapshotReceiver::create(dir.path(), data.len() as u64).unwrap();
+        for announced in [Some(data.len() as u64), None] {
+            a_prepared_receive_of(&data, announced);
+        }
+    }
+
+    fn a_prepared_receive_of(data: &[u8], announced: Option<u64>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut receiver = SnapshotReceiver::create(dir.path(), announced).unwrap();
         receiver
             .prepare_install(rocks_engine(&dir.path().join("prepared")))
             .unwrap();
         for chunk in data.chunks(7) {
             receiver.write(chunk).unwrap();
+        }
+        if announced.is_none() {
+            receiver.end().unwrap();
         }
         let received = receiver.finish().unwrap();
         let prepared = received.take_prepared().expect("prepared while received");
@@ -362,7 +448,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut data = encode(&store_records());
         data.extend_from_slice(&[200, 0, 0, 0, 0, 0, 0, 0, 0]);
-        let mut receiver = SnapshotReceiver::create(dir.path(), data.len() as u64).unwrap();
+        let mut receiver = SnapshotReceiver::create(dir.path(), Some(data.len() as u64)).unwrap();
         receiver
             .prepare_install(rocks_engine(&dir.path().join("db")))
             .unwrap();

@@ -34,10 +34,14 @@ impl Record {
 }
 
 /// Reads records one by one. A length that runs past the end of the
-/// snapshot is refused before anything is allocated for it.
+/// snapshot (or past the most a snapshot may hold, when its length is not
+/// known) is refused before anything is allocated for it.
 pub struct RecordReader<R> {
     input: R,
     remaining: u64,
+    /// Whether `remaining` is the input's length (else only a bound, and
+    /// the input's end, between two records, is the records' end).
+    exact: bool,
 }
 
 impl<R: Read> RecordReader<R> {
@@ -46,7 +50,38 @@ impl<R: Read> RecordReader<R> {
         Self {
             input,
             remaining: len,
+            exact: true,
         }
+    }
+
+    /// Reads records from `input` until its end, at most `limit` bytes.
+    pub fn until_end(input: R, limit: u64) -> Self {
+        Self {
+            input,
+            remaining: limit,
+            exact: false,
+        }
+    }
+
+    /// The next record's table byte, or `None` at the end of the input.
+    fn first_byte(&mut self) -> std::io::Result<Option<u8>> {
+        if self.exact {
+            return Ok(Some(self.take(1)?[0]));
+        }
+        let mut byte = [0u8];
+        loop {
+            match self.input.read(&mut byte) {
+                Ok(0) => return Ok(None),
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.remaining == 0 {
+            return Err(invalid("snapshot larger than the member's limit"));
+        }
+        self.remaining -= 1;
+        Ok(Some(byte[0]))
     }
 
     fn take(&mut self, n: u64) -> std::io::Result<Vec<u8>> {
@@ -69,10 +104,12 @@ impl<R: Read> RecordReader<R> {
 
     /// The next record, or `None` at the end.
     pub fn next_record(&mut self) -> std::io::Result<Option<Record>> {
-        if self.remaining == 0 {
+        if self.exact && self.remaining == 0 {
             return Ok(None);
         }
-        let table_byte = self.take(1)?[0];
+        let Some(table_byte) = self.first_byte()? else {
+            return Ok(None);
+        };
         let table = *Table::STATE_MACHINE
             .get(table_byte as usize)
             .ok_or_else(|| invalid("unknown snapshot table"))?;
@@ -183,6 +220,40 @@ mod tests {
         let mut cut = encode(&[record(Table::Kv, "key", "value")]);
         cut.pop();
         assert!(read_all(&cut).is_err());
+    }
+
+    /// Without a known length the records end where the input does,
+    /// between two records; a cut record and a snapshot past the limit
+    /// are refused.
+    #[test]
+    fn records_of_unknown_length_end_with_the_input() {
+        let records = vec![record(Table::Kv, "a", "1"), record(Table::Lease, "b", "22")];
+        let data = encode(&records);
+        let read = |data: &[u8], limit: u64| -> std::io::Result<Vec<Record>> {
+            let mut reader = RecordReader::until_end(data, limit);
+            let mut out = Vec::new();
+            while let Some(r) = reader.next_record()? {
+                out.push(r);
+            }
+            Ok(out)
+        };
+        assert_eq!(read(&data, u64::MAX).unwrap(), records);
+        assert_eq!(
+            read(&data, data.len() as u64).unwrap(),
+            records,
+            "exactly the limit"
+        );
+        assert_eq!(read(&[], 10).unwrap(), Vec::new());
+        let cut = &data[..data.len() - 1];
+        assert_eq!(
+            read(cut, u64::MAX).unwrap_err().kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
+        let over = read(&data, data.len() as u64 - 1).unwrap_err();
+        assert!(over.kind() != std::io::ErrorKind::Other, "{over}");
+        let first = records[0].encoded_len() as u64;
+        let past = read(&data, first).unwrap_err();
+        assert_eq!(past.to_string(), "snapshot larger than the member's limit");
     }
 
     #[test]
