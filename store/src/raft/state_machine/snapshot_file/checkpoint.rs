@@ -212,7 +212,11 @@ mod tests {
         let written = built.encoded().unwrap();
         let expected = written.chunk_at(0, written.len()).unwrap();
         let unmeasured = built.source(false).unwrap();
-        assert_eq!(unmeasured.known_len(), None, "protocol 2 sends it unmeasured");
+        assert_eq!(
+            unmeasured.known_len(),
+            None,
+            "protocol 2 sends it unmeasured"
+        );
         let SnapshotSource::Checkpoint { checkpoint, len } = built.source(true).unwrap() else {
             panic!("a built snapshot is a checkpoint");
         };
