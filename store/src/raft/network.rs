@@ -347,9 +347,9 @@ enum Rpc {
 impl PeerNetwork {
     /// A client, and the protocol its requests (and their answers) are in.
     fn client(&self) -> RpcResult<(PeerClient, u32)> {
-        self.channel()
-            .map(|channel| (channel.protocol(), channel))
-            .map(|(protocol, channel)| (peer_client(channel), protocol))
+        let channel = self.channel()?;
+        let protocol = channel.protocol();
+        Ok((peer_client(channel), protocol))
     }
 
     fn channel(&self) -> RpcResult<PeerChannel> {
@@ -452,7 +452,7 @@ impl PeerNetwork {
         }
         let protocol = channel.protocol();
         let mut client = peer_client(channel);
-        let marked = protocol > crate::version::OLDEST_PEER_PROTOCOL;
+        let marked = protocol >= super::peer_protocol::MARKED_SNAPSHOTS_SINCE;
         let network = |e: std::io::Error| RPCError::Network(NetworkError::new(&e));
         let data = snapshot.snapshot;
         let source = tokio::task::spawn_blocking(move || data.source(!marked))

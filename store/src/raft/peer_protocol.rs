@@ -62,7 +62,16 @@ use tonic::transport::Channel;
 
 use super::{NodeId, TypeConfig};
 use crate::codec;
-use crate::version::{announced_peer_protocol, OLDEST_PEER_PROTOCOL};
+use crate::version::announced_peer_protocol;
+
+/// The first peer protocol whose Raft answers carry a [`RaftFailure`]
+/// (protocol 1 sent openraft's text).
+pub const TYPED_FAILURES_SINCE: u32 = 2;
+
+/// The first peer protocol whose snapshot stream opens without the
+/// records' length and marks their end
+/// ([`super::network::SnapshotOpening`]; protocol 1 announced the length).
+pub const MARKED_SNAPSHOTS_SINCE: u32 = 2;
 
 /// What [`PeerChannel`]s keep for a member that has not answered since it
 /// was last reached: its protocol is not known.
@@ -133,7 +142,7 @@ pub fn fatal(error: RaftError<TypeConfig>) -> Fatal<TypeConfig> {
 /// A Raft message handler's answer, encoded in `protocol`: the value or
 /// the failure, as its text in protocol 1 and typed after.
 pub fn encode_answer<T: Serialize>(protocol: u32, result: Result<T, Fatal<TypeConfig>>) -> Vec<u8> {
-    if protocol <= OLDEST_PEER_PROTOCOL {
+    if protocol < TYPED_FAILURES_SINCE {
         codec::encode(&result.map_err(|e| e.to_string()))
     } else {
         codec::encode(&result.map_err(RaftFailure::from))
@@ -145,7 +154,7 @@ pub fn decode_answer<T: DeserializeOwned>(
     protocol: u32,
     payload: &[u8],
 ) -> Result<Result<T, RaftFailure>, bincode::Error> {
-    if protocol <= OLDEST_PEER_PROTOCOL {
+    if protocol < TYPED_FAILURES_SINCE {
         let answer: Result<T, String> = codec::decode(payload)?;
         Ok(answer.map_err(RaftFailure::from_text))
     } else {

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
 use crate::raft::network::{SnapshotHeader, SnapshotOpening};
-use crate::raft::peer_protocol::{encode_answer, fatal, REFUSAL_PREFIX};
+use crate::raft::peer_protocol::{encode_answer, fatal, MARKED_SNAPSHOTS_SINCE, REFUSAL_PREFIX};
 use crate::raft::state_machine::snapshot_file::{SnapshotData, SnapshotReceiver};
 use crate::raft::{NodeId, Snapshot, TypeConfig, Vote};
 use crate::server::core::Core;
@@ -297,7 +297,7 @@ impl RaftPeer for PeerService {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
-        let (opening, bytes) = if protocol > crate::version::OLDEST_PEER_PROTOCOL {
+        let (opening, bytes) = if protocol >= MARKED_SNAPSHOTS_SINCE {
             let opening: SnapshotOpening = decode_payload(&first.payload)?;
             (opening, None)
         } else {
