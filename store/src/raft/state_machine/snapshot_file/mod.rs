@@ -56,6 +56,7 @@
 
 mod checkpoint;
 mod data;
+mod direct;
 mod file;
 mod names;
 mod receiver;

@@ -1,14 +1,15 @@
 //! Receiving a snapshot ([`SnapshotReceiver`]): its chunks written to a
-//! temporary file and, while they arrive, read on two threads into what
-//! installing it needs (the engine's table files, the key index).
+//! temporary file (bypassing the page cache: [`DirectAppender`]) and, while
+//! they arrive, read on two threads into what installing it needs (the
+//! engine's table files, the key index).
 
-use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
-use super::file::{lock, PreparedInstall, SnapshotFile, FILE_BUFFER_BYTES};
+use super::direct::DirectAppender;
+use super::file::{lock, PreparedInstall, SnapshotFile};
 use super::names::{staging_dir_in, RECEIVING_PREFIX};
 use super::records::{installed_pairs, invalid, RecordReader};
 use crate::engine::{Engine, PreparedLoad, Table};
@@ -31,7 +32,7 @@ const TOO_LARGE: &str = "snapshot larger than the member's limit";
 /// that stops early, because its sender failed to read the snapshot, is
 /// refused.
 pub struct SnapshotReceiver {
-    file: BufWriter<File>,
+    file: DirectAppender,
     /// The file being received; its `len` counts the bytes so far.
     snapshot: SnapshotFile,
     /// The announced length, if any.
@@ -51,7 +52,7 @@ impl SnapshotReceiver {
         std::fs::create_dir_all(dir)?;
         let (snapshot, file) = SnapshotFile::create_temporary(dir, RECEIVING_PREFIX)?;
         Ok(Self {
-            file: BufWriter::with_capacity(FILE_BUFFER_BYTES, file),
+            file: DirectAppender::new(&snapshot.path, file),
             snapshot,
             expected,
             ended: false,
@@ -144,7 +145,7 @@ impl SnapshotReceiver {
             }
             _ => {}
         }
-        self.file.flush()?;
+        self.file.finish()?;
         if let Some(Preparing { load, index }) = self.preparing.take() {
             let (load, index) = (load.finish(), index.finish());
             if let (Some(load), Some(index)) = (load, index) {
