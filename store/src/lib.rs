@@ -19,6 +19,7 @@ pub mod codec;
 pub mod config;
 pub mod config_file;
 pub mod data_dir;
+pub mod direct_io;
 pub mod duration;
 pub mod engine;
 pub mod errors;

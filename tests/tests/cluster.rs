@@ -494,9 +494,10 @@ const LOG_CATCH_UP_KEYS: usize = 48;
 const LOG_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Most a member's `member/log` may hold once writes stop, whatever was
 /// written: 64 MiB of entries behind the last snapshot, at most 64 MiB past
-/// it, in whole segments (three), plus the next one already allocated.
+/// it, in whole segments (three), plus the one being written, allocated
+/// whole, and the next one, prepared ahead (`next.spare`).
 /// Bounded by entry counts alone, it held every one of the 400 MiB.
-const MAX_BOUNDED_LOG_BYTES: u64 = 4 * LOG_SEGMENT_BYTES;
+const MAX_BOUNDED_LOG_BYTES: u64 = 5 * LOG_SEGMENT_BYTES;
 /// How long after the writes the log may take to get within its bound
 /// (it is checked every second, and purged once a snapshot is built).
 const LOG_BOUND_TIMEOUT: Duration = Duration::from_secs(60);

@@ -12,6 +12,22 @@
 //! 128-134 us for a growing file (docs/benchmarks.md). The log's entries no
 //! longer pass through RocksDB's memtables, flushes and compactions either.
 //!
+//! `fallocate` alone leaves the space *unwritten* (ext4, xfs): the first
+//! write to each block converts it, a metadata change, so nearly every
+//! group commit's `fdatasync` also committed the file system's journal, and
+//! on ext4 (`data=ordered`) a journal commit first writes out the data of
+//! every file with newly allocated blocks: the engine's table files being
+//! written by a compaction or a defragment. A paced writer's puts stalled up
+//! to 192 ms while a member rewrote its tables. So a new segment's space is
+//! also written with zeros, past the page cache ([`crate::direct_io`]), and
+//! synced, before it is used: appends then overwrite written blocks and a
+//! sync writes data only (the same run: 60 ms). Zeroing 64 MiB must not sit
+//! on a write's path, so the next segment is prepared ahead, on a thread,
+//! as `next.spare`, and renamed into place when the log rolls (a roll that
+//! finds none ready waits for it, or allocates one the old way if its
+//! preparation failed). At open, the newest segment's bytes after its last
+//! good record are zeroed the same way.
+//!
 //! The rules that keep what was synced:
 //!
 //! - Records are only appended, each with its own CRC32C ([`frame`]); the
@@ -42,10 +58,14 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::direct_io;
 use crate::limits::{WAL_READ_BUFFER_BYTES, WAL_SEGMENT_BYTES};
 
 /// File name suffix of a segment.
 const SEGMENT_SUFFIX: &str = ".seg";
+/// The next segment, being prepared ([`prepare_segment`]); a leftover is
+/// removed at open.
+const SPARE_NAME: &str = "next.spare";
 
 /// What opening hands each record to, in order: `(kind, payload,
 /// location)`; an error stops the opening.
@@ -141,6 +161,8 @@ pub struct Wal {
     header_end: u64,
     /// The newest payload of each sticky kind.
     sticky: BTreeMap<u8, Vec<u8>>,
+    /// The next segment's file, being prepared on a thread.
+    spare: Option<std::thread::JoinHandle<io::Result<File>>>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -167,7 +189,9 @@ impl Wal {
             offset: 0,
             header_end: 0,
             sticky: BTreeMap::new(),
+            spare: None,
         };
+        remove_if_present(&wal.spare_path())?;
         let sequences = list_segments(dir)?;
         let newest = sequences.last().copied();
         for seq in sequences {
@@ -183,9 +207,10 @@ impl Wal {
             }
             if Some(seq) == newest {
                 let end = end.offset();
-                // Cut whatever follows the last good record and allocate again.
-                file.set_len(end).map_err(at(&path))?;
-                allocate(&file, wal.options.segment_bytes).map_err(at(&path))?;
+                // Zero whatever follows the last good record.
+                let size = file.metadata().map_err(at(&path))?.len();
+                let to = size.max(wal.options.segment_bytes);
+                direct_io::fill_zeros(&path, &file, end, to).map_err(at(&path))?;
                 file.sync_all().map_err(at(&path))?;
                 wal.current = seq;
                 wal.offset = end;
@@ -207,11 +232,55 @@ impl Wal {
             wal.header_end = wal.offset;
             wal.sync()?;
         }
+        wal.prepare_spare();
         Ok(wal)
     }
 
     fn segment_path(&self, seq: u64) -> PathBuf {
         self.dir.join(format!("{seq:016x}{SEGMENT_SUFFIX}"))
+    }
+
+    fn spare_path(&self) -> PathBuf {
+        self.dir.join(SPARE_NAME)
+    }
+
+    /// Starts preparing the next segment on a thread, unless one is.
+    fn prepare_spare(&mut self) {
+        if self.spare.is_some() {
+            return;
+        }
+        let path = self.spare_path();
+        let bytes = self.options.segment_bytes;
+        let started = std::thread::Builder::new()
+            .name("raft-log-spare".to_string())
+            .spawn(move || prepare_segment(&path, bytes));
+        match started {
+            Ok(thread) => self.spare = Some(thread),
+            Err(e) => tracing::warn!(error = %e, "starting the raft log's segment preparation"),
+        }
+    }
+
+    /// The prepared next segment, renamed to `path`, if its preparation
+    /// worked (waiting for it to finish).
+    fn take_spare(&mut self, path: &Path) -> Option<File> {
+        let prepared = match self.spare.take()?.join() {
+            Ok(Ok(file)) => file,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "preparing a raft log segment; allocating one instead");
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!("preparing a raft log segment panicked; allocating one instead");
+                return None;
+            }
+        };
+        match std::fs::rename(self.spare_path(), path) {
+            Ok(()) => Some(prepared),
+            Err(e) => {
+                tracing::warn!(error = %e, "renaming the prepared raft log segment; allocating one instead");
+                None
+            }
+        }
     }
 
     /// Reads one segment's records into `replay`; where they end.
@@ -263,13 +332,19 @@ impl Wal {
     /// sticky records; it becomes the one written to.
     fn create_segment(&mut self, seq: u64) -> io::Result<()> {
         let path = self.segment_path(seq);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(at(&path))?;
-        allocate(&file, self.options.segment_bytes).map_err(at(&path))?;
+        let file = match self.take_spare(&path) {
+            Some(file) => file,
+            None => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(at(&path))?;
+                allocate(&file, self.options.segment_bytes).map_err(at(&path))?;
+                file
+            }
+        };
         sync_dir(&self.dir)?;
         self.segments.insert(
             seq,
@@ -282,6 +357,7 @@ impl Wal {
         self.offset = 0;
         self.write_sticky_header()?;
         self.header_end = self.offset;
+        self.prepare_spare();
         Ok(())
     }
 
@@ -447,6 +523,39 @@ fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
     }
     sequences.sort_unstable();
     Ok(sequences)
+}
+
+impl Drop for Wal {
+    /// Waits for the next segment's preparation, so nothing writes in the
+    /// directory once the log is closed.
+    fn drop(&mut self) {
+        if let Some(spare) = self.spare.take() {
+            let _ = spare.join();
+        }
+    }
+}
+
+/// Creates the file `path` (replacing one left there) with `bytes` of
+/// allocated space written with zeros, synced: a segment whose appends
+/// change no metadata.
+fn prepare_segment(path: &Path, bytes: u64) -> io::Result<File> {
+    remove_if_present(path)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    allocate(&file, bytes)?;
+    direct_io::fill_zeros(path, &file, 0, bytes)?;
+    file.sync_all()?;
+    Ok(file)
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Gives `file` `bytes` of allocated space and that size (etcd's

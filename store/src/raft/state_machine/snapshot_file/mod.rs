@@ -56,7 +56,6 @@
 
 mod checkpoint;
 mod data;
-mod direct;
 mod file;
 mod names;
 mod receiver;

@@ -8,10 +8,10 @@ use std::path::Path;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
-use super::direct::DirectAppender;
 use super::file::{lock, PreparedInstall, SnapshotFile};
 use super::names::{staging_dir_in, RECEIVING_PREFIX};
 use super::records::{installed_pairs, invalid, RecordReader};
+use crate::direct_io::DirectAppender;
 use crate::engine::{Engine, PreparedLoad, Table};
 use crate::limits::{MAX_SNAPSHOT_BYTES, SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT};
 use crate::mvcc::{IndexBuilder, PreparedIndex};
