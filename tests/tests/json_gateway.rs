@@ -458,9 +458,10 @@ async fn lease_cluster_and_maintenance() -> Result<()> {
     let mut json: Value = serde_json::from_str(&candidate.body).expect("json");
     let object = json.as_object_mut().expect("object");
     assert_eq!(object.remove("storageVersion"), Some(Value::from("3.6.0")));
+    // The store's default quota is 16 GiB, etcd's 2 GiB (store::limits).
     assert_eq!(
         object.remove("dbSizeQuota"),
-        Some(Value::from("2147483648"))
+        Some(Value::from("17179869184"))
     );
     assert_eq!(object.remove("downgradeInfo"), Some(serde_json::json!({})));
     candidate.body = json.to_string();
