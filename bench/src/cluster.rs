@@ -58,6 +58,8 @@ pub struct ClusterSpec {
     pub first_host: u8,
     /// Value of --snapshot-count.
     pub snapshot_count: u64,
+    /// Value of --quota-backend-bytes, if given.
+    pub quota_backend_bytes: Option<u64>,
 }
 
 impl ClusterSpec {
@@ -334,6 +336,9 @@ fn start_member(
     ]);
     cmd.args(["--initial-cluster-token", token]);
     cmd.args(["--snapshot-count", &spec.snapshot_count.to_string()]);
+    if let Some(bytes) = spec.quota_backend_bytes {
+        cmd.args(["--quota-backend-bytes", &bytes.to_string()]);
+    }
     let proc = Proc::spawn(
         &format!("{}-{name}", spec.label),
         cmd,

@@ -37,6 +37,11 @@ pub struct SystemArgs {
     /// --snapshot-count given to every member of both systems.
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_COUNT)]
     pub snapshot_count: u64,
+    /// --quota-backend-bytes given to every member of both systems (absent:
+    /// each system's default, 2 GiB for etcd, 16 GiB for the store; a
+    /// `bench scale` of millions of keys needs more than etcd's).
+    #[arg(long)]
+    pub quota_backend_bytes: Option<u64>,
 }
 
 impl SystemArgs {
@@ -54,6 +59,7 @@ impl SystemArgs {
             subnet: subnet.clone(),
             first_host,
             snapshot_count: self.snapshot_count,
+            quota_backend_bytes: self.quota_backend_bytes,
         };
         Ok((
             spec(OURS, self.ours_bin.clone(), OURS_FIRST_HOST),

@@ -30,7 +30,7 @@ pub const DIRECT_ALIGN_BYTES: usize = 4096;
 /// Bytes collected before a write (a multiple of [`DIRECT_ALIGN_BYTES`]).
 pub const DIRECT_BUFFER_BYTES: usize = 1024 * 1024;
 
-const _: () = assert!(DIRECT_BUFFER_BYTES % DIRECT_ALIGN_BYTES == 0);
+const _: () = assert!(DIRECT_BUFFER_BYTES.is_multiple_of(DIRECT_ALIGN_BYTES));
 
 /// Writes to one file, bypassing the page cache where the file system
 /// allows it: appends from the start ([`DirectAppender::write_all`]), or
@@ -60,7 +60,10 @@ impl DirectAppender {
     fn with(direct: Option<File>, plain: File) -> Self {
         let buffer = vec![0; DIRECT_BUFFER_BYTES + DIRECT_ALIGN_BYTES];
         let start = buffer.as_ptr().align_offset(DIRECT_ALIGN_BYTES);
-        assert!(start < DIRECT_ALIGN_BYTES, "no aligned window in the buffer");
+        assert!(
+            start < DIRECT_ALIGN_BYTES,
+            "no aligned window in the buffer"
+        );
         Self {
             direct,
             plain,
