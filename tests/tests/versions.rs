@@ -146,8 +146,8 @@ async fn status_version_and_downgrade_answer_as_etcd_36() {
     let s = status(&cluster, 0).await.expect("status");
     assert_eq!(
         s.db_size_quota,
-        2 * 1024 * 1024 * 1024,
-        "etcd's default quota"
+        16 * 1024 * 1024 * 1024,
+        "the store's default quota (etcd's is 2 GiB; docs/compatibility.md)"
     );
 
     let call = |i, action, version: &'static str| {

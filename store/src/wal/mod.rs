@@ -22,11 +22,12 @@
 //! also written with zeros, past the page cache ([`crate::direct_io`]), and
 //! synced, before it is used: appends then overwrite written blocks and a
 //! sync writes data only (the same run: 60 ms). Zeroing 64 MiB must not sit
-//! on a write's path, so the next segment is prepared ahead, on a thread,
-//! as `next.spare`, and renamed into place when the log rolls (a roll that
-//! finds none ready waits for it, or allocates one the old way if its
-//! preparation failed). At open, the newest segment's bytes after its last
-//! good record are zeroed the same way.
+//! on a write's path, so the next segment is prepared on a thread, as
+//! `next.spare`, once the current one is half full, and renamed into place
+//! when the log rolls (a roll that finds it not ready waits for it; one
+//! whose preparation failed allocates a segment the old way). A member
+//! that never fills half a segment writes no zeros. The segment found
+//! newest at open keeps its `fallocate`d tail until the log rolls.
 //!
 //! The rules that keep what was synced:
 //!
@@ -207,10 +208,9 @@ impl Wal {
             }
             if Some(seq) == newest {
                 let end = end.offset();
-                // Zero whatever follows the last good record.
-                let size = file.metadata().map_err(at(&path))?.len();
-                let to = size.max(wal.options.segment_bytes);
-                direct_io::fill_zeros(&path, &file, end, to).map_err(at(&path))?;
+                // Cut whatever follows the last good record and allocate again.
+                file.set_len(end).map_err(at(&path))?;
+                allocate(&file, wal.options.segment_bytes).map_err(at(&path))?;
                 file.sync_all().map_err(at(&path))?;
                 wal.current = seq;
                 wal.offset = end;
@@ -232,7 +232,6 @@ impl Wal {
             wal.header_end = wal.offset;
             wal.sync()?;
         }
-        wal.prepare_spare();
         Ok(wal)
     }
 
@@ -357,7 +356,6 @@ impl Wal {
         self.offset = 0;
         self.write_sticky_header()?;
         self.header_end = self.offset;
-        self.prepare_spare();
         Ok(())
     }
 
@@ -413,6 +411,9 @@ impl Wal {
             }
         }
         self.write(&bytes)?;
+        if self.offset > self.options.segment_bytes / 2 {
+            self.prepare_spare();
+        }
         Ok(locations)
     }
 

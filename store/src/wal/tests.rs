@@ -99,56 +99,49 @@ fn read_file(path: &Path) -> Vec<u8> {
 }
 
 #[test]
-fn the_next_segment_is_prepared_zeroed_and_taken_when_the_log_rolls() {
+fn the_next_segment_is_prepared_zeroed_once_half_is_used_and_taken_when_the_log_rolls() {
     let dir = tempfile::tempdir().unwrap();
     let spare = dir.path().join(SPARE_NAME);
     let (mut wal, _) = open(dir.path()).unwrap();
-    let first = wal.current_segment();
     let mut written = Vec::new();
     let mut i = 0;
-    while wal.current_segment() == first {
+    let mut append = |wal: &mut Wal| {
         written.push(payload(i));
         wal.append(&[(PLAIN, &payload(i))]).unwrap();
         i += 1;
+    };
+    while wal.offset <= SEGMENT_BYTES / 2 {
+        assert!(wal.spare.is_none(), "prepared before half the segment");
+        append(&mut wal);
     }
+    assert!(wal.spare.is_some(), "prepared past half the segment");
+    let first = wal.current_segment();
+    while wal.current_segment() == first {
+        append(&mut wal);
+    }
+    // The roll took the prepared file; the next one waits for half again.
+    assert!(wal.spare.is_none());
+    assert!(!spare.exists());
     let rolled = wal.segments[&wal.current_segment()].path.clone();
-    drop(wal);
-    // The roll took the prepared file and started preparing the next one.
-    assert_eq!(read_file(&spare), vec![0; SEGMENT_BYTES as usize]);
     assert_eq!(read_file(&rolled).len() as u64, SEGMENT_BYTES);
+    while wal.offset <= SEGMENT_BYTES / 2 {
+        append(&mut wal);
+    }
+    drop(wal);
+    assert_eq!(read_file(&spare), vec![0; SEGMENT_BYTES as usize]);
     let (_, seen) = open(dir.path()).unwrap();
     let payloads: Vec<Vec<u8>> = seen.into_iter().map(|r| r.1).collect();
     assert_eq!(payloads, written);
 }
 
 #[test]
-fn a_spare_left_behind_is_replaced_at_open() {
+fn a_spare_left_behind_is_removed_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let spare = dir.path().join(SPARE_NAME);
     std::fs::write(&spare, vec![0x5a; 3 * SEGMENT_BYTES as usize]).unwrap();
-    let (wal, seen) = open(dir.path()).unwrap();
+    let (_wal, seen) = open(dir.path()).unwrap();
     assert!(seen.is_empty());
-    drop(wal);
-    assert_eq!(read_file(&spare), vec![0; SEGMENT_BYTES as usize]);
-}
-
-#[test]
-fn the_newest_segment_after_its_last_record_is_zeros_after_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut wal, _) = open(dir.path()).unwrap();
-    let at = wal.append(&[(PLAIN, b"kept")]).unwrap()[0];
-    let path = wal.segments[&wal.current_segment()].path.clone();
-    drop(wal);
-    let end = at.offset + u64::from(at.len);
-    let file = OpenOptions::new().write(true).open(&path).unwrap();
-    file.write_all_at(&[0x77; 40], end + 1).unwrap();
-    drop(file);
-    let (wal, seen) = open(dir.path()).unwrap();
-    assert_eq!(seen.len(), 1);
-    drop(wal);
-    let bytes = read_file(&path);
-    assert_eq!(bytes.len() as u64, SEGMENT_BYTES);
-    assert!(bytes[end as usize..].iter().all(|b| *b == 0));
+    assert!(!spare.exists());
 }
 
 #[test]
