@@ -1,6 +1,5 @@
-//! Writing large files past the page cache (`O_DIRECT`): a received
-//! snapshot's records ([`DirectAppender`]) and the zeros of a Raft log
-//! segment ([`fill_zeros`]).
+//! Writing large files past the page cache (`O_DIRECT`, [`DirectAppender`]):
+//! a received snapshot's records, and the zeros of a Raft log segment.
 //!
 //! Both files are large and written once, and neither is read back soon: a
 //! received snapshot's file only if the install prepared while it arrived
@@ -15,7 +14,7 @@
 //! `O_DIRECT` wants the buffer's address, the file offset and the length
 //! aligned to the device's logical block ([`DIRECT_ALIGN_BYTES`]): bytes
 //! are collected into an aligned buffer of [`DIRECT_BUFFER_BYTES`] and
-//! written whole; an unaligned head or tail is written through an ordinary
+//! written whole; the unaligned tail is written through an ordinary
 //! handle. A file system that refuses `O_DIRECT` (at open, or with
 //! `EINVAL` at the first write) gets ordinary writes of the same blocks.
 
@@ -32,13 +31,13 @@ pub const DIRECT_BUFFER_BYTES: usize = 1024 * 1024;
 
 const _: () = assert!(DIRECT_BUFFER_BYTES.is_multiple_of(DIRECT_ALIGN_BYTES));
 
-/// Writes to one file, bypassing the page cache where the file system
-/// allows it: appends from the start ([`DirectAppender::write_all`]), or
-/// zeros over a range ([`fill_zeros`]).
+/// Appends to one file from its start, bypassing the page cache where the
+/// file system allows it: bytes ([`DirectAppender::write_all`]) or zeros
+/// ([`DirectAppender::write_zeros`]).
 pub struct DirectAppender {
     /// The `O_DIRECT` handle, if the file system accepts it.
     direct: Option<File>,
-    /// An ordinary handle: unaligned pieces, and every write without
+    /// An ordinary handle: the unaligned tail, and every write without
     /// `direct`.
     plain: File,
     /// [`DIRECT_BUFFER_BYTES`] + [`DIRECT_ALIGN_BYTES`], of which the
@@ -47,7 +46,8 @@ pub struct DirectAppender {
     start: usize,
     /// Bytes in the window.
     filled: usize,
-    /// Where the window goes in the file (aligned while `direct` is used).
+    /// Where the window goes in the file (aligned: a multiple of the
+    /// window's size).
     written: u64,
 }
 
@@ -76,12 +76,27 @@ impl DirectAppender {
 
     /// Appends `data` (a blocking write once the buffer fills).
     pub fn write_all(&mut self, mut data: &[u8]) -> std::io::Result<()> {
-        while !data.is_empty() {
-            let n = (DIRECT_BUFFER_BYTES - self.filled).min(data.len());
+        self.append(data.len() as u64, |piece| {
+            let (head, rest) = data.split_at(piece.len());
+            piece.copy_from_slice(head);
+            data = rest;
+        })
+    }
+
+    /// Appends `len` zero bytes (a blocking write once the buffer fills).
+    pub fn write_zeros(&mut self, len: u64) -> std::io::Result<()> {
+        self.append(len, |piece| piece.fill(0))
+    }
+
+    /// Appends `len` bytes, each piece of the window they take filled by
+    /// `fill`, writing the window out whenever it is full.
+    fn append(&mut self, mut len: u64, mut fill: impl FnMut(&mut [u8])) -> std::io::Result<()> {
+        while len > 0 {
+            let n = ((DIRECT_BUFFER_BYTES - self.filled) as u64).min(len) as usize;
             let at = self.start + self.filled;
-            self.buffer[at..at + n].copy_from_slice(&data[..n]);
+            fill(&mut self.buffer[at..at + n]);
             self.filled += n;
-            data = &data[n..];
+            len -= n as u64;
             if self.filled == DIRECT_BUFFER_BYTES {
                 self.write_window()?;
             }
@@ -120,28 +135,6 @@ impl DirectAppender {
         self.filled = 0;
         Ok(())
     }
-}
-
-/// Writes zeros over bytes `from..to` of the file at `path`, open as
-/// `plain` (the file grows to `to` if it is shorter). The writes are not
-/// synced.
-pub fn fill_zeros(path: &Path, plain: &File, from: u64, to: u64) -> std::io::Result<()> {
-    if from >= to {
-        return Ok(());
-    }
-    let align = DIRECT_ALIGN_BYTES as u64;
-    let head_end = from.div_ceil(align).saturating_mul(align).min(to);
-    let zeros = [0u8; DIRECT_ALIGN_BYTES];
-    plain.write_all_at(&zeros[..(head_end - from) as usize], from)?;
-    let body_end = head_end + (to - head_end) / align * align;
-    let mut zeros = DirectAppender::with(open_direct(path), plain.try_clone()?);
-    zeros.written = head_end;
-    while zeros.written < body_end {
-        zeros.filled = DIRECT_BUFFER_BYTES.min((body_end - zeros.written) as usize);
-        zeros.write_window()?;
-    }
-    let tail = [0u8; DIRECT_ALIGN_BYTES];
-    plain.write_all_at(&tail[..(to - body_end) as usize], body_end)
 }
 
 /// `path` opened for writing with `O_DIRECT`, if the file system allows it.
@@ -226,30 +219,46 @@ mod tests {
         assert_eq!(stayed_direct, supported);
     }
 
-    /// Zeros replace exactly `from..to`, whatever the alignment of either
-    /// end, and extend a shorter file.
+    /// Zeros and bytes append in order, at any alignment, and a file of
+    /// zeros alone is exactly as long as asked.
     #[test]
-    fn zeros_cover_exactly_the_range() {
-        let len = 2 * DIRECT_BUFFER_BYTES + 3 * DIRECT_ALIGN_BYTES;
-        let ranges = [
-            (0, len),
-            (5, len - 7),
-            (DIRECT_ALIGN_BYTES, 2 * DIRECT_ALIGN_BYTES),
-            (100, 200),
-            (len - 1, len + DIRECT_BUFFER_BYTES + 9),
-            (7, 7),
+    fn zeros_append_between_bytes_at_any_alignment() {
+        let pieces: [(bool, usize); 6] = [
+            (true, 5),
+            (false, 3),
+            (true, DIRECT_BUFFER_BYTES + 2 * DIRECT_ALIGN_BYTES - 1),
+            (false, DIRECT_BUFFER_BYTES),
+            (true, 0),
+            (true, 100),
         ];
-        for (from, to) in ranges {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, plain) = new_file(dir.path());
+        let mut appender = DirectAppender::new(&path, plain);
+        let mut expected = Vec::new();
+        for (zeros, len) in pieces {
+            if zeros {
+                appender.write_zeros(len as u64).unwrap();
+                expected.resize(expected.len() + len, 0);
+            } else {
+                let piece = vec![0xa5u8; len];
+                appender.write_all(&piece).unwrap();
+                expected.extend_from_slice(&piece);
+            }
+        }
+        appender.finish().unwrap();
+        let read = std::fs::read(&path).unwrap();
+        assert_eq!(read.len(), expected.len());
+        assert!(read == expected);
+
+        for len in [0, 256, 3 * DIRECT_BUFFER_BYTES as u64 + 7] {
             let dir = tempfile::tempdir().unwrap();
-            let (path, file) = new_file(dir.path());
-            let mut expected = vec![0xa5u8; len];
-            file.write_all_at(&expected, 0).unwrap();
-            fill_zeros(&path, &file, from as u64, to as u64).unwrap();
-            expected.resize(len.max(to), 0);
-            expected[from..to].fill(0);
+            let (path, plain) = new_file(dir.path());
+            let mut appender = DirectAppender::new(&path, plain);
+            appender.write_zeros(len).unwrap();
+            appender.finish().unwrap();
             let read = std::fs::read(&path).unwrap();
-            assert_eq!(read.len(), expected.len(), "{from}..{to}");
-            assert!(read == expected, "{from}..{to}");
+            assert_eq!(read.len() as u64, len);
+            assert!(read.iter().all(|b| *b == 0));
         }
     }
 }

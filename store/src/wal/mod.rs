@@ -59,7 +59,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::direct_io;
+use crate::direct_io::DirectAppender;
 use crate::limits::{WAL_READ_BUFFER_BYTES, WAL_SEGMENT_BYTES};
 
 /// File name suffix of a segment.
@@ -547,7 +547,9 @@ fn prepare_segment(path: &Path, bytes: u64) -> io::Result<File> {
         .create_new(true)
         .open(path)?;
     allocate(&file, bytes)?;
-    direct_io::fill_zeros(path, &file, 0, bytes)?;
+    let mut zeros = DirectAppender::new(path, file.try_clone()?);
+    zeros.write_zeros(bytes)?;
+    zeros.finish()?;
     file.sync_all()?;
     Ok(file)
 }
