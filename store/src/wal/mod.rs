@@ -554,7 +554,9 @@ fn prepare_segment(path: &Path, bytes: u64) -> io::Result<File> {
     Ok(file)
 }
 
-fn remove_if_present(path: &Path) -> io::Result<()> {
+/// Removes the file at `path`, if there is one (the snapshot directory's
+/// removals use it too).
+pub fn remove_if_present(path: &Path) -> io::Result<()> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),

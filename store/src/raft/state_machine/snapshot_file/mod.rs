@@ -80,12 +80,12 @@ pub use self::receiver::SnapshotReceiver;
 pub(super) use self::records::installed_pairs;
 use self::records::invalid;
 pub use self::records::{encode_records, Record, RecordReader};
-use self::removal::remove_if_present;
 use super::{read_meta, KEY_APPLIED, KEY_APPLIED_PART, KEY_MEMBERSHIP};
 use crate::codec;
 use crate::engine::{Engine, Table};
 use crate::raft::log_store::io_error;
 use crate::raft::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::wal::remove_if_present;
 
 /// What `snapshot.meta` holds.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::wal::remove_if_present;
+
 /// Bytes freed per step when a replaced snapshot is removed, and the pause
 /// after each step (80 MiB/s). A checkpoint whose table files a defragment
 /// replaced is the last link to a whole copy of the store. Freed at once
@@ -82,13 +84,6 @@ fn remove_gradually(path: &Path) -> std::io::Result<()> {
         }
     }
     remove_if_present(path)
-}
-
-pub(super) fn remove_if_present(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]
