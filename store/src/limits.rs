@@ -110,6 +110,11 @@ pub const REBUILD_BATCH_KEY_BYTES: usize = 1024 * 1024;
 /// bounds above, at most a few megabytes in memory.
 pub const REBUILD_BATCHES_IN_FLIGHT: usize = 4;
 
+/// Keys a step of the thread that loads the key index at start-up loads
+/// under the store's write lock (`mvcc::loading`; about a millisecond,
+/// which writes wait at most).
+pub const LOAD_STEP_KEYS: usize = 1_000;
+
 /// Keys of the index compacted per step of the background compactor, each
 /// step under the store's write lock (about a millisecond at this size).
 pub const COMPACTION_BATCH_KEYS: usize = 1_000;

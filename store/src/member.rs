@@ -368,6 +368,9 @@ impl Storage {
         }
         let lessor = Arc::new(Lessor::new(Duration::from_millis(config.election_timeout)));
         lessor.reload_from_store(&mvcc)?;
+        let attach = lessor.clone();
+        mvcc.set_lease_sink(Box::new(move |keys| attach.attach_loaded(keys)));
+        mvcc.load_in_background()?;
         let tokens = TokenProvider::from_flag(
             &config.auth_token,
             Duration::from_secs(config.auth_token_ttl),

@@ -39,6 +39,9 @@ pub fn put(
     leases: &dyn LeaseLookup,
     req: &PutRequest,
 ) -> Result<PutResponse, KvError> {
+    if txn.is_loading() {
+        txn.load(&KeyRange::Single(req.key.clone()))?;
+    }
     check_put(txn, leases, req)?;
     exec_put(txn, req)
 }
@@ -57,6 +60,9 @@ pub fn txn(
     leases: &dyn LeaseLookup,
     req: &TxnRequest,
 ) -> Result<TxnResponse, KvError> {
+    if txn.is_loading() {
+        load_named(txn, req)?;
+    }
     let path = choose_path(txn, req)?;
     check_path(txn, leases, req, &path)?;
     let mut cursor = path.iter();
@@ -66,6 +72,27 @@ pub fn txn(
         crate::metrics::global().mvcc.txn.inc();
     }
     Ok(resp)
+}
+
+/// Loads every key `req` names (compares and operations of both branches,
+/// nested txns too) into a partly loaded index: the reads that decide and
+/// check the path run inside the write transaction, which cannot load.
+fn load_named(txn: &mut WriteTxn<'_>, req: &TxnRequest) -> Result<(), KvError> {
+    for c in &req.compare {
+        txn.load(&KeyRange::new(&c.key, &c.range_end))?;
+    }
+    for op in req.success.iter().chain(&req.failure) {
+        match &op.request {
+            Some(Request::RequestRange(r)) => txn.load(&KeyRange::new(&r.key, &r.range_end))?,
+            Some(Request::RequestPut(p)) => txn.load(&KeyRange::Single(p.key.clone()))?,
+            Some(Request::RequestDeleteRange(d)) => {
+                txn.load(&KeyRange::new(&d.key, &d.range_end))?
+            }
+            Some(Request::RequestTxn(t)) => load_named(txn, t)?,
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// The store as of one revision: a read-only Txn's view. Reads take the

@@ -130,6 +130,21 @@ impl Lessor {
         Ok(())
     }
 
+    /// Attaches the live leased keys (key, lease) that completing a
+    /// partial load of the key index found ([`MvccStore::set_lease_sink`]):
+    /// keys no applied event has touched since the start, so none is
+    /// attached yet.
+    pub fn attach_loaded(&self, live_keys: Vec<(Vec<u8>, i64)>) {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        for (key, id) in live_keys {
+            if let Some(l) = state.leases.get_mut(&id) {
+                l.keys.insert(key.clone());
+                state.attached.insert(key, id);
+            }
+        }
+    }
+
     /// The TTL a grant of `ttl` actually gets.
     pub fn effective_ttl(&self, ttl: i64) -> i64 {
         ttl.max(self.min_ttl_seconds)

@@ -177,6 +177,23 @@ impl TreeIndex {
             .map(|(key, slot)| (key, &self.histories[*slot as usize]))
     }
 
+    /// True if the index holds `key`'s history.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.by_key.get(key).is_some()
+    }
+
+    /// Adds `key` with `history`, read from the engine, unless the index
+    /// holds the key already (its history then is as new or newer) or the
+    /// history is empty; true if added.
+    pub fn insert_loaded(&mut self, key: &[u8], history: KeyIndex) -> bool {
+        if history.generations.is_empty() || self.contains(key) {
+            return false;
+        }
+        self.live += usize::from(history.is_live());
+        *self.history_or_new(key) = history;
+        true
+    }
+
     /// Keys in `range` visible at `at`, in key order; stops after `limit`
     /// matches (0 = all) but always returns the exact total count.
     pub fn range(&self, range: &KeyRange, at: i64, limit: usize) -> (Vec<VisibleKey>, usize) {
@@ -237,7 +254,7 @@ impl TreeIndex {
 
     /// Compacts at `at` the keys after `after` (from the first key when
     /// None), one key at a time, until `max_keys` keys are done or
-    /// `max_dropped` revisions were dropped; adds the dropped revisions to
+    /// `max_dropped` revisions were dropped; adds each dropped revision, with its key, to
     /// `dropped` ([`KeyIndex::compact_dropping`]). Keys left with no
     /// history leave both maps and free their slot. Returns the last key
     /// done when keys may remain, None when the index is done.
@@ -253,13 +270,14 @@ impl TreeIndex {
         after: Option<&[u8]>,
         max_keys: usize,
         max_dropped: usize,
-        dropped: &mut Vec<(Revision, bool)>,
+        dropped: &mut Vec<(Arc<[u8]>, Revision, bool)>,
     ) -> Option<Arc<[u8]>> {
         assert!(max_keys > 0 && max_dropped > 0, "a step does some work");
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut last = None;
         let mut done_keys = 0;
         let start = dropped.len();
+        let mut revs = Vec::new();
         loop {
             if done_keys >= max_keys || dropped.len() - start >= max_dropped {
                 return last;
@@ -274,12 +292,13 @@ impl TreeIndex {
                 .next()
                 .map(|(k, s)| (k.clone(), *s))?;
             let ki = &mut self.histories[slot as usize];
-            if ki.compact_dropping(at, dropped) {
+            if ki.compact_dropping(at, &mut revs) {
                 *ki = KeyIndex::default();
                 self.ordered.remove(&*key);
                 self.by_key.remove(&key);
                 self.free.push(slot);
             }
+            dropped.extend(revs.drain(..).map(|(rev, t)| (Arc::clone(&key), rev, t)));
             done_keys += 1;
             last = Some(key);
         }
@@ -606,16 +625,7 @@ struct Replayed {
 /// revisions may have been compacted away); a tombstone ends a live
 /// generation.
 fn replay(ki: &mut KeyIndex, r: &RebuildRecord) {
-    if r.tombstone {
-        ki.tombstone(r.modified);
-    } else if ki.is_live() {
-        ki.put(r.modified);
-    } else {
-        if ki.generations.last().is_some_and(|g| g.revs.is_empty()) {
-            ki.generations.pop();
-        }
-        ki.restore(r.created, r.modified, r.version);
-    }
+    ki.replay_stored(r.tombstone, r.created, r.modified, r.version);
 }
 
 #[cfg(test)]
@@ -711,7 +721,7 @@ mod tests {
     impl TreeIndex {
         /// Compacts every key at `at` in steps of `keys`; returns what was
         /// dropped.
-        fn compact(&mut self, at: i64, keys: usize) -> Vec<(Revision, bool)> {
+        fn compact(&mut self, at: i64, keys: usize) -> Vec<(Arc<[u8]>, Revision, bool)> {
             let mut dropped = Vec::new();
             let mut after = None;
             loop {
@@ -813,7 +823,7 @@ mod tests {
             }
         }
         let at = rev / 2;
-        for (dropped, _) in idx.compact(at, usize::MAX) {
+        for (_, dropped, _) in idx.compact(at, usize::MAX) {
             assert!(stored.remove(&dropped.main).is_some());
         }
         let mut rebuild = TreeIndex::rebuild();
@@ -847,7 +857,11 @@ mod tests {
         idx.put(b"a", r(2));
         idx.put(b"b", r(3));
         assert!(idx.tombstone(b"a", r(4)));
-        assert_eq!(idx.compact(4, 100), vec![(r(2), false), (r(4), true)]);
+        let a: Arc<[u8]> = Arc::from(&b"a"[..]);
+        assert_eq!(
+            idx.compact(4, 100),
+            vec![(a.clone(), r(2), false), (a, r(4), true)]
+        );
         assert_eq!(idx.len(), 1);
     }
 

@@ -109,6 +109,30 @@ impl KeyIndex {
         self.modified = modified;
     }
 
+    /// Replays one stored revision, oldest first (a rebuild, a load): a
+    /// put continues the live generation or starts one at `created` (whose
+    /// older revisions may be compacted away); a tombstone ends it, and
+    /// one of a key not live then (its puts compacted away) changes
+    /// nothing.
+    pub fn replay_stored(
+        &mut self,
+        tombstone: bool,
+        created: Revision,
+        modified: Revision,
+        version: i64,
+    ) {
+        if tombstone {
+            self.tombstone(modified);
+        } else if self.is_live() {
+            self.put(modified);
+        } else {
+            if self.generations.last().is_some_and(|g| g.revs.is_empty()) {
+                self.generations.pop();
+            }
+            self.restore(created, modified, version);
+        }
+    }
+
     /// Records a deletion at `rev`. Returns false (and changes nothing) if
     /// the key is not live.
     pub fn tombstone(&mut self, rev: Revision) -> bool {

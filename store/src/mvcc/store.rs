@@ -42,12 +42,14 @@ use prost::Message;
 use tokio::sync::watch;
 
 use super::index::{KeyRange, Rebuild, TreeIndex, VisibleKey};
+use super::key_history;
+use super::loading::{LeasedKeys, Loaded};
 use super::revision::Revision;
 use super::stored::StoredKvs;
 use crate::engine::{try_scan, BatchOp, Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::limits::{
-    COMPACTION_BATCH_KEYS, COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS,
+    COMPACTION_BATCH_KEYS, COMPACTION_BATCH_PAUSE_MS, COMPACTION_BATCH_REVISIONS, LOAD_STEP_KEYS,
     REBUILD_BATCHES_IN_FLIGHT, REBUILD_BATCH_KEY_BYTES, REBUILD_BATCH_REVISIONS,
 };
 
@@ -141,6 +143,8 @@ pub struct RangeResult {
 #[derive(Debug)]
 struct State {
     index: TreeIndex,
+    /// Which keys `index` holds ([`super::loading`]).
+    loaded: Loaded,
     current_rev: i64,
     compact_rev: i64,
     /// A write transaction changed the index and was dropped without
@@ -170,7 +174,34 @@ pub struct MvccStore {
     prev_kv_watchers: Arc<AtomicUsize>,
     /// The live keys with a lease, as the last [`MvccStore::reload`] found
     /// them (taken by [`MvccStore::take_reloaded_leased_keys`]).
-    reloaded_leased: std::sync::Mutex<Vec<(Vec<u8>, i64)>>,
+    reloaded_leased: std::sync::Mutex<LeasedKeys>,
+    /// Where the leased keys go that completing a partial load finds
+    /// ([`MvccStore::set_lease_sink`]).
+    lease_sink: std::sync::Mutex<Option<LeaseSink>>,
+    /// True while a loading thread runs ([`MvccStore::load_in_background`]);
+    /// each of its steps notifies the receivers.
+    loader: watch::Sender<bool>,
+}
+
+/// Receives (key, lease) for each live key with a lease that completing a
+/// partial load of the index found ([`MvccStore::set_lease_sink`]).
+pub type LeaseSink = Box<dyn Fn(LeasedKeys) + Send + Sync>;
+
+/// The state, read-locked, or write-locked after loading keys into it.
+enum Guard<'a> {
+    Read(RwLockReadGuard<'a, State>),
+    Write(RwLockWriteGuard<'a, State>),
+}
+
+impl std::ops::Deref for Guard<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        match self {
+            Guard::Read(g) => g,
+            Guard::Write(g) => g,
+        }
+    }
 }
 
 /// A watcher's interest in previous values: while one is held, writes put
@@ -241,6 +272,7 @@ impl MvccStore {
             engine,
             state: RwLock::new(State {
                 index: TreeIndex::default(),
+                loaded: Loaded::All,
                 current_rev: INITIAL_REVISION,
                 compact_rev: NO_COMPACTION,
                 diverged: false,
@@ -248,6 +280,8 @@ impl MvccStore {
             finished_compact_tx,
             prev_kv_watchers: Arc::default(),
             reloaded_leased: std::sync::Mutex::default(),
+            lease_sink: std::sync::Mutex::default(),
+            loader: watch::Sender::new(false),
         };
         let pending = store.reload()?;
         Ok((store, pending))
@@ -276,6 +310,11 @@ impl MvccStore {
         let started = std::time::Instant::now();
         let (prepared, from) = match prepared {
             Some(prepared) => (prepared, "the received records"),
+            None if history_is_valid(self.engine.as_ref())?
+                && read_opt_i64(self.engine.as_ref(), META_KV_INDEX_COMPLETE)?.is_some() =>
+            {
+                return self.reload_partly();
+            }
             None => {
                 let complete =
                     read_opt_i64(self.engine.as_ref(), META_KV_INDEX_COMPLETE)?.is_some();
@@ -284,15 +323,21 @@ impl MvccStore {
                 } else {
                     RebuildSource::ValuesFillingIndexFields
                 };
+                let history = if history_is_valid(self.engine.as_ref())? {
+                    History::Valid
+                } else {
+                    History::Refill
+                };
                 let mut builder = IndexBuilder::default();
-                rebuild_pipelined(self.engine.as_ref(), source, &mut |batch| {
+                rebuild_pipelined(self.engine.as_ref(), source, history, &mut |batch| {
                     builder.add_batch(batch)
                 })?;
                 let prepared = builder.finish();
-                let from = match (complete, prepared.revisions) {
-                    (true, _) => "the index fields",
-                    (false, 0) => "nothing stored",
-                    (false, _) => "the values (the index fields table now filled)",
+                let from = match (complete, prepared.revisions, history) {
+                    (false, 0, _) => "nothing stored",
+                    (true, _, History::Valid) => "the index fields",
+                    (true, _, History::Refill) => "the index fields (the key history now filled)",
+                    (false, _, _) => "the values (the index fields and key history now filled)",
                 };
                 (prepared, from)
             }
@@ -315,6 +360,28 @@ impl MvccStore {
             .reloaded_leased
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = leased;
+        self.install(index, Loaded::All, max_rev)
+    }
+
+    /// [`MvccStore::reload`] from a valid key history: the index starts
+    /// empty and loads as it is used ([`super::loading`]).
+    fn reload_partly(&self) -> Result<Option<CompactionJob>, MvccError> {
+        *self
+            .reloaded_leased
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Vec::new();
+        tracing::info!("loading the key index from the key history while serving");
+        self.install(TreeIndex::default(), Loaded::Partly(Default::default()), 0)
+    }
+
+    /// Replaces the index and the revisions from the engine's meta keys;
+    /// returns the compaction left to finish.
+    fn install(
+        &self,
+        index: TreeIndex,
+        loaded: Loaded,
+        max_rev: i64,
+    ) -> Result<Option<CompactionJob>, MvccError> {
         let scheduled = read_opt_i64(self.engine.as_ref(), META_SCHEDULED_COMPACT_REV)?
             .unwrap_or(NO_COMPACTION);
         let finished = read_i64(self.engine.as_ref(), META_FINISHED_COMPACT_REV)?;
@@ -324,6 +391,7 @@ impl MvccStore {
         let job = (scheduled > finished).then_some(CompactionJob { rev: scheduled });
         let mut state = self.write_state();
         state.index = index;
+        state.loaded = loaded;
         state.current_rev = INITIAL_REVISION
             .max(max_rev)
             .max(stored_current)
@@ -333,6 +401,160 @@ impl MvccStore {
         drop(state);
         self.finished_compact_tx.send_replace(finished);
         Ok(job)
+    }
+
+    /// True while the index is partly loaded ([`super::loading`]).
+    pub fn is_loading(&self) -> bool {
+        !self.read_state().loaded.is_all()
+    }
+
+    /// Loads the next [`LOAD_STEP_KEYS`] keys of a partly loaded index;
+    /// true once every key is loaded.
+    pub fn load_step(&self) -> Result<bool, MvccError> {
+        self.load_keys(LOAD_STEP_KEYS)
+    }
+
+    /// [`MvccStore::load_step`] of `max_keys` keys.
+    fn load_keys(&self, max_keys: usize) -> Result<bool, MvccError> {
+        let mut state = self.write_state();
+        self.load_into(&mut state, |loaded, engine, index| {
+            loaded.load_step(engine, index, max_keys)
+        })?;
+        Ok(state.loaded.is_all())
+    }
+
+    /// Loads every key a partly loaded index lacks (what needs them all:
+    /// HashKV, a lease's keys).
+    pub fn load_all(&self) -> Result<(), MvccError> {
+        if self.read_state().loaded.is_all() {
+            return Ok(());
+        }
+        let mut state = self.write_state();
+        self.load_into(&mut state, |loaded, engine, index| {
+            loaded.load_all(engine, index)
+        })
+    }
+
+    /// Loads a partly loaded index on a thread of its own, a step at a
+    /// time, until every key is loaded (or the store is dropped).
+    pub fn load_in_background(self: &Arc<Self>) -> std::io::Result<()> {
+        if !self.is_loading() {
+            return Ok(());
+        }
+        if self.loader.send_replace(true) {
+            return Ok(()); // One runs already.
+        }
+        let store = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("index-load".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                loop {
+                    let Some(store) = store.upgrade() else { return };
+                    let step = store.load_step();
+                    // Readers waiting for their range look again.
+                    store
+                        .loader
+                        .send_modify(|running| *running = matches!(step, Ok(false)));
+                    match step {
+                        Ok(true) => {
+                            tracing::info!(
+                                keys = store.read_state().index.len(),
+                                took_ms = started.elapsed().as_millis() as u64,
+                                "loaded the key index"
+                            );
+                            return;
+                        }
+                        Ok(false) => {}
+                        Err(error) => {
+                            tracing::error!(%error, "loading the key index failed");
+                            return;
+                        }
+                    }
+                    drop(store);
+                    std::thread::yield_now();
+                }
+            });
+        if spawned.is_err() {
+            self.loader.send_replace(false);
+        }
+        spawned.map(drop)
+    }
+
+    /// Waits until the loading thread has loaded every key of `range`
+    /// (at once if it has, or if none runs: the read then loads what it
+    /// lacks itself, under the write lock). A large read so waits while
+    /// writes go on, instead of holding them up while it loads.
+    pub async fn loaded_for(&self, range: &KeyRange) {
+        let mut loader = self.loader.subscribe();
+        loop {
+            {
+                let state = self.read_state();
+                if state.loaded.covers(&state.index, range) {
+                    return;
+                }
+            }
+            if !*loader.borrow_and_update() || loader.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Runs `load` on the state; leased keys it found by completing the
+    /// load go to the lease sink (under the state lock, so no write
+    /// changes their keys before the lessor has them).
+    fn load_into(
+        &self,
+        state: &mut State,
+        load: impl FnOnce(
+            &mut Loaded,
+            &dyn EngineRead,
+            &mut TreeIndex,
+        ) -> Result<Option<LeasedKeys>, EngineError>,
+    ) -> Result<(), MvccError> {
+        let State { loaded, index, .. } = state;
+        if let Some(leased) = load(loaded, self.engine.as_ref(), index)? {
+            let sink = self.lease_sink.lock().unwrap_or_else(|p| p.into_inner());
+            match sink.as_ref() {
+                Some(sink) => sink(leased),
+                None => self
+                    .reloaded_leased
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(leased),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets where the leased keys go that completing a partial load finds
+    /// (the lessor, which has reloaded the leases themselves); ones found
+    /// before are handed over at once.
+    pub fn set_lease_sink(&self, sink: LeaseSink) {
+        let state = self.write_state();
+        if state.loaded.is_all() {
+            let found = self.take_reloaded_leased_keys();
+            if !found.is_empty() {
+                sink(found);
+            }
+        }
+        *self.lease_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(sink);
+        drop(state);
+    }
+
+    /// The state read-locked with every key of `range` in the index, or
+    /// write-locked after loading them.
+    fn read_covering(&self, range: &KeyRange) -> Result<Guard<'_>, MvccError> {
+        let state = self.read_state();
+        if state.loaded.covers(&state.index, range) {
+            return Ok(Guard::Read(state));
+        }
+        drop(state);
+        let mut state = self.write_state();
+        self.load_into(&mut state, |loaded, engine, index| {
+            loaded.load_range(engine, index, range)
+        })?;
+        Ok(Guard::Write(state))
     }
 
     fn read_state(&self) -> RwLockReadGuard<'_, State> {
@@ -391,7 +613,7 @@ impl MvccStore {
         range: &KeyRange,
         opts: RangeOptions,
     ) -> Result<StoredRange, MvccError> {
-        let state = self.read_state();
+        let state = self.read_covering(range)?;
         let current = state.current_rev;
         let (visible, count) = plan_range(&state, range, &opts, current)?;
         let revisions: Vec<Revision> = visible.into_iter().map(|v| v.at.modified).collect();
@@ -437,7 +659,7 @@ impl MvccStore {
     /// (start-up, snapshot install), with its lease id; taken once, right
     /// after that reload, by the lessor, which applied events keep current
     /// from then on. A second call returns nothing.
-    pub fn take_reloaded_leased_keys(&self) -> Vec<(Vec<u8>, i64)> {
+    pub fn take_reloaded_leased_keys(&self) -> LeasedKeys {
         std::mem::take(
             &mut *self
                 .reloaded_leased
@@ -495,6 +717,10 @@ impl MvccStore {
     /// depend on how far the job got, and a restart resumes an unfinished
     /// job from the start (the rebuilt index holds what was not deleted).
     pub async fn run_physical_compaction(&self, job: CompactionJob) -> Result<(), MvccError> {
+        // Every key's history, to know what the compaction drops.
+        while !self.load_step()? {
+            tokio::task::yield_now().await;
+        }
         let mut after: Option<Arc<[u8]>> = None;
         loop {
             let mut dropped = Vec::new();
@@ -508,16 +734,18 @@ impl MvccStore {
                     &mut dropped,
                 );
                 let mut batch = WriteBatch::new();
-                for (rev, tombstone) in dropped {
+                for (key, rev, tombstone) in dropped {
                     batch.delete(Table::Kv, rev.to_key(tombstone));
                     batch.delete(Table::KvIndex, rev.to_key(tombstone));
+                    batch.delete(Table::Meta, key_history::entry_key(&key, rev, tombstone));
                 }
                 if after.is_none() {
-                    batch.put(
-                        Table::Meta,
-                        META_FINISHED_COMPACT_REV.to_vec(),
-                        job.rev.to_be_bytes().to_vec(),
-                    );
+                    for meta in [
+                        META_FINISHED_COMPACT_REV,
+                        key_history::META_HISTORY_COMPACT_REV,
+                    ] {
+                        batch.put(Table::Meta, meta.to_vec(), job.rev.to_be_bytes().to_vec());
+                    }
                 }
                 // Under the lock: a small read loads its values under it,
                 // and must not find a revision its plan named deleted.
@@ -544,6 +772,13 @@ impl MvccStore {
         max_events: usize,
     ) -> Result<(Vec<Event>, i64), MvccError> {
         let state = self.read_state();
+        let mut state = if state.loaded.is_all() {
+            Guard::Read(state)
+        } else {
+            // Each event's key is loaded for its previous value.
+            drop(state);
+            Guard::Write(self.write_state())
+        };
         if from < state.compact_rev {
             return Err(MvccError::Compacted);
         }
@@ -562,6 +797,20 @@ impl MvccStore {
                 };
                 if rev.main != last && events.len() >= max_events {
                     return ControlFlow::Break(());
+                }
+                if let Guard::Write(state) = &mut state {
+                    let loaded = super::stored::parse(v)
+                        .map_err(MvccError::from)
+                        .and_then(|kv| {
+                            let key = KeyRange::Single(kv.key.to_vec());
+                            self.load_into(state, |loaded, engine, index| {
+                                loaded.load_range(engine, index, &key)
+                            })
+                        });
+                    if let Err(e) = loaded {
+                        failure = Some(e);
+                        return ControlFlow::Break(());
+                    }
                 }
                 match history_event(&state, self.engine.as_ref(), rev, tombstone, v) {
                     Ok(e) => events.push(e),
@@ -590,7 +839,13 @@ impl MvccStore {
     /// etcd's own layout, the hash equals etcd's for the same history.
     /// Returns (hash, compact revision, hashed revision).
     pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64), MvccError> {
-        let state = self.read_state();
+        let state = loop {
+            self.load_all()?;
+            let state = self.read_state();
+            if state.loaded.is_all() {
+                break state;
+            }
+        };
         let compact_rev = state.compact_rev;
         if rev > 0 && rev <= compact_rev {
             return Err(MvccError::Compacted);
@@ -652,7 +907,7 @@ fn history_event(
 pub struct PreparedIndex {
     index: TreeIndex,
     /// The live keys holding a lease, with their lease ids.
-    leased: Vec<(Vec<u8>, i64)>,
+    leased: LeasedKeys,
     /// The newest main revision stored.
     max_rev: i64,
     /// Revisions read.
@@ -762,6 +1017,19 @@ impl ParsedRevision {
     }
 }
 
+impl ParsedRevision {
+    /// `key`'s key history entry for this revision.
+    fn history_entry(&self, key: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let entry = key_history::entry_key(key, self.rev, self.tombstone);
+        let value = if self.tombstone {
+            Vec::new()
+        } else {
+            key_history::put_value(self.create_revision, self.version, self.lease)
+        };
+        (entry, value)
+    }
+}
+
 /// Up to [`REBUILD_BATCH_REVISIONS`] parsed revisions (or fewer whose keys
 /// make [`REBUILD_BATCH_KEY_BYTES`]), their keys in one buffer.
 #[derive(Default)]
@@ -779,6 +1047,16 @@ impl ParsedBatch {
         Ok(())
     }
 
+    /// The revision pushed last, with its key.
+    fn last(&self) -> Option<(&[u8], &ParsedRevision)> {
+        let (end, parsed) = self.revisions.last()?;
+        let start = match self.revisions.len() {
+            1 => 0,
+            n => self.revisions[n - 2].0,
+        };
+        Some((&self.keys[start..*end], parsed))
+    }
+
     /// Each revision with its key, in scan order.
     fn revisions(&self) -> impl Iterator<Item = (&[u8], &ParsedRevision)> {
         let mut start = 0;
@@ -788,6 +1066,30 @@ impl ParsedBatch {
             (key, parsed)
         })
     }
+}
+
+/// Whether the key history ([`key_history`]) can be trusted at start-up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum History {
+    /// Written by every change of `kv` since it was filled.
+    Valid,
+    /// Missing, or `kv` changed without it: the rebuild's scan fills it
+    /// again.
+    Refill,
+}
+
+/// True if the key history matches `kv`: this build (or one like it)
+/// made the last change of the current and of the finished compaction
+/// revision ([`key_history`]'s markers).
+fn history_is_valid(engine: &dyn EngineRead) -> Result<bool, MvccError> {
+    let same = |stored, mark| -> Result<bool, MvccError> {
+        Ok(read_opt_i64(engine, stored)? == read_opt_i64(engine, mark)?)
+    };
+    Ok(same(META_CURRENT_REV, key_history::META_HISTORY_REV)?
+        && same(
+            META_FINISHED_COMPACT_REV,
+            key_history::META_HISTORY_COMPACT_REV,
+        )?)
 }
 
 /// Which table a start-up rebuild reads.
@@ -808,13 +1110,16 @@ enum RebuildSource {
 fn rebuild_pipelined(
     engine: &dyn Engine,
     source: RebuildSource,
+    history: History,
     restore: &mut dyn FnMut(&ParsedBatch),
 ) -> Result<(), MvccError> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<ParsedBatch>(REBUILD_BATCHES_IN_FLIGHT);
     std::thread::scope(|scope| {
         let scanner = std::thread::Builder::new()
             .name("index-rebuild-scan".into())
-            .spawn_scoped(scope, move || scan_for_rebuild(engine, source, &tx))
+            .spawn_scoped(scope, move || {
+                scan_for_rebuild(engine, source, history, &tx)
+            })
             .map_err(|e| EngineError::Backend(Box::new(e)))?;
         for batch in rx {
             restore(&batch);
@@ -829,14 +1134,25 @@ fn rebuild_pipelined(
 fn scan_for_rebuild(
     engine: &dyn Engine,
     source: RebuildSource,
+    history: History,
     tx: &std::sync::mpsc::SyncSender<ParsedBatch>,
 ) -> Result<(), MvccError> {
     let (table, fill) = match source {
         RebuildSource::IndexFields => (Table::KvIndex, false),
         RebuildSource::ValuesFillingIndexFields => (Table::Kv, true),
     };
+    let refill = history == History::Refill;
     let mut batch = ParsedBatch::default();
     let mut fields = WriteBatch::new();
+    if refill {
+        // Entries a build without the key history left behind: revisions
+        // it compacted away, kept by nothing else.
+        fields.delete_range(
+            Table::Meta,
+            key_history::HISTORY_PREFIX.to_vec(),
+            key_history::HISTORY_END.to_vec(),
+        );
+    }
     let mut stopped = false;
     // Filling `kv_index` writes to the engine while the scan goes on, so
     // it scans a view. Otherwise the engine is read directly: releasing a
@@ -852,9 +1168,14 @@ fn scan_for_rebuild(
         batch.push(k, v)?;
         if fill {
             fields.put(Table::KvIndex, k.to_vec(), index_fields(&mut decode_kv(v)?));
-            if fields.len() >= REBUILD_BATCH_REVISIONS {
-                engine.write(std::mem::take(&mut fields), false)?;
-            }
+        }
+        if refill {
+            let (key, r) = batch.last().expect("a revision was just pushed");
+            let (entry, value) = r.history_entry(key);
+            fields.put(Table::Meta, entry, value);
+        }
+        if fields.len() >= REBUILD_BATCH_REVISIONS {
+            engine.write(std::mem::take(&mut fields), false)?;
         }
         let full = batch.revisions.len() >= REBUILD_BATCH_REVISIONS
             || batch.keys.len() >= REBUILD_BATCH_KEY_BYTES;
@@ -871,6 +1192,22 @@ fn scan_for_rebuild(
             META_KV_INDEX_COMPLETE.to_vec(),
             1i64.to_be_bytes().to_vec(),
         );
+    }
+    if refill && !stopped {
+        let marks = [
+            (META_CURRENT_REV, key_history::META_HISTORY_REV),
+            (
+                META_FINISHED_COMPACT_REV,
+                key_history::META_HISTORY_COMPACT_REV,
+            ),
+        ];
+        for (stored, mark) in marks {
+            if let Some(rev) = read_opt_i64(engine, stored)? {
+                fields.put(Table::Meta, mark.to_vec(), rev.to_be_bytes().to_vec());
+            }
+        }
+    }
+    if (fill || refill) && !stopped {
         engine.write(fields, true)?;
     }
     let _ = tx.send(batch);
@@ -1033,8 +1370,55 @@ impl WriteTxn<'_> {
         !self.events.is_empty()
     }
 
-    /// Reads inside the transaction (sees its own earlier writes).
+    /// True while the index is partly loaded ([`super::loading`]).
+    pub fn is_loading(&self) -> bool {
+        !self.state.loaded.is_all()
+    }
+
+    /// Loads `range`'s keys into a partly loaded index
+    /// ([`super::loading`]): a read inside the transaction needs them
+    /// loaded first, as it cannot load them itself.
+    pub fn load(&mut self, range: &KeyRange) -> Result<(), MvccError> {
+        if let KeyRange::Single(key) = range {
+            return self.load_key(key);
+        }
+        let state = &mut *self.state;
+        self.store.load_into(state, |loaded, engine, index| {
+            loaded.load_range(engine, index, range)
+        })
+    }
+
+    /// [`WriteTxn::load`] of one key, which allocates nothing when the key
+    /// is loaded.
+    fn load_key(&mut self, key: &[u8]) -> Result<(), MvccError> {
+        if self.state.loaded.is_all() || self.state.index.contains(key) {
+            return Ok(());
+        }
+        let state = &mut *self.state;
+        let range = KeyRange::Single(key.to_vec());
+        self.store.load_into(state, |loaded, engine, index| {
+            loaded.load_range(engine, index, &range)
+        })
+    }
+
+    /// Loads every key a partly loaded index lacks (a lease's revocation
+    /// needs the lessor to know every key attached to it).
+    pub fn load_all(&mut self) -> Result<(), MvccError> {
+        let state = &mut *self.state;
+        self.store.load_into(state, |loaded, engine, index| {
+            loaded.load_all(engine, index)
+        })
+    }
+
+    /// Reads inside the transaction (sees its own earlier writes). Its
+    /// keys must be loaded ([`WriteTxn::load`]).
     pub fn range(&self, range: &KeyRange, opts: RangeOptions) -> Result<RangeResult, MvccError> {
+        if !self.state.loaded.covers(&self.state.index, range) {
+            return Err(EngineError::corrupt(format!(
+                "a read inside a write transaction of keys not loaded into the index: {range:?}"
+            ))
+            .into());
+        }
         let read_rev = self.read_rev();
         let engine = self.store.engine.as_ref();
         range_in(
@@ -1071,6 +1455,7 @@ impl WriteTxn<'_> {
         lease: i64,
         prev: Prev,
     ) -> Result<(), MvccError> {
+        self.load_key(key)?;
         let prev = match prev {
             Prev::Read(p) => p,
             Prev::Unread if self.events_prev => self.get(key)?,
@@ -1098,6 +1483,11 @@ impl WriteTxn<'_> {
             .put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
         self.batch
             .put(Table::KvIndex, rev.to_key(false), index_fields(&mut kv));
+        self.batch.put(
+            Table::Meta,
+            key_history::entry_key(key, rev, false),
+            key_history::put_value(create_revision, version, lease),
+        );
         self.events.push(Event {
             r#type: EventType::Put as i32,
             kv: Some(kv),
@@ -1114,6 +1504,7 @@ impl WriteTxn<'_> {
         range: &KeyRange,
         values: bool,
     ) -> Result<(usize, Vec<KeyValue>), MvccError> {
+        self.load(range)?;
         let keys = self.state.index.live_keys(range);
         let count = keys.len();
         let read = values || self.events_prev;
@@ -1136,6 +1527,11 @@ impl WriteTxn<'_> {
             self.batch
                 .put(Table::KvIndex, rev.to_key(true), tomb.clone());
             self.batch.put(Table::Kv, rev.to_key(true), tomb);
+            self.batch.put(
+                Table::Meta,
+                key_history::entry_key(&key, rev, true),
+                Vec::new(),
+            );
             let removed = self.state.index.tombstone(&key, rev);
             assert!(removed, "key {key:?} was live a moment ago");
             let event_kv = KeyValue {
@@ -1194,11 +1590,10 @@ impl WriteTxn<'_> {
         }
         let (rev, events) = self.seal();
         if rev > self.state.current_rev {
-            self.batch.put(
-                Table::Meta,
-                META_CURRENT_REV.to_vec(),
-                rev.to_be_bytes().to_vec(),
-            );
+            for meta in [META_CURRENT_REV, key_history::META_HISTORY_REV] {
+                self.batch
+                    .put(Table::Meta, meta.to_vec(), rev.to_be_bytes().to_vec());
+            }
         }
         let mut batch = std::mem::take(&mut self.batch);
         batch.extend(extra);
@@ -1266,6 +1661,8 @@ mod tests {
     /// The reload's one pass records the live leased keys: the newest
     /// revision of each key decides (a lease moved, dropped by a put
     /// without one, a deleted key, one deleted and put again with a lease).
+    /// Loading from the key history finds the same ones once complete,
+    /// less the keys written since the reload.
     #[test]
     fn reload_records_the_live_keys_with_leases() {
         let engine = Arc::new(MemoryEngine::new());
@@ -1283,11 +1680,187 @@ mod tests {
         }
         txn.put(b"d", b"v".to_vec(), 6, Prev::Unread).expect("put");
         txn.commit(WriteBatch::new()).expect("commit");
-        let reopened = MvccStore::open(engine).expect("reopen");
-        let mut leased = reopened.take_reloaded_leased_keys();
-        leased.sort();
-        assert_eq!(leased, vec![(b"a".to_vec(), 5), (b"d".to_vec(), 6)]);
+
+        let reopened = MvccStore::open(engine.clone()).expect("reopen");
+        assert!(reopened.is_loading(), "the key history is valid");
         assert!(reopened.take_reloaded_leased_keys().is_empty());
+        let found = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = found.clone();
+        reopened.set_lease_sink(Box::new(move |l| sink.lock().unwrap().extend(l)));
+        assert_eq!(
+            reopened.get(b"a"),
+            Some((b"v".to_vec(), 5)),
+            "loaded on demand"
+        );
+        let mut txn = reopened.write();
+        txn.put(b"d", b"v".to_vec(), 0, Prev::Unread).expect("put");
+        txn.commit(WriteBatch::new()).expect("commit");
+        assert!(
+            found.lock().unwrap().is_empty(),
+            "nothing before the load completes"
+        );
+        while !reopened.load_step().expect("load") {}
+        let mut leased = found.lock().unwrap().clone();
+        leased.sort();
+        assert_eq!(leased, vec![(b"a".to_vec(), 5)], "d lost its lease since");
+
+        let mut no_history = WriteBatch::new();
+        no_history.delete(Table::Meta, key_history::META_HISTORY_REV.to_vec());
+        engine.write(no_history, true).expect("write");
+        let rebuilt = MvccStore::open(engine).expect("reopen");
+        assert!(!rebuilt.is_loading());
+        let mut leased = rebuilt.take_reloaded_leased_keys();
+        leased.sort();
+        assert_eq!(leased, vec![(b"a".to_vec(), 5)]);
+        assert!(rebuilt.take_reloaded_leased_keys().is_empty());
+    }
+
+    /// A copy of every table of `engine`.
+    fn copy_of(engine: &MemoryEngine) -> Arc<MemoryEngine> {
+        let copy = Arc::new(MemoryEngine::new());
+        let mut batch = WriteBatch::new();
+        for t in Table::ALL {
+            for (k, v) in crate::engine::scan_collect(engine, t, b"", None, 0).expect("scan") {
+                batch.put(t, k, v);
+            }
+        }
+        copy.write(batch, true).expect("copy");
+        copy
+    }
+
+    /// One random write of the loading test: a put (with a lease or
+    /// none) or a delete of one key, or a delete of a range of keys, in a
+    /// revision of its own; returns its events.
+    fn random_write(rng: &mut rand::rngs::StdRng, txn: &mut WriteTxn<'_>) -> Vec<Event> {
+        use rand::Rng;
+        let key = |rng: &mut rand::rngs::StdRng| format!("k{:02}", rng.gen_range(0..40));
+        match rng.gen_range(0..10) {
+            0 => {
+                let (a, b) = (key(rng), key(rng));
+                let range = KeyRange::Between(a.min(b.clone()).into_bytes(), b.into_bytes());
+                txn.delete_range(&range, false).expect("delete range");
+            }
+            1 | 2 => {
+                let range = KeyRange::Single(key(rng).into_bytes());
+                txn.delete_range(&range, false).expect("delete");
+            }
+            _ => {
+                let lease = rng.gen_range(0..3);
+                let value = rng.gen::<u32>().to_be_bytes().to_vec();
+                txn.put(key(rng).as_bytes(), value, lease, Prev::Unread)
+                    .expect("put");
+            }
+        }
+        txn.seal().1
+    }
+
+    /// A restarted store loads its index from the key history while
+    /// writes and reads go on, and ends with what a store that never
+    /// stopped holds: the same answers at every revision, the same HashKV,
+    /// and the lessor told of exactly the leased keys no write touched since
+    /// (the others it learns from the writes' events).
+    #[tokio::test]
+    async fn an_index_loaded_while_serving_answers_as_one_never_restarted() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let engine = Arc::new(MemoryEngine::new());
+        let running = MvccStore::open(engine.clone()).expect("open");
+        for _ in 0..20 {
+            let mut txn = running.write();
+            for _ in 0..10 {
+                random_write(&mut rng, &mut txn);
+            }
+            txn.commit(WriteBatch::new()).expect("commit");
+        }
+        let at = running.current_revision() / 2;
+        let mut txn = running.write();
+        let job = txn.compact(at).expect("compact");
+        txn.commit(WriteBatch::new()).expect("commit");
+        running.run_physical_compaction(job).await.expect("compact");
+
+        let restarted = MvccStore::open(copy_of(&engine)).expect("reopen");
+        assert!(restarted.is_loading());
+        let attached = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+        let sink = attached.clone();
+        restarted.set_lease_sink(Box::new(move |keys| sink.lock().unwrap().extend(keys)));
+        let all = KeyRange::From(Vec::new());
+        let mut completed_at = None;
+        for round in 0..60 {
+            // The same writes on both; the events keep the lessor's view.
+            let seed = rng.gen::<u64>();
+            for (store, events) in [(&running, false), (&restarted, true)] {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                let mut txn = store.write();
+                let mut changes = Vec::new();
+                for _ in 0..3 {
+                    changes.extend(random_write(&mut rng, &mut txn));
+                }
+                txn.commit(WriteBatch::new()).expect("commit");
+                for e in changes.into_iter().filter(|_| events) {
+                    let kv = e.kv.expect("an event's key-value");
+                    match (e.r#type == EventType::Put as i32, kv.lease) {
+                        (true, lease) if lease != 0 => {
+                            attached.lock().unwrap().insert(kv.key, lease)
+                        }
+                        _ => attached.lock().unwrap().remove(&kv.key),
+                    };
+                }
+            }
+            // Reads of one key, of a range, and loading steps between.
+            let a = format!("k{:02}", rng.gen_range(0..40)).into_bytes();
+            let b = format!("k{:02}", rng.gen_range(0..40)).into_bytes();
+            let reads = [
+                KeyRange::Single(a.clone()),
+                KeyRange::Between(a.clone().min(b.clone()), b.max(a)),
+            ];
+            for range in reads.iter().filter(|_| round % 3 != 0) {
+                let opts = RangeOptions::default();
+                assert_eq!(
+                    restarted.range(range, opts).expect("read"),
+                    running.range(range, opts).expect("read"),
+                    "round {round}: {range:?}"
+                );
+            }
+            if round % 4 == 0 && restarted.load_keys(3).expect("load") {
+                completed_at.get_or_insert(round);
+            }
+        }
+        assert!(completed_at.is_some(), "the steps completed the load");
+        assert!(!restarted.is_loading());
+        for rev in running.compact_revision()..=running.current_revision() {
+            let opts = RangeOptions {
+                rev,
+                ..RangeOptions::default()
+            };
+            assert_eq!(
+                restarted.range(&all, opts).expect("read"),
+                running.range(&all, opts).expect("read"),
+                "at {rev}"
+            );
+        }
+        assert_eq!(
+            restarted.hash_kv(0).expect("hash"),
+            running.hash_kv(0).expect("hash")
+        );
+        let expected: std::collections::BTreeMap<_, _> = running
+            .range(&all, RangeOptions::default())
+            .expect("read")
+            .kvs
+            .into_iter()
+            .filter(|kv| kv.lease != 0)
+            .map(|kv| (kv.key, kv.lease))
+            .collect();
+        assert!(!expected.is_empty());
+        assert_eq!(*attached.lock().unwrap(), expected);
+    }
+
+    impl MvccStore {
+        /// The live value of `key` with its lease.
+        fn get(&self, key: &[u8]) -> Option<(Vec<u8>, i64)> {
+            let r = self.range(&KeyRange::Single(key.to_vec()), RangeOptions::default());
+            let kv = r.expect("read").kvs.pop()?;
+            Some((kv.value, kv.lease))
+        }
     }
 
     /// A table's pairs, in key order.
@@ -1299,6 +1872,97 @@ mod tests {
         let fields =
             crate::engine::scan_collect(engine, Table::KvIndex, b"", None, 0).expect("scan index");
         (kv, fields)
+    }
+
+    /// The key history entries, and the ones `kv` calls for: each revision's
+    /// entry ([`key_history`]), in entry order.
+    fn history_and_expected(engine: &MemoryEngine) -> (Pairs, Pairs) {
+        let (start, end) = (key_history::HISTORY_PREFIX, key_history::HISTORY_END);
+        let history =
+            crate::engine::scan_collect(engine, Table::Meta, start, Some(end), 0).expect("scan");
+        let mut expected: Pairs = kv_and_index_fields(engine)
+            .0
+            .iter()
+            .map(|(k, v)| {
+                let (user_key, parsed) = ParsedRevision::parse(k, v).expect("parse");
+                parsed.history_entry(user_key)
+            })
+            .collect();
+        expected.sort();
+        (history, expected)
+    }
+
+    /// The key history follows `kv` through puts (with and without a
+    /// lease), deletes and a physical compaction; after a change of `kv`
+    /// without it (a build before it ran on the directory) the next open
+    /// fills it again, dropping entries of revisions compacted meanwhile.
+    #[tokio::test]
+    async fn the_key_history_follows_kv_and_is_refilled_after_a_change_without_it() {
+        let engine = Arc::new(MemoryEngine::new());
+        let store = MvccStore::open(engine.clone()).expect("open");
+        let mut txn = store.write();
+        for (key, lease) in [("a\0", 1), ("a", 0), ("b", 3), ("a", 7), ("b", 0)] {
+            txn.put(key.as_bytes(), b"v".to_vec(), lease, Prev::Unread)
+                .expect("put");
+            txn.seal();
+        }
+        txn.delete_range(&KeyRange::From(b"b".to_vec()), false)
+            .expect("delete");
+        txn.commit(WriteBatch::new()).expect("commit");
+        let (history, expected) = history_and_expected(&engine);
+        assert_eq!(history.len(), 6, "five puts and a tombstone: {history:?}");
+        assert_eq!(history, expected);
+        let mut txn = store.write();
+        let job = txn.compact(7).expect("compact");
+        txn.commit(WriteBatch::new()).expect("commit");
+        store.run_physical_compaction(job).await.expect("compact");
+        let (history, expected) = history_and_expected(&engine);
+        assert_eq!(history.len(), 2, "b's life and a's first put are gone");
+        assert_eq!(history, expected);
+        assert!(history_is_valid(engine.as_ref()).expect("read"));
+        drop(store);
+
+        // A build without the key history puts `a` at 8 and compacts at 8,
+        // which drops `a@5`.
+        let old = key_history::entry_key(b"a", Revision::new(5, 0), false);
+        assert!(history.iter().any(|(k, _)| *k == old));
+        let mut a = KeyValue {
+            key: b"a".to_vec(),
+            create_revision: 3,
+            mod_revision: 8,
+            version: 3,
+            value: b"v".to_vec(),
+            lease: 0,
+        };
+        let (at8, at5) = (
+            Revision::new(8, 0).to_key(false),
+            Revision::new(5, 0).to_key(false),
+        );
+        let mut batch = WriteBatch::new();
+        batch.put(Table::Kv, at8.clone(), a.encode_to_vec());
+        batch.put(Table::KvIndex, at8, index_fields(&mut a));
+        batch.delete(Table::Kv, at5.clone());
+        batch.delete(Table::KvIndex, at5);
+        for meta in [
+            META_CURRENT_REV,
+            META_SCHEDULED_COMPACT_REV,
+            META_FINISHED_COMPACT_REV,
+        ] {
+            batch.put(Table::Meta, meta.to_vec(), 8i64.to_be_bytes().to_vec());
+        }
+        engine.write(batch, true).expect("write");
+        assert!(!history_is_valid(engine.as_ref()).expect("read"));
+
+        let store = MvccStore::open(engine.clone()).expect("open refilling");
+        let (history, expected) = history_and_expected(&engine);
+        assert_eq!(history, expected);
+        assert!(
+            history.iter().all(|(k, _)| *k != old),
+            "a@5's entry is gone"
+        );
+        assert_eq!(history.len(), 2, "a@8 and a\\0@2");
+        assert!(history_is_valid(engine.as_ref()).expect("read"));
+        assert_eq!(store.current_revision(), 8);
     }
 
     /// `kv_index` holds each `kv` revision's pair without its value through
@@ -1381,12 +2045,22 @@ mod tests {
                 true,
             )
             .expect("copy");
+        // Loaded from the key history, which holds the same fields.
+        let loaded = MvccStore::open(check.clone()).expect("reopen from the key history");
+        assert!(loaded.is_loading());
+        loaded.load_all().expect("load");
+        let mut no_history = WriteBatch::new();
+        no_history.delete(Table::Meta, key_history::META_HISTORY_REV.to_vec());
+        check.write(no_history, true).expect("write");
         let reopened = MvccStore::open(check).expect("reopen from the index fields");
+        assert!(!reopened.is_loading());
         let all = KeyRange::new(b"\0", b"\0");
         for rev in 6..=store.current_revision() {
             let visible = |s: &MvccStore| s.read_state().index.range(&all, rev, 0);
             assert_eq!(visible(&reopened), visible(&store), "at {rev}");
+            assert_eq!(visible(&loaded), visible(&store), "at {rev}");
         }
         assert_eq!(reopened.current_revision(), store.current_revision());
+        assert_eq!(loaded.current_revision(), store.current_revision());
     }
 }

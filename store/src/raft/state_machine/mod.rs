@@ -59,7 +59,7 @@ use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
-use crate::mvcc::{CompactionJob, KeyRange, MvccStore, WriteTxn};
+use crate::mvcc::{CompactionJob, KeyRange, MvccError, MvccStore, WriteTxn};
 use crate::watch::WatchHub;
 
 /// Meta key of the last applied log id.
@@ -405,6 +405,16 @@ impl StateMachine {
     ) -> Result<CommandResponse, crate::engine::EngineError> {
         let Proposal { by, cmd } = proposal;
         if let Some(info) = by {
+            // The lease checks read every key attached to the lease, which
+            // the lessor knows once the key index is loaded.
+            let lease_checked = match cmd {
+                Command::Put(r) => r.lease != 0,
+                Command::LeaseRevoke(_) => true,
+                _ => false,
+            };
+            if lease_checked && self.auth.checks(info) {
+                txn.load_all().map_err(mvcc_engine_err)?;
+            }
             if let Err(e) = self.check_sender(info, cmd) {
                 return Ok(CommandResponse::Error(e));
             }
@@ -490,6 +500,8 @@ impl StateMachine {
         r: &LeaseRevokeRequest,
         extra: &mut WriteBatch,
     ) -> Result<CommandResponse, KvError> {
+        // The lessor knows every attached key once the index is loaded.
+        txn.load_all()?;
         let Some(keys) = self.lessor.keys(r.id) else {
             return Err(KvError::Etcd(EtcdError::LeaseNotFound));
         };
@@ -608,7 +620,17 @@ impl StateMachine {
         self.lessor
             .reload_from_store(&self.mvcc)
             .map_err(sm_read_err)?;
+        self.mvcc.load_in_background()?;
         self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
+    }
+}
+
+/// The engine failure of an MVCC failure outside a request (loading the
+/// index fails only in the engine).
+fn mvcc_engine_err(e: MvccError) -> crate::engine::EngineError {
+    match e {
+        MvccError::Engine(e) => e,
+        other => crate::engine::EngineError::corrupt(other.to_string()),
     }
 }
 

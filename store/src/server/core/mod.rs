@@ -405,6 +405,12 @@ impl Core {
             }
             LeaderRequest::LeaseTimeToLive(id) => {
                 self.require_primary()?;
+                // The lessor knows every attached key once the index is
+                // loaded.
+                if let Err(error) = self.mvcc.load_all() {
+                    tracing::error!(%error, "loading the key index for a lease's keys failed");
+                    return Err(ForwardError::Etcd(EtcdError::Corrupt));
+                }
                 let ttl = self
                     .lessor
                     .time_to_live(id)

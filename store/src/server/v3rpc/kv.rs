@@ -28,6 +28,7 @@ use crate::server::v3rpc::range_answer::{RangeAnswer, RangeAnswerCodec};
 use crate::auth::{self, Access, AuthInfo};
 use crate::kv::{self, validate};
 use crate::limits::GRPC_OVERHEAD_BYTES;
+use crate::mvcc::KeyRange;
 
 /// How a range is answered.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -80,6 +81,8 @@ impl KvService {
             .auth
             .state()
             .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
+        let range = KeyRange::new(&req.key, &req.range_end);
+        self.core.mvcc.loaded_for(&range).await;
         Ok(req)
     }
 

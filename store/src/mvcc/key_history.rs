@@ -1,0 +1,269 @@
+//! The key history: every stored revision's index fields, ordered by key.
+//!
+//! The `kv` and `kv_index` tables are ordered by revision (etcd's layout),
+//! so the only way to learn one key's history from them is to read them
+//! whole, which is what rebuilding the in-memory index at start-up did: at
+//! eight million keys, six seconds before a restarted member could serve.
+//! The key history holds the same fields under keys that sort by user key
+//! first, so one key's history is one short scan, and the index can be
+//! loaded key by key while the member already serves
+//! ([`super::store::MvccStore`]).
+//!
+//! Layout, in the `meta` table (builds before the key history open exactly
+//! the tables they know and read `kv_index` whole, so a new table or new
+//! keys in `kv_index` would stop them from opening a directory this build
+//! wrote; in `meta` they are keys those builds never read):
+//!
+//! ```text
+//! key:   "mvcc/keyHistory/" ++ escaped(user key) ++ 00 01 ++ revision key
+//! value: create_revision, version, lease (3 x 8 bytes, big-endian);
+//!        empty for a tombstone (whose revision key ends in 't')
+//! ```
+//!
+//! `escaped` writes each `00` byte of the user key as `00 ff`, and `00 01`
+//! ends it, so entries sort by user key, then by revision, and no key's
+//! entries fall between another's: `a` (`61 00 01 ...`) sorts before `a\0`
+//! (`61 00 ff 00 01 ...`), which sorts before `b` (`62 00 01 ...`).
+//!
+//! Worked example: put(`a`)@2, put(`b`)@3, delete(`a`)@4 store
+//!
+//! ```text
+//! mvcc/keyHistory/ 61 00 01 <2_0>  -> 2, 1, 0
+//! mvcc/keyHistory/ 61 00 01 <4_0>t -> (empty)
+//! mvcc/keyHistory/ 62 00 01 <3_0>  -> 3, 1, 0
+//! ```
+//!
+//! Every write transaction writes its entries in the batch that writes
+//! `kv`, and the compactor deletes them with the `kv` revisions it
+//! deletes, so the two never disagree. A build without the key history
+//! changes `kv` without them: the entries are trusted only while
+//! [`META_HISTORY_REV`] and [`META_HISTORY_COMPACT_REV`] equal the current
+//! and the finished compaction revision, which this build writes with
+//! every change of those, and are refilled from `kv_index` otherwise.
+
+use super::index::KeyRange;
+use super::revision::{Revision, REVISION_KEY_BYTES};
+
+/// Prefix of every key history entry in the `meta` table.
+pub const HISTORY_PREFIX: &[u8] = b"mvcc/keyHistory/";
+
+/// The first `meta` key past every entry ([`HISTORY_PREFIX`] with its
+/// last byte, `/`, raised by one).
+pub const HISTORY_END: &[u8] = b"mvcc/keyHistory0";
+
+/// Meta key: the current revision when this build last changed `kv`
+/// (written in the same batch as `mvcc/currentRev`).
+pub const META_HISTORY_REV: &[u8] = b"mvcc/keyHistoryRev";
+
+/// Meta key: the finished compaction revision when this build last
+/// finished one (written in the same batch as
+/// `mvcc/finishedCompactRev`).
+pub const META_HISTORY_COMPACT_REV: &[u8] = b"mvcc/keyHistoryCompactRev";
+
+/// Bytes of a put's entry value: create revision, version, lease.
+const FIELDS_BYTES: usize = 24;
+
+/// The two bytes that end an escaped user key.
+const KEY_END: [u8; 2] = [0x00, 0x01];
+
+/// The two bytes an escaped `00` byte of a user key becomes.
+const ESCAPED_ZERO: [u8; 2] = [0x00, 0xff];
+
+/// One key history entry, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The user key.
+    pub key: Vec<u8>,
+    /// The revision.
+    pub rev: Revision,
+    /// What the revision stored.
+    pub change: Change,
+}
+
+/// What one revision of a key stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A put, with the fields the index and the lessor need.
+    Put {
+        /// The key's create revision.
+        create_revision: i64,
+        /// The key's version after the put.
+        version: i64,
+        /// The lease the key was put with (0: none).
+        lease: i64,
+    },
+    /// A deletion.
+    Tombstone,
+}
+
+/// `HISTORY_PREFIX ++ escaped(key) ++ 00 01`: where `key`'s entries start.
+pub fn key_start(key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HISTORY_PREFIX.len() + key.len() + 2 + REVISION_KEY_BYTES + 1);
+    out.extend_from_slice(HISTORY_PREFIX);
+    for &b in key {
+        if b == 0 {
+            out.extend_from_slice(&ESCAPED_ZERO);
+        } else {
+            out.push(b);
+        }
+    }
+    out.extend_from_slice(&KEY_END);
+    out
+}
+
+/// The first `meta` key past `key`'s entries.
+pub fn key_end(key: &[u8]) -> Vec<u8> {
+    let mut out = key_start(key);
+    *out.last_mut().expect("key_start ends with 00 01") += 1;
+    out
+}
+
+/// The entry key of `key`'s revision `rev`.
+pub fn entry_key(key: &[u8], rev: Revision, tombstone: bool) -> Vec<u8> {
+    let mut out = key_start(key);
+    out.extend_from_slice(&rev.to_key(tombstone));
+    out
+}
+
+/// The entry value of a put.
+pub fn put_value(create_revision: i64, version: i64, lease: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FIELDS_BYTES);
+    for n in [create_revision, version, lease] {
+        out.extend_from_slice(&n.to_be_bytes());
+    }
+    out
+}
+
+/// The `meta` keys `[start, end)` holding the entries of every key in
+/// `range`; None for an empty range.
+pub fn bounds(range: &KeyRange) -> Option<(Vec<u8>, Vec<u8>)> {
+    match range {
+        KeyRange::Single(k) => Some((key_start(k), key_end(k))),
+        KeyRange::From(s) => Some((key_start(s), HISTORY_END.to_vec())),
+        KeyRange::Between(s, e) if s < e => Some((key_start(s), key_start(e))),
+        KeyRange::Between(..) => None,
+    }
+}
+
+/// Decodes one entry; None if `key` and `value` are not one.
+pub fn decode(key: &[u8], value: &[u8]) -> Option<Entry> {
+    let mut rest = key.strip_prefix(HISTORY_PREFIX)?;
+    let mut user_key = Vec::with_capacity(rest.len());
+    loop {
+        match rest {
+            [0x00, 0x01, tail @ ..] => {
+                rest = tail;
+                break;
+            }
+            [0x00, 0xff, tail @ ..] => {
+                user_key.push(0);
+                rest = tail;
+            }
+            [0x00, ..] | [] => return None,
+            [b, tail @ ..] => {
+                user_key.push(*b);
+                rest = tail;
+            }
+        }
+    }
+    let (rev, tombstone) = Revision::from_key(rest)?;
+    let change = if tombstone {
+        if !value.is_empty() {
+            return None;
+        }
+        Change::Tombstone
+    } else {
+        let fields: &[u8; FIELDS_BYTES] = value.try_into().ok()?;
+        let field =
+            |i: usize| i64::from_be_bytes(fields[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        Change::Put {
+            create_revision: field(0),
+            version: field(1),
+            lease: field(2),
+        }
+    };
+    Some(Entry {
+        key: user_key,
+        rev,
+        change,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &[u8], main: i64) -> (Vec<u8>, Vec<u8>) {
+        (
+            entry_key(key, Revision::new(main, 0), false),
+            put_value(main, 1, 0),
+        )
+    }
+
+    #[test]
+    fn entries_sort_by_key_then_revision_whatever_bytes_keys_hold() {
+        let keys: [&[u8]; 7] = [b"", b"\0", b"\0\0", b"a", b"a\0", b"a\0b", b"a\x01"];
+        let mut entries = Vec::new();
+        for k in keys {
+            for main in [9, 300] {
+                entries.push((entry_key(k, Revision::new(main, 0), false), k, main));
+            }
+        }
+        let mut sorted = entries.clone();
+        sorted.sort();
+        let order: Vec<_> = sorted.iter().map(|(_, k, m)| (*k, *m)).collect();
+        let expected: Vec<_> = entries.iter().map(|(_, k, m)| (*k, *m)).collect();
+        assert_eq!(order, expected, "user key order, then revision order");
+        for k in keys {
+            let (start, end) = (key_start(k), key_end(k));
+            let inside: Vec<_> = sorted
+                .iter()
+                .filter(|(e, ..)| *e >= start && *e < end)
+                .map(|(_, key, _)| *key)
+                .collect();
+            assert_eq!(inside, vec![k, k], "{k:?}'s bounds hold its entries only");
+        }
+    }
+
+    #[test]
+    fn entries_round_trip() {
+        let (k, v) = put(b"a\0b", 7);
+        assert_eq!(
+            decode(&k, &v),
+            Some(Entry {
+                key: b"a\0b".to_vec(),
+                rev: Revision::new(7, 0),
+                change: Change::Put {
+                    create_revision: 7,
+                    version: 1,
+                    lease: 0
+                },
+            })
+        );
+        let t = entry_key(b"a", Revision::new(8, 2), true);
+        assert_eq!(
+            decode(&t, &[]).map(|e| (e.rev, e.change)),
+            Some((Revision::new(8, 2), Change::Tombstone))
+        );
+        // Not entries: another meta key, a bad escape, a short value.
+        assert_eq!(decode(b"mvcc/currentRev", &[0; 8]), None);
+        assert_eq!(decode(b"mvcc/keyHistory/a\0\x02", &[]), None);
+        assert_eq!(decode(&k, &v[..8]), None);
+        assert_eq!(decode(&t, &v), None);
+    }
+
+    #[test]
+    fn range_bounds_cover_exactly_the_range() {
+        let (a, b, c) = (put(b"a", 2).0, put(b"b", 3).0, put(b"c", 4).0);
+        let (s, e) = bounds(&KeyRange::Between(b"b".to_vec(), b"c".to_vec())).unwrap();
+        assert!(a < s && s <= b && b < e && e <= c);
+        let (s, e) = bounds(&KeyRange::From(b"b".to_vec())).unwrap();
+        assert!(a < s && b < e && c < e);
+        assert!(HISTORY_PREFIX < s.as_slice() && e.as_slice() == HISTORY_END);
+        assert!(bounds(&KeyRange::Between(b"c".to_vec(), b"a".to_vec())).is_none());
+        // The markers are outside every entry's range.
+        for marker in [META_HISTORY_REV, META_HISTORY_COMPACT_REV] {
+            assert!(marker < HISTORY_PREFIX || marker >= HISTORY_END);
+        }
+    }
+}
