@@ -40,7 +40,7 @@
 //! | format | what it is |
 //! | --- | --- |
 //! | 1 | written before the format was recorded: no `member/store-format`; the `kv_index` table may be missing or partial (the start fills it, `mvcc::store`) |
-//! | 2 | `kv_index` complete (`mvcc/kvIndexComplete`); the format recorded |
+//! | 2 | `kv_index` complete (`mvcc/kvIndexComplete`); the format recorded. Later builds of it add the key history (`mvcc/keyHistory/...` keys in `meta`, [`crate::mvcc::key_history`]), which earlier ones never read and which is refilled at start when one of those changed the data |
 //! | 3 | only the test-only next release writes it ([`crate::version::TEST_NEXT_RELEASE_ENV`]): format 2's layout under a new number, for the rolling upgrade test |
 
 use std::path::{Path, PathBuf};

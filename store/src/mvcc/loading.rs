@@ -225,3 +225,122 @@ fn load_keys(
     }
     Ok(stopped_at)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::memory::MemoryEngine;
+    use crate::engine::{Engine, WriteBatch};
+
+    /// An engine whose key history holds one put of each key, at
+    /// revisions 2, 3, ... in order, `b` with lease 7.
+    fn stored(keys: &[&str]) -> MemoryEngine {
+        let engine = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        for (i, key) in keys.iter().enumerate() {
+            let main = i as i64 + 2;
+            let lease = if *key == "b" { 7 } else { 0 };
+            batch.put(
+                Table::Meta,
+                key_history::entry_key(key.as_bytes(), Revision::new(main, 0), false),
+                key_history::put_value(main, 1, lease),
+            );
+        }
+        engine.write(batch, true).expect("write");
+        engine
+    }
+
+    fn single(key: &str) -> KeyRange {
+        KeyRange::Single(key.as_bytes().to_vec())
+    }
+
+    fn between(start: &str, end: &str) -> KeyRange {
+        KeyRange::Between(start.as_bytes().to_vec(), end.as_bytes().to_vec())
+    }
+
+    /// The module docs' worked example.
+    #[test]
+    fn the_worked_example() {
+        let engine = stored(&["a", "b", "c"]);
+        let mut index = TreeIndex::default();
+        let mut loaded = Loaded::Partly(Partial::default());
+        assert!(!loaded.covers(&index, &single("b")));
+        assert_eq!(
+            loaded
+                .load_range(&engine, &mut index, &single("b"))
+                .unwrap(),
+            None
+        );
+        assert!(loaded.covers(&index, &single("b")) && !loaded.covers(&index, &single("a")));
+        assert_eq!(
+            index.get(b"b", i64::MAX).map(|at| at.modified.main),
+            Some(3)
+        );
+
+        assert_eq!(loaded.load_step(&engine, &mut index, 2).unwrap(), None);
+        assert!(loaded.covers(&index, &between("a", "c")));
+        assert!(!loaded.covers(&index, &between("a", "d")));
+        assert!(!loaded.covers(&index, &KeyRange::From(b"b".to_vec())));
+        assert_eq!(index.len(), 2);
+
+        let leased = loaded.load_range(&engine, &mut index, &KeyRange::From(b"b".to_vec()));
+        assert_eq!(leased.unwrap(), Some(vec![(b"b".to_vec(), 7)]));
+        assert!(loaded.is_all());
+        assert_eq!(index.len(), 3);
+        assert_eq!(index.live_len(), 3);
+    }
+
+    /// A range that starts past `below` loads its keys but moves nothing;
+    /// one that starts at or before it moves it to its end; a key loaded
+    /// is never loaded again (its newer history stays).
+    #[test]
+    fn ranges_move_the_bound_only_from_it() {
+        let engine = stored(&["a", "b", "c", "d"]);
+        let mut index = TreeIndex::default();
+        let mut loaded = Loaded::Partly(Partial::default());
+        loaded
+            .load_range(&engine, &mut index, &between("c", "d"))
+            .unwrap();
+        assert!(loaded.covers(&index, &single("c")));
+        assert!(!loaded.covers(&index, &between("a", "b")));
+        index.put(b"c", Revision::new(9, 0));
+        loaded
+            .load_range(&engine, &mut index, &between("", "c"))
+            .unwrap();
+        assert!(loaded.covers(&index, &between("a", "c")));
+        assert!(!loaded.covers(&index, &between("a", "e")));
+        assert_eq!(loaded.load_step(&engine, &mut index, 1).unwrap(), None);
+        assert_eq!(
+            index.get(b"c", i64::MAX).map(|at| at.modified.main),
+            Some(9)
+        );
+        assert!(loaded.load_step(&engine, &mut index, 1).unwrap().is_some());
+        assert_eq!(index.len(), 4);
+    }
+
+    /// A deleted key's history loads with its tombstone; a key whose puts
+    /// were all compacted away (a tombstone alone) loads as nothing.
+    #[test]
+    fn tombstones_end_generations() {
+        let engine = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        let entry = |key: &[u8], main, tombstone| {
+            key_history::entry_key(key, Revision::new(main, 0), tombstone)
+        };
+        batch.put(
+            Table::Meta,
+            entry(b"a", 2, false),
+            key_history::put_value(2, 1, 5),
+        );
+        batch.put(Table::Meta, entry(b"a", 3, true), Vec::new());
+        batch.put(Table::Meta, entry(b"gone", 4, true), Vec::new());
+        engine.write(batch, true).expect("write");
+        let mut index = TreeIndex::default();
+        let mut loaded = Loaded::Partly(Partial::default());
+        let leased = loaded.load_all(&engine, &mut index).unwrap();
+        assert_eq!(leased, Some(Vec::new()), "a's lease went with it");
+        assert_eq!(index.len(), 1);
+        assert_eq!(index.live_len(), 0);
+        assert!(index.get(b"a", 2).is_some() && index.get(b"a", 3).is_none());
+    }
+}
