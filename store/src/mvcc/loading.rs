@@ -6,10 +6,13 @@
 //!
 //! - a request for one key loads that key first (one short scan of its
 //!   entries), so a restarted member answers a Get or a Put at once;
-//! - a request for a range loads the range's keys it lacks (a range as
-//!   large as the key space reads all of it, as the start used to);
-//! - a thread loads the keys in order, [`crate::limits::LOAD_STEP_KEYS`] at a time,
-//!   releasing the lock between steps, until every key is in.
+//! - a Range waits at the service edge until the thread below has passed
+//!   its keys ([`super::MvccStore::loaded_for`]), so that a large read
+//!   does not hold writes up while it loads; a range read that cannot wait
+//!   (inside a write transaction, or with no thread running) loads the
+//!   keys it lacks itself;
+//! - a thread loads the keys in order, [`crate::limits::LOAD_STEP_KEYS`]
+//!   at a time, releasing the lock between steps, until every key is in.
 //!
 //! The invariant that makes this safe: **a key in the index has its whole
 //! history.** Loading adds only keys the index lacks, from entries read
@@ -28,6 +31,8 @@
 //!
 //! Work that needs every key (compaction, HashKV, a lease's revocation,
 //! which deletes the keys attached to it) first completes the load. The
+//! live key count is the index's plus the live keys not loaded yet: the
+//! count stored at the last commit, less each live key loaded since. The
 //! lessor learns which keys hold a lease when the load completes: each
 //! loaded key whose newest revision is a put with a lease, and whose newest
 //! revision is still that put then.
@@ -57,12 +62,32 @@ pub enum Loaded {
 pub struct Partial {
     /// Every key before this one is loaded (empty: none is known to be).
     below: Vec<u8>,
+    /// Live keys not loaded yet: the stored count at the start, less each
+    /// live key loaded since (writes load their key first, so they change
+    /// only the index's own count).
+    unloaded_live: usize,
     /// Loaded keys whose newest revision is a put with a lease:
     /// (key, lease, revision).
     leased: Vec<(Vec<u8>, i64, Revision)>,
 }
 
 impl Loaded {
+    /// A partly loaded index whose store held `live` live keys.
+    pub fn partly(live: usize) -> Self {
+        Loaded::Partly(Partial {
+            unloaded_live: live,
+            ..Partial::default()
+        })
+    }
+
+    /// Live keys not in `index` yet (none once every key is loaded).
+    pub fn unloaded_live(&self) -> usize {
+        match self {
+            Loaded::All => 0,
+            Loaded::Partly(p) => p.unloaded_live,
+        }
+    }
+
     /// True if every key of `range` is in `index`.
     pub fn covers(&self, index: &TreeIndex, range: &KeyRange) -> bool {
         let Loaded::Partly(p) = self else {
@@ -94,7 +119,7 @@ impl Loaded {
         let Some((start, end)) = key_history::bounds(range) else {
             return Ok(None);
         };
-        load_keys(engine, index, &start, &end, usize::MAX, &mut p.leased)?;
+        load_keys(engine, index, &start, &end, usize::MAX, p)?;
         let contiguous = match range {
             KeyRange::Single(_) => false,
             KeyRange::From(s) | KeyRange::Between(s, _) => *s <= p.below,
@@ -119,14 +144,7 @@ impl Loaded {
             return Ok(None);
         };
         let start = key_history::key_start(&p.below);
-        match load_keys(
-            engine,
-            index,
-            &start,
-            key_history::HISTORY_END,
-            max_keys,
-            &mut p.leased,
-        )? {
+        match load_keys(engine, index, &start, key_history::HISTORY_END, max_keys, p)? {
             Some(next) => {
                 p.below = next;
                 Ok(None)
@@ -155,6 +173,12 @@ impl Loaded {
         let Loaded::Partly(p) = std::mem::replace(self, Loaded::All) else {
             return Vec::new();
         };
+        if p.unloaded_live != 0 {
+            tracing::warn!(
+                unloaded = p.unloaded_live,
+                "the stored live key count exceeded the live keys loaded"
+            );
+        }
         p.leased
             .into_iter()
             .filter(|(key, _, rev)| {
@@ -169,23 +193,32 @@ impl Loaded {
 
 /// Loads into `index` the keys whose entries lie in `[start, end)` of the
 /// `meta` table and that it lacks, stopping before the key past `max_keys`
-/// keys: returns that key, or None if the scan reached `end`.
+/// keys: returns that key, or None if the scan reached `end`. Records the
+/// loaded keys' leases and liveness in `progress`.
 fn load_keys(
     engine: &dyn EngineRead,
     index: &mut TreeIndex,
     start: &[u8],
     end: &[u8],
     max_keys: usize,
-    leased: &mut Vec<(Vec<u8>, i64, Revision)>,
+    progress: &mut Partial,
 ) -> Result<Option<Vec<u8>>, EngineError> {
+    let Partial {
+        leased,
+        unloaded_live,
+        ..
+    } = progress;
     let mut current: Option<(Vec<u8>, KeyIndex, i64)> = None;
     let mut keys = 0;
     let mut stopped_at = None;
     let mut finish = |index: &mut TreeIndex, (key, history, lease): (Vec<u8>, KeyIndex, i64)| {
         let newest = history.modified;
         let live = history.is_live();
-        if index.insert_loaded(&key, history) && live && lease != 0 {
-            leased.push((key, lease, newest));
+        if index.insert_loaded(&key, history) && live {
+            *unloaded_live = unloaded_live.saturating_sub(1);
+            if lease != 0 {
+                leased.push((key, lease, newest));
+            }
         }
     };
     try_scan(engine, Table::Meta, start, Some(end), &mut |k, v| {
@@ -263,7 +296,7 @@ mod tests {
     fn the_worked_example() {
         let engine = stored(&["a", "b", "c"]);
         let mut index = TreeIndex::default();
-        let mut loaded = Loaded::Partly(Partial::default());
+        let mut loaded = Loaded::partly(3);
         assert!(!loaded.covers(&index, &single("b")));
         assert_eq!(
             loaded
@@ -277,7 +310,9 @@ mod tests {
             Some(3)
         );
 
+        assert_eq!(loaded.unloaded_live(), 2, "a and c");
         assert_eq!(loaded.load_step(&engine, &mut index, 2).unwrap(), None);
+        assert_eq!(loaded.unloaded_live(), 1, "c");
         assert!(loaded.covers(&index, &between("a", "c")));
         assert!(!loaded.covers(&index, &between("a", "d")));
         assert!(!loaded.covers(&index, &KeyRange::From(b"b".to_vec())));
@@ -297,7 +332,7 @@ mod tests {
     fn ranges_move_the_bound_only_from_it() {
         let engine = stored(&["a", "b", "c", "d"]);
         let mut index = TreeIndex::default();
-        let mut loaded = Loaded::Partly(Partial::default());
+        let mut loaded = Loaded::partly(4);
         loaded
             .load_range(&engine, &mut index, &between("c", "d"))
             .unwrap();
@@ -336,7 +371,7 @@ mod tests {
         batch.put(Table::Meta, entry(b"gone", 4, true), Vec::new());
         engine.write(batch, true).expect("write");
         let mut index = TreeIndex::default();
-        let mut loaded = Loaded::Partly(Partial::default());
+        let mut loaded = Loaded::partly(0);
         let leased = loaded.load_all(&engine, &mut index).unwrap();
         assert_eq!(leased, Some(Vec::new()), "a's lease went with it");
         assert_eq!(index.len(), 1);

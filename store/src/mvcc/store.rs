@@ -66,6 +66,11 @@ pub const META_FINISHED_COMPACT_REV: &[u8] = b"mvcc/finishedCompactRev";
 /// its next start, from the pass that rebuilds the key index.
 pub const META_KV_INDEX_COMPLETE: &[u8] = b"mvcc/kvIndexComplete";
 
+/// Meta key: the number of live keys after the last commit (etcd's
+/// `keysGauge`), written with `mvcc/currentRev`: while the index loads
+/// from the key history ([`super::loading`]), the count comes from it.
+pub const META_LIVE_KEYS: &[u8] = b"mvcc/liveKeys";
+
 /// A fresh store's revision, as in etcd (the first write creates 2).
 pub const INITIAL_REVISION: i64 = 1;
 /// The compaction revision before any compaction (etcd's initial
@@ -151,6 +156,13 @@ struct State {
     /// committing (its engine write failed): the index is ahead of the
     /// engine, so reads and writes fail until a reload rebuilds it.
     diverged: bool,
+}
+
+impl State {
+    /// Keys live now: the index's, and those not loaded yet.
+    fn live_keys(&self) -> usize {
+        self.index.live_len() + self.loaded.unloaded_live()
+    }
 }
 
 /// What reads and writes answer once the index has diverged.
@@ -310,36 +322,11 @@ impl MvccStore {
         let started = std::time::Instant::now();
         let (prepared, from) = match prepared {
             Some(prepared) => (prepared, "the received records"),
-            None if history_is_valid(self.engine.as_ref())?
-                && read_opt_i64(self.engine.as_ref(), META_KV_INDEX_COMPLETE)?.is_some() =>
-            {
-                return self.reload_partly();
-            }
             None => {
-                let complete =
-                    read_opt_i64(self.engine.as_ref(), META_KV_INDEX_COMPLETE)?.is_some();
-                let source = if complete {
-                    RebuildSource::IndexFields
-                } else {
-                    RebuildSource::ValuesFillingIndexFields
-                };
-                let history = if history_is_valid(self.engine.as_ref())? {
-                    History::Valid
-                } else {
-                    History::Refill
-                };
-                let mut builder = IndexBuilder::default();
-                rebuild_pipelined(self.engine.as_ref(), source, history, &mut |batch| {
-                    builder.add_batch(batch)
-                })?;
-                let prepared = builder.finish();
-                let from = match (complete, prepared.revisions, history) {
-                    (false, 0, _) => "nothing stored",
-                    (true, _, History::Valid) => "the index fields",
-                    (true, _, History::Refill) => "the index fields (the key history now filled)",
-                    (false, _, _) => "the values (the index fields and key history now filled)",
-                };
-                (prepared, from)
+                if let Some(live) = self.loadable_live_keys()? {
+                    return self.reload_partly(live);
+                }
+                self.rebuild()?
             }
         };
         let PreparedIndex {
@@ -363,15 +350,75 @@ impl MvccStore {
         self.install(index, Loaded::All, max_rev)
     }
 
-    /// [`MvccStore::reload`] from a valid key history: the index starts
-    /// empty and loads as it is used ([`super::loading`]).
-    fn reload_partly(&self) -> Result<Option<CompactionJob>, MvccError> {
+    /// The stored live key count if the index can load from the key
+    /// history while the member serves: the history is valid, `kv_index`
+    /// complete (else the rebuild fills it) and the count recorded.
+    fn loadable_live_keys(&self) -> Result<Option<usize>, MvccError> {
+        let engine = self.engine.as_ref();
+        if !history_is_valid(engine)? || read_opt_i64(engine, META_KV_INDEX_COMPLETE)?.is_none() {
+            return Ok(None);
+        }
+        read_opt_i64(engine, META_LIVE_KEYS)?
+            .map(|live| {
+                usize::try_from(live)
+                    .map_err(|_| EngineError::corrupt(format!("live key count {live}")).into())
+            })
+            .transpose()
+    }
+
+    /// The index rebuilt from every stored revision (`kv_index`, or `kv`
+    /// filling it), the key history refilled on the way if it is not
+    /// valid, and the live key count recorded for the next start.
+    fn rebuild(&self) -> Result<(PreparedIndex, &'static str), MvccError> {
+        let engine = self.engine.as_ref();
+        let complete = read_opt_i64(engine, META_KV_INDEX_COMPLETE)?.is_some();
+        let source = if complete {
+            RebuildSource::IndexFields
+        } else {
+            RebuildSource::ValuesFillingIndexFields
+        };
+        let history = if history_is_valid(engine)? {
+            History::Valid
+        } else {
+            History::Refill
+        };
+        let mut builder = IndexBuilder::default();
+        rebuild_pipelined(engine, source, history, &mut |batch| {
+            builder.add_batch(batch)
+        })?;
+        let prepared = builder.finish();
+        let from = match (complete, prepared.revisions, history) {
+            (false, 0, _) => "nothing stored",
+            (true, _, History::Valid) => "the index fields",
+            (true, _, History::Refill) => "the index fields (the key history now filled)",
+            (false, _, _) => "the values (the index fields and key history now filled)",
+        };
+        let live = prepared.index.live_len() as i64;
+        if prepared.revisions > 0 && read_opt_i64(engine, META_LIVE_KEYS)? != Some(live) {
+            let mut count = WriteBatch::new();
+            count.put(
+                Table::Meta,
+                META_LIVE_KEYS.to_vec(),
+                live.to_be_bytes().to_vec(),
+            );
+            self.engine.write(count, true)?;
+        }
+        Ok((prepared, from))
+    }
+
+    /// [`MvccStore::reload`] from a valid key history, whose store held
+    /// `live` live keys: the index starts empty and loads as it is used
+    /// ([`super::loading`]).
+    fn reload_partly(&self, live: usize) -> Result<Option<CompactionJob>, MvccError> {
         *self
             .reloaded_leased
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Vec::new();
-        tracing::info!("loading the key index from the key history while serving");
-        self.install(TreeIndex::default(), Loaded::Partly(Default::default()), 0)
+        tracing::info!(
+            live_keys = live,
+            "loading the key index from the key history while serving"
+        );
+        self.install(TreeIndex::default(), Loaded::partly(live), 0)
     }
 
     /// Replaces the index and the revisions from the engine's meta keys;
@@ -482,10 +529,13 @@ impl MvccStore {
     }
 
     /// Waits until the loading thread has loaded every key of `range`
-    /// (at once if it has, or if none runs: the read then loads what it
-    /// lacks itself, under the write lock). A large read so waits while
-    /// writes go on, instead of holding them up while it loads.
+    /// (at once for one key, if it has, or if none runs: the read then
+    /// loads what it lacks itself, under the write lock). A large read so
+    /// waits while writes go on, instead of holding them up while it loads.
     pub async fn loaded_for(&self, range: &KeyRange) {
+        if let KeyRange::Single(_) = range {
+            return; // One key loads at once.
+        }
         let mut loader = self.loader.subscribe();
         loop {
             {
@@ -636,7 +686,7 @@ impl MvccStore {
     /// Number of keys live now (`etcd_debugging_mvcc_keys_total`), without
     /// visiting them.
     pub fn live_keys(&self) -> usize {
-        self.read_state().index.live_len()
+        self.read_state().live_keys()
     }
 
     /// Starts a write transaction (blocks other writers and readers until
@@ -1594,6 +1644,12 @@ impl WriteTxn<'_> {
                 self.batch
                     .put(Table::Meta, meta.to_vec(), rev.to_be_bytes().to_vec());
             }
+            let live = self.state.live_keys() as i64;
+            self.batch.put(
+                Table::Meta,
+                META_LIVE_KEYS.to_vec(),
+                live.to_be_bytes().to_vec(),
+            );
         }
         let mut batch = std::mem::take(&mut self.batch);
         batch.extend(extra);
@@ -1813,6 +1869,7 @@ mod tests {
                 KeyRange::Single(a.clone()),
                 KeyRange::Between(a.clone().min(b.clone()), b.max(a)),
             ];
+            assert_eq!(restarted.live_keys(), running.live_keys(), "round {round}");
             for range in reads.iter().filter(|_| round % 3 != 0) {
                 let opts = RangeOptions::default();
                 assert_eq!(
@@ -1852,6 +1909,38 @@ mod tests {
             .collect();
         assert!(!expected.is_empty());
         assert_eq!(*attached.lock().unwrap(), expected);
+    }
+
+    /// While the loading thread runs, a Range of many keys waits for it and
+    /// a read of one key does not (it loads its key itself); once the
+    /// thread is done, nothing waits.
+    #[tokio::test]
+    async fn only_ranges_wait_for_the_loading_thread() {
+        let engine = Arc::new(MemoryEngine::new());
+        let store = MvccStore::open(engine.clone()).expect("open");
+        let mut txn = store.write();
+        for key in ["a", "b", "c"] {
+            txn.put(key.as_bytes(), b"v".to_vec(), 0, Prev::Unread)
+                .expect("put");
+        }
+        txn.commit(WriteBatch::new()).expect("commit");
+        drop(store);
+        let store = MvccStore::open(engine).expect("reopen");
+        assert!(store.is_loading());
+        // A loading thread that has not made its first step yet.
+        store.loader.send_replace(true);
+        let one = KeyRange::Single(b"c".to_vec());
+        assert!(futures::poll!(Box::pin(store.loaded_for(&one))).is_ready());
+        let all = KeyRange::From(Vec::new());
+        let mut waiting = Box::pin(store.loaded_for(&all));
+        assert!(futures::poll!(&mut waiting).is_pending());
+        assert!(!store.load_keys(2).expect("load"));
+        store.loader.send_modify(|running| *running = true);
+        assert!(futures::poll!(&mut waiting).is_pending(), "c is not loaded");
+        assert!(store.load_keys(2).expect("load"));
+        store.loader.send_modify(|running| *running = false);
+        assert!(futures::poll!(&mut waiting).is_ready());
+        assert_eq!(store.live_keys(), 3);
     }
 
     impl MvccStore {
