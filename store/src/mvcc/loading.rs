@@ -179,16 +179,22 @@ impl Loaded {
                 "the stored live key count exceeded the live keys loaded"
             );
         }
-        p.leased
-            .into_iter()
-            .filter(|(key, _, rev)| {
-                index
-                    .get(key, i64::MAX)
-                    .is_some_and(|now| now.modified == *rev)
-            })
-            .map(|(key, lease, _)| (key, lease))
-            .collect()
+        still_leased(index, p.leased)
     }
+}
+
+/// Of the puts with a lease found while reading stored revisions (key,
+/// lease, revision), the live leased keys: those whose put is still their
+/// key's newest revision in `index`.
+pub fn still_leased(index: &TreeIndex, puts: Vec<(Vec<u8>, i64, Revision)>) -> LeasedKeys {
+    puts.into_iter()
+        .filter(|(key, _, rev)| {
+            index
+                .get(key, i64::MAX)
+                .is_some_and(|now| now.modified == *rev)
+        })
+        .map(|(key, lease, _)| (key, lease))
+        .collect()
 }
 
 /// Loads into `index` the keys whose entries lie in `[start, end)` of the

@@ -43,7 +43,7 @@ use tokio::sync::watch;
 
 use super::index::{KeyRange, Rebuild, TreeIndex, VisibleKey};
 use super::key_history;
-use super::loading::{LeasedKeys, Loaded};
+use super::loading::{still_leased, LeasedKeys, Loaded};
 use super::revision::Revision;
 use super::stored::StoredKvs;
 use crate::engine::{try_scan, BatchOp, Engine, EngineError, EngineRead, Table, WriteBatch};
@@ -156,6 +156,12 @@ struct State {
     /// committing (its engine write failed): the index is ahead of the
     /// engine, so reads and writes fail until a reload rebuilds it.
     diverged: bool,
+    /// The key history matched the stored revisions at the last reload
+    /// ([`key_history`]'s markers): only then do commits and compactions
+    /// move its markers on. After a snapshot whose history was not valid
+    /// (one a build without it sent) the markers stay behind, so the next
+    /// start refills the history instead of trusting it.
+    history_valid: bool,
 }
 
 impl State {
@@ -288,6 +294,7 @@ impl MvccStore {
                 current_rev: INITIAL_REVISION,
                 compact_rev: NO_COMPACTION,
                 diverged: false,
+                history_valid: false,
             }),
             finished_compact_tx,
             prev_kv_watchers: Arc::default(),
@@ -436,9 +443,11 @@ impl MvccStore {
         // A finished compaction left nothing below its revision for the
         // index to drop; an unfinished one is resumed by the compactor.
         let job = (scheduled > finished).then_some(CompactionJob { rev: scheduled });
+        let history_valid = history_is_valid(self.engine.as_ref())?;
         let mut state = self.write_state();
         state.index = index;
         state.loaded = loaded;
+        state.history_valid = history_valid;
         state.current_rev = INITIAL_REVISION
             .max(max_rev)
             .max(stored_current)
@@ -790,12 +799,12 @@ impl MvccStore {
                     batch.delete(Table::Meta, key_history::entry_key(&key, rev, tombstone));
                 }
                 if after.is_none() {
-                    for meta in [
-                        META_FINISHED_COMPACT_REV,
-                        key_history::META_HISTORY_COMPACT_REV,
-                    ] {
-                        batch.put(Table::Meta, meta.to_vec(), job.rev.to_be_bytes().to_vec());
+                    let rev = job.rev.to_be_bytes().to_vec();
+                    if state.history_valid {
+                        let mark = key_history::META_HISTORY_COMPACT_REV.to_vec();
+                        batch.put(Table::Meta, mark, rev.clone());
                     }
+                    batch.put(Table::Meta, META_FINISHED_COMPACT_REV.to_vec(), rev);
                 }
                 // Under the lock: a small read loads its values under it,
                 // and must not find a revision its plan named deleted.
@@ -1000,16 +1009,7 @@ impl IndexBuilder {
     /// one if it is still its key's newest revision.
     pub fn finish(self) -> PreparedIndex {
         let index = self.rebuild.finish();
-        let leased = self
-            .leased
-            .into_iter()
-            .filter(|(key, _, rev)| {
-                index
-                    .get(key, i64::MAX)
-                    .is_some_and(|now| now.modified == *rev)
-            })
-            .map(|(key, lease, _)| (key, lease))
-            .collect();
+        let leased = still_leased(&index, self.leased);
         PreparedIndex {
             index,
             leased,
@@ -1640,10 +1640,13 @@ impl WriteTxn<'_> {
         }
         let (rev, events) = self.seal();
         if rev > self.state.current_rev {
-            for meta in [META_CURRENT_REV, key_history::META_HISTORY_REV] {
-                self.batch
-                    .put(Table::Meta, meta.to_vec(), rev.to_be_bytes().to_vec());
+            let rev_bytes = rev.to_be_bytes().to_vec();
+            if self.state.history_valid {
+                let mark = key_history::META_HISTORY_REV.to_vec();
+                self.batch.put(Table::Meta, mark, rev_bytes.clone());
             }
+            self.batch
+                .put(Table::Meta, META_CURRENT_REV.to_vec(), rev_bytes);
             let live = self.state.live_keys() as i64;
             self.batch.put(
                 Table::Meta,
@@ -2052,6 +2055,51 @@ mod tests {
         assert_eq!(history.len(), 2, "a@8 and a\\0@2");
         assert!(history_is_valid(engine.as_ref()).expect("read"));
         assert_eq!(store.current_revision(), 8);
+    }
+
+    /// A snapshot whose key history is not valid (a build without it sent
+    /// it) leaves the markers behind through later writes, so the next
+    /// start rebuilds and refills the history instead of loading from it.
+    #[test]
+    fn a_snapshot_without_a_valid_key_history_is_refilled_at_the_next_start() {
+        let engine = Arc::new(MemoryEngine::new());
+        let store = MvccStore::open(engine.clone()).expect("open");
+        let put = |store: &MvccStore, key: &[u8]| {
+            let mut txn = store.write();
+            txn.put(key, b"v".to_vec(), 0, Prev::Unread).expect("put");
+            txn.commit(WriteBatch::new()).expect("commit");
+        };
+        put(&store, b"a");
+        put(&store, b"b");
+        let mut old = WriteBatch::new();
+        let (start, end) = (key_history::HISTORY_PREFIX, key_history::HISTORY_END);
+        old.delete_range(Table::Meta, start.to_vec(), end.to_vec());
+        old.delete(Table::Meta, key_history::META_HISTORY_REV.to_vec());
+        engine.write(old, true).expect("write");
+        let mut builder = IndexBuilder::default();
+        for (k, v) in kv_and_index_fields(&engine).0 {
+            builder.push(&k, &v).expect("push");
+        }
+        store.reload_with(Some(builder.finish())).expect("install");
+        put(&store, b"c");
+        assert!(!history_is_valid(engine.as_ref()).expect("read"));
+        drop(store);
+
+        let rebuilt = MvccStore::open(engine.clone()).expect("reopen");
+        assert!(
+            !rebuilt.is_loading(),
+            "rebuilt, not loaded from the history"
+        );
+        let (history, expected) = history_and_expected(&engine);
+        assert_eq!(history, expected);
+        assert_eq!(history.len(), 3);
+        drop(rebuilt);
+        let loading = MvccStore::open(engine).expect("reopen");
+        assert!(loading.is_loading());
+        for key in [b"a", b"b", b"c"] {
+            assert_eq!(loading.get(key), Some((b"v".to_vec(), 0)));
+        }
+        assert_eq!(loading.live_keys(), 3);
     }
 
     /// `kv_index` holds each `kv` revision's pair without its value through
