@@ -59,6 +59,20 @@ pub struct Lessor {
     pub min_ttl_seconds: i64,
 }
 
+/// Attaches each (key, lease) of `live_keys` whose lease exists.
+fn attach(
+    leases: &mut HashMap<i64, Lease>,
+    attached: &mut HashMap<Vec<u8>, i64>,
+    live_keys: Vec<(Vec<u8>, i64)>,
+) {
+    for (key, id) in live_keys {
+        if let Some(l) = leases.get_mut(&id) {
+            l.keys.insert(key.clone());
+            attached.insert(key, id);
+        }
+    }
+}
+
 fn lease_key(id: i64) -> Vec<u8> {
     id.to_be_bytes().to_vec()
 }
@@ -111,12 +125,7 @@ impl Lessor {
             std::ops::ControlFlow::Continue(())
         })?;
         let mut attached = HashMap::new();
-        for (key, id) in live_keys {
-            if let Some(l) = leases.get_mut(&id) {
-                l.keys.insert(key.clone());
-                attached.insert(key, id);
-            }
-        }
+        attach(&mut leases, &mut attached, live_keys);
         let mut state = self.lock();
         let primary = state.primary;
         state.leases = leases;
@@ -137,12 +146,7 @@ impl Lessor {
     pub fn attach_loaded(&self, live_keys: Vec<(Vec<u8>, i64)>) {
         let mut guard = self.lock();
         let state = &mut *guard;
-        for (key, id) in live_keys {
-            if let Some(l) = state.leases.get_mut(&id) {
-                l.keys.insert(key.clone());
-                state.attached.insert(key, id);
-            }
-        }
+        attach(&mut state.leases, &mut state.attached, live_keys);
     }
 
     /// The TTL a grant of `ttl` actually gets.
