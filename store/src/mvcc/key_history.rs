@@ -125,13 +125,23 @@ pub fn entry_key(key: &[u8], rev: Revision, tombstone: bool) -> Vec<u8> {
     out
 }
 
-/// The entry value of a put.
-pub fn put_value(create_revision: i64, version: i64, lease: i64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(FIELDS_BYTES);
-    for n in [create_revision, version, lease] {
-        out.extend_from_slice(&n.to_be_bytes());
+/// The entry (key and value) of `key`'s revision `rev`: [`decode`]'s
+/// inverse.
+pub fn encode(key: &[u8], rev: Revision, change: Change) -> (Vec<u8>, Vec<u8>) {
+    match change {
+        Change::Put {
+            create_revision,
+            version,
+            lease,
+        } => {
+            let mut value = Vec::with_capacity(FIELDS_BYTES);
+            for n in [create_revision, version, lease] {
+                value.extend_from_slice(&n.to_be_bytes());
+            }
+            (entry_key(key, rev, false), value)
+        }
+        Change::Tombstone => (entry_key(key, rev, true), Vec::new()),
     }
-    out
 }
 
 /// The `meta` keys `[start, end)` holding the entries of every key in
@@ -194,10 +204,12 @@ mod tests {
     use super::*;
 
     fn put(key: &[u8], main: i64) -> (Vec<u8>, Vec<u8>) {
-        (
-            entry_key(key, Revision::new(main, 0), false),
-            put_value(main, 1, 0),
-        )
+        let change = Change::Put {
+            create_revision: main,
+            version: 1,
+            lease: 0,
+        };
+        encode(key, Revision::new(main, 0), change)
     }
 
     #[test]

@@ -105,14 +105,19 @@ impl Loaded {
         matches!(self, Loaded::All)
     }
 
-    /// Loads every key of `range` that `index` lacks; returns the leased
-    /// keys (key, lease) if that completed the index ([`Loaded::finish`]).
+    /// Loads every key of `range` that `index` lacks (nothing, without a
+    /// read, if it [`Loaded::covers`] the range already); returns the
+    /// leased keys (key, lease) if that completed the index
+    /// ([`Loaded::finish`]).
     pub fn load_range(
         &mut self,
         engine: &dyn EngineRead,
         index: &mut TreeIndex,
         range: &KeyRange,
     ) -> Result<Option<LeasedKeys>, EngineError> {
+        if self.covers(index, range) {
+            return Ok(None);
+        }
         let Loaded::Partly(p) = self else {
             return Ok(None);
         };
@@ -279,11 +284,14 @@ mod tests {
         for (i, key) in keys.iter().enumerate() {
             let main = i as i64 + 2;
             let lease = if *key == "b" { 7 } else { 0 };
-            batch.put(
-                Table::Meta,
-                key_history::entry_key(key.as_bytes(), Revision::new(main, 0), false),
-                key_history::put_value(main, 1, lease),
-            );
+            let change = Change::Put {
+                create_revision: main,
+                version: 1,
+                lease,
+            };
+            let (entry, value) =
+                key_history::encode(key.as_bytes(), Revision::new(main, 0), change);
+            batch.put(Table::Meta, entry, value);
         }
         engine.write(batch, true).expect("write");
         engine
@@ -365,16 +373,20 @@ mod tests {
     fn tombstones_end_generations() {
         let engine = MemoryEngine::new();
         let mut batch = WriteBatch::new();
-        let entry = |key: &[u8], main, tombstone| {
-            key_history::entry_key(key, Revision::new(main, 0), tombstone)
+        let a = Change::Put {
+            create_revision: 2,
+            version: 1,
+            lease: 5,
         };
-        batch.put(
-            Table::Meta,
-            entry(b"a", 2, false),
-            key_history::put_value(2, 1, 5),
-        );
-        batch.put(Table::Meta, entry(b"a", 3, true), Vec::new());
-        batch.put(Table::Meta, entry(b"gone", 4, true), Vec::new());
+        let entries = [
+            (&b"a"[..], 2, a),
+            (b"a", 3, Change::Tombstone),
+            (b"gone", 4, Change::Tombstone),
+        ];
+        for (key, main, change) in entries {
+            let (entry, value) = key_history::encode(key, Revision::new(main, 0), change);
+            batch.put(Table::Meta, entry, value);
+        }
         engine.write(batch, true).expect("write");
         let mut index = TreeIndex::default();
         let mut loaded = Loaded::partly(0);

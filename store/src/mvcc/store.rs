@@ -42,7 +42,7 @@ use prost::Message;
 use tokio::sync::watch;
 
 use super::index::{KeyRange, Rebuild, TreeIndex, VisibleKey};
-use super::key_history;
+use super::key_history::{self, Change};
 use super::loading::{still_leased, LeasedKeys, Loaded};
 use super::revision::Revision;
 use super::stored::StoredKvs;
@@ -330,10 +330,17 @@ impl MvccStore {
         let (prepared, from) = match prepared {
             Some(prepared) => (prepared, "the received records"),
             None => {
-                if let Some(live) = self.loadable_live_keys()? {
-                    return self.reload_partly(live);
+                let history = if history_is_valid(self.engine.as_ref())? {
+                    History::Valid
+                } else {
+                    History::Refill
+                };
+                if history == History::Valid {
+                    if let Some(live) = self.loadable_live_keys()? {
+                        return self.reload_partly(live);
+                    }
                 }
-                self.rebuild()?
+                self.rebuild(history)?
             }
         };
         let PreparedIndex {
@@ -357,12 +364,12 @@ impl MvccStore {
         self.install(index, Loaded::All, max_rev)
     }
 
-    /// The stored live key count if the index can load from the key
-    /// history while the member serves: the history is valid, `kv_index`
-    /// complete (else the rebuild fills it) and the count recorded.
+    /// The stored live key count if the index can load from a valid key
+    /// history while the member serves: `kv_index` complete (else the
+    /// rebuild fills it) and the count recorded.
     fn loadable_live_keys(&self) -> Result<Option<usize>, MvccError> {
         let engine = self.engine.as_ref();
-        if !history_is_valid(engine)? || read_opt_i64(engine, META_KV_INDEX_COMPLETE)?.is_none() {
+        if read_opt_i64(engine, META_KV_INDEX_COMPLETE)?.is_none() {
             return Ok(None);
         }
         read_opt_i64(engine, META_LIVE_KEYS)?
@@ -374,20 +381,15 @@ impl MvccStore {
     }
 
     /// The index rebuilt from every stored revision (`kv_index`, or `kv`
-    /// filling it), the key history refilled on the way if it is not
-    /// valid, and the live key count recorded for the next start.
-    fn rebuild(&self) -> Result<(PreparedIndex, &'static str), MvccError> {
+    /// filling it), the key history refilled on the way unless `history`
+    /// is valid, and the live key count recorded for the next start.
+    fn rebuild(&self, history: History) -> Result<(PreparedIndex, &'static str), MvccError> {
         let engine = self.engine.as_ref();
         let complete = read_opt_i64(engine, META_KV_INDEX_COMPLETE)?.is_some();
         let source = if complete {
             RebuildSource::IndexFields
         } else {
             RebuildSource::ValuesFillingIndexFields
-        };
-        let history = if history_is_valid(engine)? {
-            History::Valid
-        } else {
-            History::Refill
         };
         let mut builder = IndexBuilder::default();
         rebuild_pipelined(engine, source, history, &mut |batch| {
@@ -466,12 +468,12 @@ impl MvccStore {
 
     /// Loads the next [`LOAD_STEP_KEYS`] keys of a partly loaded index;
     /// true once every key is loaded.
-    pub fn load_step(&self) -> Result<bool, MvccError> {
+    pub fn load_step(&self) -> Result<bool, EngineError> {
         self.load_keys(LOAD_STEP_KEYS)
     }
 
     /// [`MvccStore::load_step`] of `max_keys` keys.
-    fn load_keys(&self, max_keys: usize) -> Result<bool, MvccError> {
+    fn load_keys(&self, max_keys: usize) -> Result<bool, EngineError> {
         let mut state = self.write_state();
         self.load_into(&mut state, |loaded, engine, index| {
             loaded.load_step(engine, index, max_keys)
@@ -481,7 +483,7 @@ impl MvccStore {
 
     /// Loads every key a partly loaded index lacks (what needs them all:
     /// HashKV, a lease's keys).
-    pub fn load_all(&self) -> Result<(), MvccError> {
+    pub fn load_all(&self) -> Result<(), EngineError> {
         if self.read_state().loaded.is_all() {
             return Ok(());
         }
@@ -570,7 +572,7 @@ impl MvccStore {
             &dyn EngineRead,
             &mut TreeIndex,
         ) -> Result<Option<LeasedKeys>, EngineError>,
-    ) -> Result<(), MvccError> {
+    ) -> Result<(), EngineError> {
         let State { loaded, index, .. } = state;
         if let Some(leased) = load(loaded, self.engine.as_ref(), index)? {
             let sink = self.lease_sink.lock().unwrap_or_else(|p| p.into_inner());
@@ -858,16 +860,14 @@ impl MvccStore {
                     return ControlFlow::Break(());
                 }
                 if let Guard::Write(state) = &mut state {
-                    let loaded = super::stored::parse(v)
-                        .map_err(MvccError::from)
-                        .and_then(|kv| {
-                            let key = KeyRange::Single(kv.key.to_vec());
-                            self.load_into(state, |loaded, engine, index| {
-                                loaded.load_range(engine, index, &key)
-                            })
-                        });
+                    let loaded = super::stored::parse(v).and_then(|kv| {
+                        let key = KeyRange::Single(kv.key.to_vec());
+                        self.load_into(state, |loaded, engine, index| {
+                            loaded.load_range(engine, index, &key)
+                        })
+                    });
                     if let Err(e) = loaded {
-                        failure = Some(e);
+                        failure = Some(e.into());
                         return ControlFlow::Break(());
                     }
                 }
@@ -1065,18 +1065,19 @@ impl ParsedRevision {
         };
         Ok((kv.key, parsed))
     }
-}
 
-impl ParsedRevision {
     /// `key`'s key history entry for this revision.
     fn history_entry(&self, key: &[u8]) -> (Vec<u8>, Vec<u8>) {
-        let entry = key_history::entry_key(key, self.rev, self.tombstone);
-        let value = if self.tombstone {
-            Vec::new()
+        let change = if self.tombstone {
+            Change::Tombstone
         } else {
-            key_history::put_value(self.create_revision, self.version, self.lease)
+            Change::Put {
+                create_revision: self.create_revision,
+                version: self.version,
+                lease: self.lease,
+            }
         };
-        (entry, value)
+        key_history::encode(key, self.rev, change)
     }
 }
 
@@ -1428,7 +1429,7 @@ impl WriteTxn<'_> {
     /// Loads `range`'s keys into a partly loaded index
     /// ([`super::loading`]): a read inside the transaction needs them
     /// loaded first, as it cannot load them itself.
-    pub fn load(&mut self, range: &KeyRange) -> Result<(), MvccError> {
+    pub fn load(&mut self, range: &KeyRange) -> Result<(), EngineError> {
         if let KeyRange::Single(key) = range {
             return self.load_key(key);
         }
@@ -1440,7 +1441,7 @@ impl WriteTxn<'_> {
 
     /// [`WriteTxn::load`] of one key, which allocates nothing when the key
     /// is loaded.
-    fn load_key(&mut self, key: &[u8]) -> Result<(), MvccError> {
+    fn load_key(&mut self, key: &[u8]) -> Result<(), EngineError> {
         if self.state.loaded.is_all() || self.state.index.contains(key) {
             return Ok(());
         }
@@ -1453,7 +1454,7 @@ impl WriteTxn<'_> {
 
     /// Loads every key a partly loaded index lacks (a lease's revocation
     /// needs the lessor to know every key attached to it).
-    pub fn load_all(&mut self) -> Result<(), MvccError> {
+    pub fn load_all(&mut self) -> Result<(), EngineError> {
         let state = &mut *self.state;
         self.store.load_into(state, |loaded, engine, index| {
             loaded.load_all(engine, index)
@@ -1533,11 +1534,13 @@ impl WriteTxn<'_> {
             .put(Table::Kv, rev.to_key(false), kv.encode_to_vec());
         self.batch
             .put(Table::KvIndex, rev.to_key(false), index_fields(&mut kv));
-        self.batch.put(
-            Table::Meta,
-            key_history::entry_key(key, rev, false),
-            key_history::put_value(create_revision, version, lease),
-        );
+        let change = Change::Put {
+            create_revision,
+            version,
+            lease,
+        };
+        let (entry, fields) = key_history::encode(key, rev, change);
+        self.batch.put(Table::Meta, entry, fields);
         self.events.push(Event {
             r#type: EventType::Put as i32,
             kv: Some(kv),
@@ -1577,11 +1580,8 @@ impl WriteTxn<'_> {
             self.batch
                 .put(Table::KvIndex, rev.to_key(true), tomb.clone());
             self.batch.put(Table::Kv, rev.to_key(true), tomb);
-            self.batch.put(
-                Table::Meta,
-                key_history::entry_key(&key, rev, true),
-                Vec::new(),
-            );
+            let (entry, empty) = key_history::encode(&key, rev, Change::Tombstone);
+            self.batch.put(Table::Meta, entry, empty);
             let removed = self.state.index.tombstone(&key, rev);
             assert!(removed, "key {key:?} was live a moment ago");
             let event_kv = KeyValue {

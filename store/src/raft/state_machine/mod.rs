@@ -59,7 +59,7 @@ use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
-use crate::mvcc::{CompactionJob, KeyRange, MvccError, MvccStore, WriteTxn};
+use crate::mvcc::{CompactionJob, KeyRange, MvccStore, WriteTxn};
 use crate::watch::WatchHub;
 
 /// Meta key of the last applied log id.
@@ -413,7 +413,7 @@ impl StateMachine {
                 _ => false,
             };
             if lease_checked && self.auth.checks(info) {
-                txn.load_all().map_err(mvcc_engine_err)?;
+                txn.load_all()?;
             }
             if let Err(e) = self.check_sender(info, cmd) {
                 return Ok(CommandResponse::Error(e));
@@ -622,15 +622,6 @@ impl StateMachine {
             .map_err(sm_read_err)?;
         self.mvcc.load_in_background()?;
         self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
-    }
-}
-
-/// The engine failure of an MVCC failure outside a request (loading the
-/// index fails only in the engine).
-fn mvcc_engine_err(e: MvccError) -> crate::engine::EngineError {
-    match e {
-        MvccError::Engine(e) => e,
-        other => crate::engine::EngineError::corrupt(other.to_string()),
     }
 }
 

@@ -81,8 +81,10 @@ impl KvService {
             .auth
             .state()
             .check_keys(&by, Access::Read, &req.key, &req.range_end)?;
-        let range = KeyRange::new(&req.key, &req.range_end);
-        self.core.mvcc.loaded_for(&range).await;
+        if self.core.mvcc.is_loading() {
+            let range = KeyRange::new(&req.key, &req.range_end);
+            self.core.mvcc.loaded_for(&range).await;
+        }
         Ok(req)
     }
 
