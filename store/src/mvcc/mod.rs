@@ -29,8 +29,8 @@ pub mod stored;
 pub use index::KeyRange;
 pub use revision::Revision;
 pub use store::{
-    CompactionJob, IndexBuilder, LeaseSink, MvccError, MvccStore, PreparedIndex, Prev,
-    PrevKvInterest, RangeOptions, RangeResult, StoredRange, WriteTxn, META_CURRENT_REV,
-    META_FINISHED_COMPACT_REV, META_SCHEDULED_COMPACT_REV, RANGE_VALUES_UNDER_LOCK,
+    CompactionJob, LeaseSink, MvccError, MvccStore, Prev, PrevKvInterest, RangeOptions,
+    RangeResult, StoredRange, WriteTxn, META_CURRENT_REV, META_FINISHED_COMPACT_REV,
+    META_SCHEDULED_COMPACT_REV, RANGE_VALUES_UNDER_LOCK,
 };
 pub use stored::StoredKvs;

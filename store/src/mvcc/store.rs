@@ -306,43 +306,30 @@ impl MvccStore {
         Ok((store, pending))
     }
 
-    /// Rebuilds the index from the engine (start-up, snapshot install).
+    /// Replaces the index with the engine's (start-up, snapshot install).
     /// Returns a compaction job if one was scheduled but not finished.
     ///
-    /// The one pass over every stored revision (in revision order) also
-    /// records which live keys hold a lease: each key's newest revision
-    /// decides, a tombstone or a put without a lease drops it. The lessor
-    /// takes that list ([`MvccStore::take_reloaded_leased_keys`]) instead
+    /// With a valid key history the index starts empty and loads while the
+    /// member serves ([`super::loading`]). Otherwise it is rebuilt first,
+    /// refilling the history on the way. That one pass over every stored
+    /// revision (in revision order) also records which live keys hold a
+    /// lease: each key's newest revision decides, a tombstone or a put
+    /// without a lease drops it. The lessor takes that list ([`MvccStore::take_reloaded_leased_keys`]) instead
     /// of reading every live value again by key, which at a million keys
     /// was a random read per key.
     pub fn reload(&self) -> Result<Option<CompactionJob>, MvccError> {
-        self.reload_with(None)
-    }
-
-    /// [`MvccStore::reload`] with the index already built from the
-    /// revisions the engine now holds (a snapshot's, built while it
-    /// arrived), or built here from the engine when `None`.
-    pub fn reload_with(
-        &self,
-        prepared: Option<PreparedIndex>,
-    ) -> Result<Option<CompactionJob>, MvccError> {
         let started = std::time::Instant::now();
-        let (prepared, from) = match prepared {
-            Some(prepared) => (prepared, "the received records"),
-            None => {
-                let history = if history_is_valid(self.engine.as_ref())? {
-                    History::Valid
-                } else {
-                    History::Refill
-                };
-                if history == History::Valid {
-                    if let Some(live) = self.loadable_live_keys()? {
-                        return self.reload_partly(live);
-                    }
-                }
-                self.rebuild(history)?
-            }
+        let history = if history_is_valid(self.engine.as_ref())? {
+            History::Valid
+        } else {
+            History::Refill
         };
+        if history == History::Valid {
+            if let Some(live) = self.loadable_live_keys()? {
+                return self.reload_partly(live);
+            }
+        }
+        let (prepared, from) = self.rebuild(history)?;
         let PreparedIndex {
             index,
             leased,
@@ -962,8 +949,8 @@ fn history_event(
 }
 
 /// The key index built from stored revisions, with what a reload needs
-/// beside it ([`MvccStore::reload_with`]).
-pub struct PreparedIndex {
+/// beside it ([`MvccStore::reload`]).
+struct PreparedIndex {
     index: TreeIndex,
     /// The live keys holding a lease, with their lease ids.
     leased: LeasedKeys,
@@ -974,9 +961,9 @@ pub struct PreparedIndex {
 }
 
 /// Builds a [`PreparedIndex`] from the `kv` table's pairs in revision
-/// (key) order: the engine's, at start-up, or a snapshot's as it arrives.
+/// (key) order.
 #[derive(Default)]
-pub struct IndexBuilder {
+struct IndexBuilder {
     rebuild: Rebuild,
     /// Puts with a lease: (key, lease, revision).
     leased: Vec<(Vec<u8>, i64, Revision)>,
@@ -985,14 +972,6 @@ pub struct IndexBuilder {
 }
 
 impl IndexBuilder {
-    /// Adds one stored revision: a `kv` key (revision) and its value, each
-    /// after the one before it in key order.
-    pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), MvccError> {
-        let (user_key, parsed) = ParsedRevision::parse(key, value)?;
-        self.add(user_key, &parsed);
-        Ok(())
-    }
-
     fn add_batch(&mut self, batch: &ParsedBatch) {
         for (key, r) in batch.revisions() {
             self.add(key, r);
@@ -1007,7 +986,7 @@ impl IndexBuilder {
 
     /// The index, and the live keys holding a lease: a leased put names
     /// one if it is still its key's newest revision.
-    pub fn finish(self) -> PreparedIndex {
+    fn finish(self) -> PreparedIndex {
         let index = self.rebuild.finish();
         let leased = still_leased(&index, self.leased);
         PreparedIndex {
@@ -2058,10 +2037,11 @@ mod tests {
     }
 
     /// A snapshot whose key history is not valid (a build without it sent
-    /// it) leaves the markers behind through later writes, so the next
-    /// start rebuilds and refills the history instead of loading from it.
+    /// it) gets it refilled by its install, which then rebuilds the index
+    /// instead of loading it from the history; later writes keep it valid,
+    /// so the next start loads from it.
     #[test]
-    fn a_snapshot_without_a_valid_key_history_is_refilled_at_the_next_start() {
+    fn a_snapshot_without_a_valid_key_history_is_refilled_by_its_install() {
         let engine = Arc::new(MemoryEngine::new());
         let store = MvccStore::open(engine.clone()).expect("open");
         let put = |store: &MvccStore, key: &[u8]| {
@@ -2076,24 +2056,15 @@ mod tests {
         old.delete_range(Table::Meta, start.to_vec(), end.to_vec());
         old.delete(Table::Meta, key_history::META_HISTORY_REV.to_vec());
         engine.write(old, true).expect("write");
-        let mut builder = IndexBuilder::default();
-        for (k, v) in kv_and_index_fields(&engine).0 {
-            builder.push(&k, &v).expect("push");
-        }
-        store.reload_with(Some(builder.finish())).expect("install");
+        store.reload().expect("install");
+        assert!(!store.is_loading(), "rebuilt, not loaded from the history");
+        assert!(history_is_valid(engine.as_ref()).expect("read"));
         put(&store, b"c");
-        assert!(!history_is_valid(engine.as_ref()).expect("read"));
-        drop(store);
-
-        let rebuilt = MvccStore::open(engine.clone()).expect("reopen");
-        assert!(
-            !rebuilt.is_loading(),
-            "rebuilt, not loaded from the history"
-        );
+        assert!(history_is_valid(engine.as_ref()).expect("read"));
         let (history, expected) = history_and_expected(&engine);
         assert_eq!(history, expected);
         assert_eq!(history.len(), 3);
-        drop(rebuilt);
+        drop(store);
         let loading = MvccStore::open(engine).expect("reopen");
         assert!(loading.is_loading());
         for key in [b"a", b"b", b"c"] {

@@ -55,7 +55,7 @@ use crate::alarm::{self, apply_alarm};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
 use crate::cluster_version::{ClusterStateCache, KEY_CLUSTER_VERSION, KEY_DOWNGRADE};
 use crate::codec;
-use crate::engine::{Engine, EngineRead, Table, WriteBatch};
+use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
@@ -571,9 +571,10 @@ impl StateMachine {
     /// these keys are skipped). Until that batch the state machine claims
     /// nothing applied: after a crash in between, openraft finds the
     /// current snapshot newer than the state machine at start and installs
-    /// it again, from the file. Then the in-memory views are reloaded, the
-    /// key index from the one prepared with the table files if there is
-    /// one.
+    /// it again, from the file. Then the in-memory views are reloaded, as
+    /// at a start: the key index loads from the snapshot's key history
+    /// while the member serves (or is rebuilt first, from a snapshot
+    /// whose history is not valid).
     fn replace_state(&self, meta: &SnapshotMeta, data: &SnapshotFile) -> std::io::Result<()> {
         let Some(last_log_id) = meta.last_log_id.as_ref() else {
             return Err(std::io::Error::new(
@@ -584,24 +585,24 @@ impl StateMachine {
         let started = std::time::Instant::now();
         let mut clear = WriteBatch::new();
         for t in Table::STATE_MACHINE {
-            clear.delete_range(t, Vec::new(), vec![0xff; 32]);
+            // A range deletion over an empty table would still make the
+            // ingested files overlap it: they would land in the top level
+            // and the engine would rewrite them all (a new member's case).
+            if holds_any(self.engine().as_ref(), t).map_err(sm_read_err)? {
+                clear.delete_range(t, Vec::new(), vec![0xff; 32]);
+            }
         }
         self.engine().write(clear, true).map_err(sm_write_err)?;
-        let prepared = data.take_prepared();
-        let index = match prepared {
-            Some(PreparedInstall { load, index }) => {
-                self.engine().ingest(load).map_err(sm_write_err)?;
-                Some(index)
-            }
+        match data.take_prepared() {
+            Some(PreparedInstall { load }) => self.engine().ingest(load).map_err(sm_write_err)?,
             None => {
                 let mut records = data.records();
                 let staging = self.snapshot_files.staging_dir();
                 self.engine()
                     .bulk_load(&staging, &mut installed_pairs(&mut records))
                     .map_err(sm_write_err)?;
-                None
             }
-        };
+        }
         let applied = Self::applied_batch(last_log_id, Some(&meta.last_membership));
         self.engine().write(applied, true).map_err(sm_write_err)?;
         tracing::info!(
@@ -610,7 +611,7 @@ impl StateMachine {
         );
         self.refresh_alarms()?;
         self.refresh_cluster_state()?;
-        match self.mvcc.reload_with(index) {
+        match self.mvcc.reload() {
             Ok(Some(job)) => {
                 let _ = self.compactor.try_send(job);
             }
@@ -623,6 +624,16 @@ impl StateMachine {
         self.mvcc.load_in_background()?;
         self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
     }
+}
+
+/// Whether `table` holds any key.
+fn holds_any(engine: &dyn EngineRead, table: Table) -> Result<bool, EngineError> {
+    let mut any = false;
+    engine.scan(table, b"", None, &mut |_, _| {
+        any = true;
+        std::ops::ControlFlow::Break(())
+    })?;
+    Ok(any)
 }
 
 /// Commands refused while the NOSPACE alarm is raised.

@@ -13,7 +13,6 @@ use super::names::{unique_name, TEMP_EXTENSION};
 use super::records::RecordReader;
 use super::removal::remove_in_background;
 use crate::engine::PreparedLoad;
-use crate::mvcc::PreparedIndex;
 
 /// Buffer of the writers and readers of records files.
 pub(super) const FILE_BUFFER_BYTES: usize = 1024 * 1024;
@@ -169,8 +168,6 @@ impl Read for PositionedReader {
 pub struct PreparedInstall {
     /// The records as table files, ready to ingest.
     pub load: PreparedLoad,
-    /// The key index of the `kv` records.
-    pub index: PreparedIndex,
 }
 
 impl std::fmt::Debug for PreparedInstall {

@@ -24,11 +24,10 @@
 //! once more before, to measure them ([`Checkpoint::measure`]). A **received** snapshot
 //! is a records file: installing it makes it the current snapshot before
 //! the tables are replaced, so a crash in between installs it again at the
-//! next start. While it arrives, two threads read the same chunks into
-//! what the install needs ([`SnapshotReceiver::prepare_install`]): the
-//! engine's table files, and the key index of its revisions. The install
-//! then ingests those files and takes that index, instead of reading the
-//! file back and scanning the tables once they hold it.
+//! next start. While it arrives, a thread writes its records into the
+//! engine's table files ([`SnapshotReceiver::prepare_install`]), which the
+//! install then ingests instead of reading the file back. The key index
+//! loads from the installed key history while the member serves.
 //!
 //! The format is a sequence of records `table u8 | key_len u32 | key |
 //! value_len u32 | value` (big-endian lengths) of the state machine tables

@@ -1,7 +1,7 @@
 //! Receiving a snapshot ([`SnapshotReceiver`]): its chunks written to a
 //! temporary file (bypassing the page cache: [`DirectAppender`]) and, while
-//! they arrive, read on two threads into what installing it needs (the
-//! engine's table files, the key index).
+//! they arrive, read on a thread into the engine's table files that
+//! installing it ingests.
 
 use std::io::Read;
 use std::path::Path;
@@ -12,9 +12,8 @@ use super::file::{lock, PreparedInstall, SnapshotFile};
 use super::names::{staging_dir_in, RECEIVING_PREFIX};
 use super::records::{installed_pairs, invalid, RecordReader};
 use crate::direct_io::DirectAppender;
-use crate::engine::{Engine, PreparedLoad, Table};
+use crate::engine::{Engine, PreparedLoad};
 use crate::limits::{MAX_SNAPSHOT_BYTES, SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT};
-use crate::mvcc::{IndexBuilder, PreparedIndex};
 use crate::raft::log_store::io_error;
 
 /// Why a snapshot over [`MAX_SNAPSHOT_BYTES`] is refused.
@@ -23,8 +22,8 @@ const TOO_LARGE: &str = "snapshot larger than the member's limit";
 /// Writes a snapshot arriving in chunks to a temporary file in the
 /// snapshot directory, refusing more than the sender announced and more
 /// than [`MAX_SNAPSHOT_BYTES`]. The file is removed if the receive fails.
-/// With [`SnapshotReceiver::prepare_install`], the records are also read
-/// as they arrive into what installing them needs.
+/// With [`SnapshotReceiver::prepare_install`], the records are also
+/// written into table files as they arrive.
 ///
 /// Peer protocol 1 announces the snapshot's length first; protocol 2 does
 /// not (the sender streams a checkpoint without measuring it first) and
@@ -39,7 +38,8 @@ pub struct SnapshotReceiver {
     expected: Option<u64>,
     /// Whether the sender marked the end.
     ended: bool,
-    preparing: Option<Preparing>,
+    /// The thread writing the table files, while preparing.
+    preparing: Option<Feed<PreparedLoad>>,
 }
 
 impl SnapshotReceiver {
@@ -70,46 +70,36 @@ impl SnapshotReceiver {
         Ok(())
     }
 
-    /// Prepares the install on two threads while the chunks arrive: one
-    /// writes the records into `engine`'s table files (in a staging
-    /// directory beside the file, [`Engine::prepare_load`]), the other
-    /// builds the key index from the `kv` records ([`IndexBuilder`]). An
-    /// install of the received file then ingests those files and takes
-    /// that index instead of reading the records back and scanning the
-    /// tables. A failed preparation only falls back to that.
+    /// Prepares the install on a thread while the chunks arrive: it writes
+    /// the records into `engine`'s table files (in a staging directory
+    /// beside the file, [`Engine::prepare_load`]), which an install of the
+    /// received file then ingests instead of reading the records back. A
+    /// failed preparation only falls back to that. The key index is not
+    /// built here: the records carry the key history, from which the
+    /// installed store loads its index while it serves
+    /// ([`crate::mvcc::MvccStore::reload`]); building it from the `kv`
+    /// records on a third thread took CPU from the transfer itself.
     pub fn prepare_install(&mut self, engine: Arc<dyn Engine>) -> std::io::Result<()> {
         let staging = staging_dir_in(self.snapshot.path.parent().unwrap_or(Path::new(".")));
-        let expected = self.expected;
-        let load = Feed::start("snapshot-load", expected, move |records| {
+        let load = Feed::start("snapshot-load", self.expected, move |records| {
             let mut next = installed_pairs(records);
             engine
                 .prepare_load(&staging, &mut next)
                 .map_err(|e| io_error("writing a received snapshot's table files", e))
         })?;
-        let index = Feed::start("snapshot-index", expected, |records| {
-            let mut builder = IndexBuilder::default();
-            while let Some(record) = records.next_record()? {
-                if record.table == Table::Kv {
-                    builder
-                        .push(&record.key, &record.value)
-                        .map_err(|e| io_error("indexing a received snapshot", e))?;
-                }
-            }
-            Ok(builder.finish())
-        })?;
-        self.preparing = Some(Preparing { load, index });
+        self.preparing = Some(load);
         Ok(())
     }
 
     /// Appends `chunk` (a blocking write; it waits for the preparing
-    /// threads when they are [`SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT`] chunks
+    /// thread when it is [`SNAPSHOT_PREPARE_CHUNKS_IN_FLIGHT`] chunks
     /// behind).
     pub fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
         self.write_owned(chunk.to_vec())
     }
 
     /// [`SnapshotReceiver::write`] of a chunk the caller gives up (the
-    /// preparing threads share it instead of a copy).
+    /// preparing thread takes it instead of a copy).
     pub fn write_owned(&mut self, chunk: Vec<u8>) -> std::io::Result<()> {
         if self.ended {
             return Err(invalid("snapshot data after its end mark"));
@@ -125,15 +115,13 @@ impl SnapshotReceiver {
         self.file.write_all(&chunk)?;
         self.snapshot.len += chunk.len() as u64;
         if let Some(preparing) = &mut self.preparing {
-            let chunk = Arc::new(chunk);
-            preparing.load.send(&chunk);
-            preparing.index.send(&chunk);
+            preparing.send(&Arc::new(chunk));
         }
         Ok(())
     }
 
     /// The received snapshot, once every announced byte arrived or the
-    /// end was marked (and the preparing threads, if any, are done with
+    /// end was marked (and the preparing thread, if any, is done with
     /// it).
     pub fn finish(mut self) -> std::io::Result<SnapshotFile> {
         match self.expected {
@@ -146,20 +134,11 @@ impl SnapshotReceiver {
             _ => {}
         }
         self.file.finish()?;
-        if let Some(Preparing { load, index }) = self.preparing.take() {
-            let (load, index) = (load.finish(), index.finish());
-            if let (Some(load), Some(index)) = (load, index) {
-                *lock(&self.snapshot.prepared) = Some(PreparedInstall { load, index });
-            }
+        if let Some(load) = self.preparing.take().and_then(Feed::finish) {
+            *lock(&self.snapshot.prepared) = Some(PreparedInstall { load });
         }
         Ok(self.snapshot)
     }
-}
-
-/// The two threads of [`SnapshotReceiver::prepare_install`].
-struct Preparing {
-    load: Feed<PreparedLoad>,
-    index: Feed<PreparedIndex>,
 }
 
 /// A thread reading the received records from a queue of chunks.
@@ -262,6 +241,7 @@ impl Read for ChunkReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Table;
     use crate::raft::state_machine::snapshot_file::names::INGEST_PREFIX;
     use crate::raft::state_machine::snapshot_file::records::Record;
     use crate::raft::state_machine::snapshot_file::testing::{encode, names, record};
@@ -374,7 +354,7 @@ mod tests {
     /// The same with the length announced (peer protocol 1) and with an
     /// end mark instead (protocol 2).
     #[test]
-    fn a_prepared_receive_ingests_and_indexes_what_the_file_would() {
+    fn a_prepared_receive_ingests_what_the_file_would() {
         let data = encode(&store_records());
         for announced in [Some(data.len() as u64), None] {
             a_prepared_receive_of(&data, announced);
@@ -415,26 +395,6 @@ mod tests {
         }
         assert_eq!(fast.get(Table::Meta, KEY_APPLIED).unwrap(), None);
 
-        let by_scan = crate::mvcc::MvccStore::open(slow).unwrap();
-        let by_prepared = crate::mvcc::MvccStore::open(fast).unwrap();
-        by_prepared.reload_with(Some(prepared.index)).unwrap();
-        let everything = crate::mvcc::KeyRange::new(b"\0", b"\0");
-        for rev in [0, 2, 3, 4, 5, 6] {
-            let opts = crate::mvcc::RangeOptions {
-                rev,
-                ..Default::default()
-            };
-            assert_eq!(
-                by_prepared.range(&everything, opts).unwrap().kvs,
-                by_scan.range(&everything, opts).unwrap().kvs,
-                "at revision {rev}"
-            );
-        }
-        assert_eq!(by_prepared.current_revision(), 6);
-        assert_eq!(
-            by_prepared.take_reloaded_leased_keys(),
-            vec![(b"b".to_vec(), 7)]
-        );
         // Ingesting moved the table files out; the staging directory went
         // with the load.
         let staged: Vec<String> = names(dir.path())
