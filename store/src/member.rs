@@ -1005,7 +1005,12 @@ async fn serve_client(
         .with_service(grpc_health);
     // grpc-go's receive limit as etcd sets it, checked on each message's
     // header before the message is buffered (server::frame_limit).
-    let grpc = GrpcServices::new(dispatch, max_request_bytes + GRPC_OVERHEAD_BYTES);
+    let learner = core.clone();
+    let grpc = GrpcServices::new(
+        dispatch,
+        max_request_bytes + GRPC_OVERHEAD_BYTES,
+        Arc::new(move || learner.is_learner()),
+    );
     // A request for a gRPC method without gRPC's content type goes to the
     // HTTP router, which answers 404 as etcd's HTTP mux does.
     let app = conn::ClientApp {

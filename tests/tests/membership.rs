@@ -12,7 +12,9 @@
 //!   barrier) with its exact value and mod revision, no key that was never
 //!   written appears, and `member list` shows exactly the remaining members,
 //!   all started voters with their names. The scenario runs against the
-//!   candidate and, with the same assertions, against real etcd 3.5.
+//!   candidate and, with the same assertions, against real etcd 3.5. Before
+//!   its promotion the learner serves Status and serializable reads and
+//!   refuses the rest at once, as etcd's learner does.
 //! - Error cases compared with etcd 3.5 (etcdctl output normalized, and the
 //!   gRPC code and message through etcd-client): promoting a voter, promoting
 //!   an unstarted learner, removing an unknown id and an already removed one,
@@ -92,6 +94,9 @@ const UNKNOWN_MEMBER_ID: u64 = 0x1234_abcd;
 
 /// The etcd error for promoting a learner that has not caught up.
 const NOT_IN_SYNC: &str = "can only promote a learner member which is in sync with leader";
+
+/// etcd's refusal of what a learner does not serve (UNAVAILABLE).
+const NOT_FOR_LEARNER: &str = "etcdserver: rpc not supported for learner";
 
 // ---------------------------------------------------------------------------
 // A member started outside the harness (the one `member add` adds).
@@ -215,6 +220,35 @@ async fn member_list(endpoint: &str) -> Result<Vec<Listed>> {
 
 async fn member_status(endpoint: &str) -> Result<etcd_client::StatusResponse> {
     Ok(connect(&[endpoint.to_string()]).await?.status().await?)
+}
+
+/// Checks what the learner at `endpoint` serves: Status and a
+/// serializable Get; a linearizable Get, a Put, MemberList and a Watch are
+/// refused with [`NOT_FOR_LEARNER`] (etcd's `isRPCSupportedForLearner` and
+/// its stream interceptor).
+async fn check_learner_serves_reads_only(endpoint: &str) -> Result<()> {
+    let mut client = connect(&[endpoint.to_string()]).await?;
+    ensure!(client.status().await?.is_learner(), "not a learner");
+    let serializable = GetOptions::new().with_serializable();
+    client.get("health", Some(serializable)).await?;
+    let refused = [
+        (
+            "linearizable get",
+            client.get("health", None).await.map(drop),
+        ),
+        ("put", client.put("learner", "v", None).await.map(drop)),
+        ("member list", client.member_list().await.map(drop)),
+        ("watch", client.watch("learner", None).await.map(drop)),
+    ];
+    for (what, answer) in refused {
+        match answer {
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.code() == tonic::Code::Unavailable
+                    && status.message() == NOT_FOR_LEARNER => {}
+            other => bail!("{what} on a learner: {other:?}"),
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `endpoint`, read serializably once it has applied
@@ -396,6 +430,9 @@ async fn grow_and_shrink_under_writes(binary: Binary, which: Victim) {
     )
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", extra.log_tail_lines(LOG_TAIL_LINES)));
+    check_learner_serves_reads_only(&new_endpoint)
+        .await
+        .unwrap_or_else(|e| panic!("{binary:?}: {e:#}"));
 
     let new_hex = format!("{new_id:x}");
     let mut retry_promote = TRANSIENT_RECONFIG_ERRORS.to_vec();

@@ -507,6 +507,13 @@ impl Core {
         Ok(())
     }
 
+    /// True when this member is a learner in the membership it knows: it
+    /// then serves only what etcd's learner serves
+    /// ([`crate::server::transport::learner_guard`]).
+    pub fn is_learner(&self) -> bool {
+        crate::raft::leadership::is_learner(&self.raft.metrics().borrow_watched())
+    }
+
     /// etcd 3.5's `ensureLeadership` (3.5.13 on): a quorum confirms that
     /// this member still leads, and its lessor still keeps the deadlines.
     /// Lease renewals and expiry revokes act on the leader's deadlines, which

@@ -13,7 +13,8 @@
 //!
 //! [`GrpcServices`] is the whole stack every caller reaches: gRPC clients
 //! on a client listener (`conn::ClientApp`) and the JSON gateway, which
-//! calls the services in-process: grpc-go's receive limit and a
+//! calls the services in-process: what a learner refuses
+//! (`server::learner_guard`), grpc-go's receive limit and a
 //! single-message request's early end (`server::frame_limit`), the gRPC
 //! metrics (`server::grpc_metrics`), then the dispatcher.
 //!
@@ -35,6 +36,7 @@ use tower::{Layer, Service};
 
 use crate::server::transport::frame_limit::limit_grpc_request;
 use crate::server::transport::grpc_metrics::{methods, GrpcMetrics, GrpcMetricsLayer};
+use crate::server::transport::learner_guard;
 
 /// The answer to a call, in axum's body.
 type Answer = BoxFuture<'static, Result<Response<Body>, Infallible>>;
@@ -106,6 +108,9 @@ fn unimplemented() -> Response<Body> {
 #[derive(Clone)]
 pub struct GrpcServices {
     services: GrpcMetrics<GrpcDispatch>,
+    /// Whether this member is a learner now
+    /// ([`crate::server::transport::learner_guard`]).
+    is_learner: Arc<dyn Fn() -> bool + Send + Sync>,
     /// grpc-go's receive limit as etcd sets it (`--max-request-bytes` plus
     /// `GRPC_OVERHEAD_BYTES`), checked on each message's header before the
     /// message is buffered.
@@ -114,10 +119,16 @@ pub struct GrpcServices {
 
 impl GrpcServices {
     /// `dispatch` behind the layers, with the receive limit
-    /// `frame_limit_bytes`.
-    pub fn new(dispatch: GrpcDispatch, frame_limit_bytes: usize) -> Self {
+    /// `frame_limit_bytes`, refusing what a learner refuses while
+    /// `is_learner`.
+    pub fn new(
+        dispatch: GrpcDispatch,
+        frame_limit_bytes: usize,
+        is_learner: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) -> Self {
         Self {
             services: GrpcMetricsLayer.layer(dispatch),
+            is_learner,
             frame_limit_bytes,
         }
     }
@@ -138,6 +149,9 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        if learner_guard::refused_for_learner(req.uri().path()) && (self.is_learner)() {
+            return futures::future::ready(Ok(learner_guard::refusal())).boxed();
+        }
         let one_message = methods::one_request_message(req.uri().path());
         let req = limit_grpc_request(req.map(Body::new), self.frame_limit_bytes, one_message);
         self.services.call(req)

@@ -67,6 +67,11 @@ impl KvService {
         req: Request<RangeRequest>,
         how: Ranged,
     ) -> Result<RangeRequest, Status> {
+        // A learner serves serializable Ranges only, refused before
+        // anything else (crate::server::transport::learner_guard).
+        if !req.get_ref().serializable && self.core.is_learner() {
+            return Err(EtcdError::NotSupportedForLearner.into());
+        }
         let by = self.core.caller(&req).await?;
         let req = req.into_inner();
         check_transport_size(&req, self.core.config.max_request_bytes)?;
