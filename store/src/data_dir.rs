@@ -2,7 +2,9 @@
 //!
 //! A member's data lives in `<data-dir>/member/db` (the engine),
 //! `<data-dir>/member/log` (the Raft log) and `<data-dir>/member/snap`
-//! (Raft snapshots). Before creating any of them, [`prepare`] refuses two
+//! (Raft snapshots); while a defragment runs and for a while after it,
+//! `member/db.defrag-hold-*` holds the table files it replaced until they
+//! are freed (`engine::rocks`). Before creating any of them, [`prepare`] refuses two
 //! kinds of directory that would otherwise lead to silent damage:
 //!
 //! - **A path that is not a directory**: the error names the path (the

@@ -34,6 +34,7 @@ pub mod member;
 pub mod metrics;
 pub mod mvcc;
 pub mod raft;
+pub mod removal;
 pub mod server;
 pub mod snapshot;
 pub mod tls;

@@ -14,7 +14,8 @@
 //! | `mvcc::compactor` | `COMPACTOR_QUEUE` |
 //! | `engine::rocks` | `WRITE_BUFFER_BYTES`, `MAX_TOTAL_WAL_BYTES`, `BYTES_PER_SYNC`, `BACKGROUND_WRITE_BYTES_PER_SEC`, `BULK_FILE_BYTES` |
 //! | `raft::network` | `MAX_PEER_MESSAGE_BYTES` |
-//! | `raft::state_machine::snapshot_file` | `FILE_BUFFER_BYTES`, `REMOVE_STEP_BYTES`, `REMOVE_STEP_PAUSE` |
+//! | `raft::state_machine::snapshot_file` | `FILE_BUFFER_BYTES` |
+//! | `removal` | `REMOVE_STEP_BYTES`, `REMOVE_STEP_PAUSE` |
 //! | `direct_io` | `DIRECT_BUFFER_BYTES`, `DIRECT_ALIGN_BYTES` |
 //! | `raft::elections` | `CAMPAIGN_RETRY_HEARTBEATS` |
 //! | `auth::token` | `SIMPLE_TOKEN_PREFIX_LEN`, `DEFAULT_SIMPLE_TOKEN_TTL`, `DEFAULT_JWT_TTL`, `SIMPLE_TOKEN_SWEEP_AT` |

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use super::file::{SnapshotFile, FILE_BUFFER_BYTES};
 use super::names::SENDING_PREFIX;
 use super::records::encode_records;
-use super::removal::remove_in_background;
+use super::SNAPSHOT_REMOVAL_THREAD;
 use crate::engine::{Engine, EngineRead};
 use crate::raft::log_store::io_error;
+use crate::removal::remove_in_background;
 
 /// An engine checkpoint that is (or was) a snapshot. Once a newer
 /// snapshot replaced it, the directory is removed when the last reader
@@ -143,7 +144,7 @@ impl Checkpoint {
 impl Drop for Checkpoint {
     fn drop(&mut self) {
         if self.retired.load(Ordering::Acquire) {
-            remove_in_background(self.path.clone());
+            remove_in_background(self.path.clone(), SNAPSHOT_REMOVAL_THREAD);
         }
     }
 }

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::names::{unique_name, TEMP_EXTENSION};
 use super::records::RecordReader;
-use super::removal::remove_in_background;
+use super::SNAPSHOT_REMOVAL_THREAD;
 use crate::engine::PreparedLoad;
+use crate::removal::remove_in_background;
 
 /// Buffer of the writers and readers of records files.
 pub(super) const FILE_BUFFER_BYTES: usize = 1024 * 1024;
@@ -140,7 +141,7 @@ impl Drop for SnapshotFile {
         if Arc::strong_count(&self.file) == 1 {
             // Nothing reads it any more (a file written out to be sent, as
             // large as the store): free it gradually.
-            remove_in_background(self.path.clone());
+            remove_in_background(self.path.clone(), SNAPSHOT_REMOVAL_THREAD);
         } else {
             let _ = std::fs::remove_file(&self.path);
         }

@@ -49,8 +49,8 @@
 //! The parts: [`names`] (the directory's file names), [`records`] (the
 //! format), [`file`] (records files), [`checkpoint`] (checkpoints),
 //! [`data`] (either of them, as openraft passes it around), [`receiver`]
-//! (receiving, and preparing the install meanwhile) and [`removal`] (of
-//! replaced data). This module keeps the directory and its current
+//! (receiving, and preparing the install meanwhile). Replaced data is
+//! freed gradually ([`crate::removal`]). This module keeps the directory and its current
 //! snapshot ([`SnapshotFiles`]), and builds snapshots.
 
 mod checkpoint;
@@ -59,7 +59,6 @@ mod file;
 mod names;
 mod receiver;
 mod records;
-mod removal;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -85,6 +84,9 @@ use crate::engine::{Engine, Table};
 use crate::raft::log_store::io_error;
 use crate::raft::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::wal::remove_if_present;
+
+/// The thread that frees a replaced snapshot's data gradually.
+const SNAPSHOT_REMOVAL_THREAD: &str = "snapshot-remove";
 
 /// What `snapshot.meta` holds.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -1,13 +1,16 @@
-//! Removing a replaced snapshot's data without stalling the disk: large
-//! files shrink a step at a time, on a thread of their own.
+//! Removing large files without stalling the disk: a file no other link
+//! holds shrinks a step at a time, on a thread of its own. Used for a
+//! replaced snapshot's data (`raft::state_machine::snapshot_file`) and for
+//! the table files a defragment replaced (`engine::rocks`).
 
 use std::path::{Path, PathBuf};
 
 use crate::wal::remove_if_present;
 
-/// Bytes freed per step when a replaced snapshot is removed, and the pause
-/// after each step (80 MiB/s). A checkpoint whose table files a defragment
-/// replaced is the last link to a whole copy of the store. Freed at once
+/// Bytes freed per step, and the pause after each step (80 MiB/s). A
+/// checkpoint whose table files a defragment replaced is the last link to
+/// a whole copy of the store, and so are the table files a defragment
+/// replaced. Freed at once
 /// (or even at 1.3 GB/s), a gigabyte held up every member's fsync on the
 /// file system for 0.4-0.8 s: on a file system mounted with `discard`
 /// (ext4's online discard), the journal commit that an fsync waits for
@@ -15,29 +18,27 @@ use crate::wal::remove_if_present;
 const REMOVE_STEP_BYTES: u64 = 16 * 1024 * 1024;
 const REMOVE_STEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Removes `path` (a replaced snapshot's file or checkpoint directory):
-/// at once if it holds at most [`REMOVE_STEP_BYTES`], else on a thread of
-/// its own, freeing large files gradually.
-pub(super) fn remove_in_background(path: PathBuf) {
+/// Removes `path` (a file, or a directory of files): at once if it holds
+/// at most [`REMOVE_STEP_BYTES`], else on a thread named `thread`, freeing
+/// large files gradually. A failure is logged: nothing waits for it.
+pub fn remove_in_background(path: PathBuf, thread: &str) {
     if bytes_under(&path) <= REMOVE_STEP_BYTES {
         return remove_logging_failure(&path);
     }
-    let spawned = std::thread::Builder::new()
-        .name("snapshot-remove".into())
-        .spawn({
-            let path = path.clone();
-            move || remove_logging_failure(&path)
-        });
+    let spawned = std::thread::Builder::new().name(thread.into()).spawn({
+        let path = path.clone();
+        move || remove_logging_failure(&path)
+    });
     if let Err(e) = spawned {
-        tracing::warn!(error = %e, "no thread to remove a replaced snapshot; removing it now");
+        tracing::warn!(error = %e, path = %path.display(), "no thread to remove files gradually; removing them now");
         remove_logging_failure(&path);
     }
 }
 
-/// [`remove_gradually`], a failure logged (nothing waits for the removal).
+/// [`remove_gradually`], a failure logged.
 fn remove_logging_failure(path: &Path) {
     if let Err(e) = remove_gradually(path) {
-        tracing::warn!(path = %path.display(), error = %e, "removing a replaced snapshot");
+        tracing::warn!(path = %path.display(), error = %e, "removing files gradually");
     }
 }
 
@@ -92,7 +93,7 @@ mod tests {
 
     use super::*;
 
-    /// A replaced checkpoint goes file by file; a large file with no other
+    /// A directory goes file by file; a large file with no other
     /// link shrinks in steps, one the engine still links is only unlinked.
     #[test]
     fn removal_shrinks_only_unshared_files() {
