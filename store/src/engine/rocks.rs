@@ -890,16 +890,22 @@ mod tests {
     /// assertion (the flusher's own bound is WAL_FLUSH_DELAY).
     const WAL_FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
+    /// An engine opened at `dir/db` that took one unsynced put, `k` = `v`.
+    fn engine_with_one_put(dir: &Path) -> (PathBuf, RocksEngine) {
+        let db = dir.join("db");
+        let e = RocksEngine::open(&db).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(Table::Kv, b"k".to_vec(), b"v".to_vec());
+        e.write(b, false).unwrap();
+        (db, e)
+    }
+
     /// An unsynced write reaches the WAL file without any further write or
     /// sync: a crash image taken later holds it.
     #[test]
     fn unsynced_writes_reach_the_wal_file_by_themselves() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("db");
-        let e = RocksEngine::open(&db).unwrap();
-        let mut b = WriteBatch::new();
-        b.put(Table::Kv, b"k".to_vec(), b"v".to_vec());
-        e.write(b, false).unwrap();
+        let (db, _engine) = engine_with_one_put(dir.path());
         let start = std::time::Instant::now();
         for attempt in 0.. {
             let image = dir.path().join(format!("image-{attempt}"));
@@ -1114,11 +1120,7 @@ mod tests {
     fn a_defragment_frees_the_files_it_replaced_through_a_hold() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("db");
-        let e = RocksEngine::open(&db).unwrap();
-        let mut b = WriteBatch::new();
-        b.put(Table::Kv, b"k".to_vec(), b"v".to_vec());
-        e.write(b, false).unwrap();
+        let (db, e) = engine_with_one_put(dir.path());
         e.compact_files().unwrap();
         assert_eq!(
             names_starting(dir.path(), "db.defrag-hold-"),
