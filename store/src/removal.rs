@@ -10,11 +10,10 @@ use crate::wal::remove_if_present;
 /// Bytes freed per step, and the pause after each step (80 MiB/s). A
 /// checkpoint whose table files a defragment replaced is the last link to
 /// a whole copy of the store, and so are the table files a defragment
-/// replaced. Freed at once
-/// (or even at 1.3 GB/s), a gigabyte held up every member's fsync on the
-/// file system for 0.4-0.8 s: on a file system mounted with `discard`
-/// (ext4's online discard), the journal commit that an fsync waits for
-/// discards every block freed since the last one.
+/// replaced. Freed at once (or even at 1.3 GB/s), a gigabyte held up every
+/// member's fsync on the file system for 0.4-0.8 s: on a file system
+/// mounted with `discard` (ext4's online discard), the journal commit that
+/// an fsync waits for discards every block freed since the last one.
 const REMOVE_STEP_BYTES: u64 = 16 * 1024 * 1024;
 const REMOVE_STEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 

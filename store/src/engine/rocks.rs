@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use rocksdb::{ColumnFamilyDescriptor, Options, ReadOptions, WriteOptions, DB};
 
+use crate::wal::unique_name;
+
 use super::{
     BatchOp, BulkSource, Engine, EngineError, EngineRead, EngineResult, PreparedLoad, ScanVisitor,
     Table, WriteBatch,
@@ -68,11 +70,13 @@ const RATE_LIMIT_REFILL_US: i64 = 100_000;
 /// RocksDB's default fairness between high (flush) and low (compaction) priority.
 const RATE_LIMIT_FAIRNESS: i32 = 10;
 
-/// The suffix of the directory beside the engine's where a defragment
-/// holds the files it replaces (`member/db.defrag-hold-<ns since the
-/// epoch>`), and the thread that frees them ([`Engine::compact_files`]).
-/// One a crash left is freed the same way at the next open.
+/// The suffix and extension of the directory beside the engine's where a
+/// defragment holds the files it replaces
+/// (`member/db.defrag-hold-<unique_name>.hold`), and the thread that frees
+/// them ([`Engine::compact_files`]). One a crash left is freed the same way
+/// at the next open.
 const HOLD_SUFFIX: &str = ".defrag-hold-";
+const HOLD_EXTENSION: &str = "hold";
 const HOLD_REMOVAL_THREAD: &str = "defrag-release";
 
 /// Longest time an unsynced write waits in RocksDB's user-space WAL buffer
@@ -638,13 +642,8 @@ fn remove_left_holds(db: &Path) {
 /// directory, and returns it. A file RocksDB deletes meanwhile is skipped.
 fn hold_table_files(db: &Path) -> EngineResult<PathBuf> {
     let backend = |e: std::io::Error| EngineError::Backend(Box::new(e));
-    let mut name = hold_prefix(db);
-    let unique = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    name.push(unique.to_string());
-    let hold = db.with_file_name(name);
+    let prefix = hold_prefix(db);
+    let hold = db.with_file_name(unique_name(&prefix.to_string_lossy(), HOLD_EXTENSION));
     std::fs::create_dir(&hold).map_err(backend)?;
     for entry in std::fs::read_dir(db).map_err(backend)? {
         let path = entry.map_err(backend)?.path();

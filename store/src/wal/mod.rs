@@ -554,6 +554,21 @@ fn prepare_segment(path: &Path, bytes: u64) -> io::Result<File> {
     Ok(file)
 }
 
+/// Distinguishes the names [`unique_name`] gives in this process.
+static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A name no earlier file or directory of its directory has: the time in
+/// nanoseconds, the process id and a counter (the snapshot directory's
+/// files and a defragment's hold directory).
+pub fn unique_name(prefix: &str, extension: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let n = NAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}{nanos}-{}-{n}.{extension}", std::process::id())
+}
+
 /// Removes the file at `path`, if there is one (the snapshot directory's
 /// removals use it too).
 pub fn remove_if_present(path: &Path) -> io::Result<()> {

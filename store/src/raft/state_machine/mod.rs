@@ -55,7 +55,7 @@ use crate::alarm::{self, apply_alarm};
 use crate::auth::{AuthCommand, AuthInfo, AuthStore};
 use crate::cluster_version::{ClusterStateCache, KEY_CLUSTER_VERSION, KEY_DOWNGRADE};
 use crate::codec;
-use crate::engine::{Engine, EngineError, EngineRead, Table, WriteBatch};
+use crate::engine::{Engine, EngineRead, Table, WriteBatch};
 use crate::errors::EtcdError;
 use crate::kv::{self, KvError};
 use crate::lease::Lessor;
@@ -588,7 +588,8 @@ impl StateMachine {
             // A range deletion over an empty table would still make the
             // ingested files overlap it: they would land in the top level
             // and the engine would rewrite them all (a new member's case).
-            if holds_any(self.engine().as_ref(), t).map_err(sm_read_err)? {
+            let first = crate::engine::scan_collect(self.engine().as_ref(), t, b"", None, 1);
+            if !first.map_err(sm_read_err)?.is_empty() {
                 clear.delete_range(t, Vec::new(), vec![0xff; 32]);
             }
         }
@@ -624,16 +625,6 @@ impl StateMachine {
         self.mvcc.load_in_background()?;
         self.auth.load(self.engine().as_ref()).map_err(sm_read_err)
     }
-}
-
-/// Whether `table` holds any key.
-fn holds_any(engine: &dyn EngineRead, table: Table) -> Result<bool, EngineError> {
-    let mut any = false;
-    engine.scan(table, b"", None, &mut |_, _| {
-        any = true;
-        std::ops::ControlFlow::Break(())
-    })?;
-    Ok(any)
 }
 
 /// Commands refused while the NOSPACE alarm is raised.

@@ -83,7 +83,7 @@ use crate::codec;
 use crate::engine::{Engine, Table};
 use crate::raft::log_store::io_error;
 use crate::raft::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
-use crate::wal::remove_if_present;
+use crate::wal::{remove_if_present, sync_dir};
 
 /// The thread that frees a replaced snapshot's data gradually.
 const SNAPSHOT_REMOVAL_THREAD: &str = "snapshot-remove";
@@ -394,10 +394,6 @@ impl SnapshotFiles {
         self.make_current(meta, &name, SnapshotData::File(file.clone()))?;
         Ok(file)
     }
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Marks data a newer snapshot replaced for removal: a checkpoint goes

@@ -3,7 +3,8 @@
 //! names new ones get.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(super) use crate::wal::unique_name;
 
 /// The file that names the current snapshot's data and holds its meta.
 pub(super) const META_FILE: &str = "snapshot.meta";
@@ -27,20 +28,6 @@ pub(super) const SENDING_PREFIX: &str = "sending-";
 /// Extension of every temporary file in the snapshot directory (RocksDB
 /// also builds a checkpoint in `<name>.tmp` before it renames it).
 pub(super) const TEMP_EXTENSION: &str = "tmp";
-
-/// Distinguishes the names of files and checkpoints made by this process.
-static NAMES: AtomicU64 = AtomicU64::new(0);
-
-/// A name no earlier snapshot or temporary file of this directory has:
-/// the time in nanoseconds, the process id and a counter.
-pub(super) fn unique_name(prefix: &str, extension: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let n = NAMES.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}{nanos}-{}-{n}.{extension}", std::process::id())
-}
 
 /// A new staging directory for the table files of an install's bulk load,
 /// in the snapshot directory `dir` (on the engine's file system, so
