@@ -80,7 +80,8 @@ use crate::grpc_conn::connect_one;
 use crate::keys::{client_rng, key_with_prefix, prefix_end, KeyGen};
 use crate::load::{merge_tasks, Recorders, CONNECT_TIMEOUT, OP_TIMEOUT};
 use crate::pace::{Pacer, Stop};
-use crate::report::{fmt_ratio, ratio, table, text_table, OutArgs, Outcome};
+use crate::plot::{line_chart, Chart, Series};
+use crate::report::{fmt_ratio, image, ratio, table, text_table, OutArgs, Outcome};
 use crate::stats::{OpResult, Recorder};
 use crate::systems::SystemArgs;
 
@@ -126,8 +127,12 @@ pub const PAGE_LIMIT: i64 = 500;
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Steady state of the paced writer before the Compact, and its run after the
 /// last Defragment.
-pub const PACED_BEFORE: Duration = Duration::from_secs(3);
+/// Ten seconds before give the steady p99 2,000 writes at the default rate
+/// (three seconds gave 600, the p99 their sixth slowest).
+pub const PACED_BEFORE: Duration = Duration::from_secs(10);
 pub const PACED_AFTER: Duration = Duration::from_secs(3);
+/// Width of the buckets of the paced writer's timeline.
+pub const PACED_BUCKET: Duration = Duration::from_secs(1);
 /// Slowest paced writes kept with their start times.
 const SLOWEST_KEPT: usize = 10;
 /// Writers (and connections, one per member) of the paced writer.
@@ -330,6 +335,9 @@ pub struct MaintenanceStep {
     /// since the writer started, latency ms), slowest first, to line stalls
     /// up with `events`.
     pub slowest: Vec<(f64, f64)>,
+    /// Per [`PACED_BUCKET`] of intended starts: (bucket start s, p99 ms,
+    /// max ms) of its successful writes.
+    pub timeline: Vec<(f64, f64, f64)>,
 }
 
 /// Steps 9 and 10.
@@ -1043,7 +1051,8 @@ struct PacedWrite {
 /// Step 7: the paced writer around a Compact and the Defragments.
 async fn maintenance(cluster: &Cluster, plan: &Plan) -> Result<MaintenanceStep> {
     let conns = crate::load::connect(&cluster.endpoints(), PACED_CONNS).await?;
-    let kvs: Vec<KvClient> = conns.iter().map(Client::kv_client).collect();
+    let mut kvs: Vec<KvClient> = conns.iter().map(Client::kv_client).collect();
+    warm_up(&mut kvs, plan).await?;
     let limit =
         plan.paced_before + COMPACT_TIMEOUT + DEFRAG_TIMEOUT * MEMBERS as u32 + plan.paced_after;
     let pacer = Arc::new(Pacer::new(
@@ -1098,7 +1107,47 @@ async fn maintenance(cluster: &Cluster, plan: &Plan) -> Result<MaintenanceStep> 
         after: after.result("put", plan.paced_after),
         events,
         slowest: slowest(&log, SLOWEST_KEPT),
+        timeline: timeline(&log, PACED_BUCKET),
     })
+}
+
+/// One Put of an existing key through each connection before the paced
+/// writer starts, so that its first writes do not pay for connection
+/// set-up (without it the steady phase's p99 held 78 ms puts at t=0).
+async fn warm_up(kvs: &mut [KvClient], plan: &Plan) -> Result<()> {
+    let mut rng = client_rng(plan.seed, u64::MAX);
+    for kv in kvs {
+        let value = random_value(&mut rng, plan.value_size);
+        tokio::time::timeout(OP_TIMEOUT, kv.put(key(0), value, None))
+            .await
+            .context("warm-up Put: timeout")?
+            .context("warm-up Put")?;
+    }
+    Ok(())
+}
+
+/// Per `bucket` of intended starts: (start s, p99 ms, max ms) of the
+/// successful writes of `log`; buckets without one are left out.
+fn timeline(log: &[PacedWrite], bucket: Duration) -> Vec<(f64, f64, f64)> {
+    let width = bucket.as_secs_f64();
+    let mut buckets: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for w in log {
+        if let Ok(latency) = &w.outcome {
+            let n = (w.intended_s / width).floor().max(0.0) as u64;
+            buckets
+                .entry(n)
+                .or_default()
+                .push(latency.as_secs_f64() * 1000.0);
+        }
+    }
+    buckets
+        .into_iter()
+        .map(|(n, mut ms)| {
+            ms.sort_by(f64::total_cmp);
+            let p99 = ms[((ms.len() - 1) as f64 * 0.99).round() as usize];
+            (n as f64 * width, p99, ms[ms.len() - 1])
+        })
+        .collect()
 }
 
 /// The `n` slowest successful writes of `log`: (intended start s, ms).
@@ -1602,6 +1651,53 @@ impl ScaleOutcome {
         out
     }
 
+    /// For each system that ran the maintenance: a chart of its paced
+    /// writer's p99 and max per [`PACED_BUCKET`] (written into `dir`), and
+    /// its timeline beneath.
+    fn timeline_charts(&self, dir: &Path) -> Result<String> {
+        let mut md = String::new();
+        for s in &self.systems {
+            let Step::Ok(m) = &s.maintenance else {
+                continue;
+            };
+            let column = |pick: fn(&(f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
+                m.timeline.iter().map(|b| (b.0, pick(b))).collect()
+            };
+            let series = [
+                Series {
+                    name: "p99".into(),
+                    points: column(|b| b.1),
+                },
+                Series {
+                    name: "max".into(),
+                    points: column(|b| b.2),
+                },
+            ];
+            let title = format!(
+                "{}: paced writes through compaction and defragment",
+                s.system
+            );
+            let file = format!("scale-maintenance-{}.svg", s.system);
+            let chart = Chart {
+                title: &title,
+                x_label: "intended start, s since the writer started",
+                y_label: "ms, per second of starts",
+                log_x: false,
+                series: &series,
+            };
+            line_chart(&dir.join(&file), &chart)?;
+            md.push('\n');
+            md.push_str(&image(&title, &file));
+            let events: Vec<String> = m
+                .events
+                .iter()
+                .map(|(what, from, to)| format!("{what} {from:.1}-{to:.1} s"))
+                .collect();
+            md.push_str(&format!("{}: {}.\n", s.system, events.join(", ")));
+        }
+        Ok(md)
+    }
+
     /// "system step: error" for every failed step.
     fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -1644,7 +1740,7 @@ impl Outcome for ScaleOutcome {
         text
     }
 
-    fn markdown(&self, _dir: &Path) -> Result<String> {
+    fn markdown(&self, dir: &Path) -> Result<String> {
         let mut md = format!(
             "Each system in turn on a fresh 3-member cluster (never both at once): {} keys of {} random bytes \
              Put by {} closed-loop writers; then the members' data directories and the leader's dbSize; \
@@ -1669,6 +1765,7 @@ impl Outcome for ScaleOutcome {
             self.etcd_bin
         );
         md.push_str(&table(&HEADERS, &self.rows()));
+        md.push_str(&self.timeline_charts(dir)?);
         let failures = self.failures();
         if !failures.is_empty() {
             md.push_str("\nFailed steps:\n\n");
@@ -1702,6 +1799,22 @@ mod tests {
         let log = [write(0.5, 1), write(1.5, 100), write(2.5, 2), write(3.5, 3)];
         let [steady, during, after] = split_phases(&log, 1.0, 3.0);
         assert_eq!((steady.ok(), during.ok(), after.ok()), (1, 2, 1));
+    }
+
+    #[test]
+    fn timeline_buckets_by_intended_start() {
+        let write = |intended_s, ms| PacedWrite {
+            intended_s,
+            outcome: Ok(Duration::from_millis(ms)),
+        };
+        let mut log: Vec<PacedWrite> = (1..=100).map(|ms| write(0.5, ms)).collect();
+        log.push(write(2.2, 7));
+        log.push(PacedWrite {
+            intended_s: 2.3,
+            outcome: Err("timeout".into()),
+        });
+        let t = timeline(&log, Duration::from_secs(1));
+        assert_eq!(t, vec![(0.0, 99.0, 100.0), (2.0, 7.0, 7.0)]);
     }
 
     #[test]
