@@ -135,6 +135,8 @@ pub const PACED_AFTER: Duration = Duration::from_secs(3);
 pub const PACED_BUCKET: Duration = Duration::from_secs(1);
 /// Slowest paced writes kept with their start times.
 const SLOWEST_KEPT: usize = 10;
+/// Failed probes of a promoted learner kept with their errors.
+const FAILED_PROBES_KEPT: usize = 5;
 /// Writers (and connections, one per member) of the paced writer.
 pub const PACED_WRITERS: usize = 16;
 const PACED_CONNS: usize = MEMBERS;
@@ -361,6 +363,9 @@ pub struct JoinStep {
     pub serving_ms: f64,
     /// The learner's data directory once promoted, in bytes.
     pub data_dir_bytes: u64,
+    /// The first [`FAILED_PROBES_KEPT`] failed Gets after the promotion:
+    /// (ms since the promotion, error).
+    pub failed_probes: Vec<(f64, String)>,
 }
 
 /// Every step on one system.
@@ -1319,21 +1324,40 @@ async fn learner_join(cluster: &mut Cluster) -> Result<JoinStep> {
     cluster.promote(i).await?;
     let promoted_ms = added.elapsed().as_secs_f64() * 1000.0;
     let member = &cluster.members[i];
-    let serving_ms = until_readable(member.client_url.clone(), added).await;
+    let promoted = Instant::now();
+    let mut failed_probes = Vec::new();
+    let serving_ms = until_readable_noting(member.client_url.clone(), added, &mut |e| {
+        if failed_probes.len() < FAILED_PROBES_KEPT {
+            let ms = promoted.elapsed().as_secs_f64() * 1000.0;
+            failed_probes.push((ms, format!("{e:#}")));
+        }
+    })
+    .await;
     Ok(JoinStep {
         learner: member.name.clone(),
         promoted_ms,
         serving_ms,
         data_dir_bytes: dir_size(&member.data_dir)?,
+        failed_probes,
     })
 }
 
 /// Milliseconds from `since` until a linearizable Get through `endpoint`
 /// succeeds, probing every [`RESTART_POLL`] (the caller bounds it).
 async fn until_readable(endpoint: String, since: Instant) -> f64 {
+    until_readable_noting(endpoint, since, &mut |_| {}).await
+}
+
+/// [`until_readable`], each failed probe's error handed to `failed`.
+async fn until_readable_noting(
+    endpoint: String,
+    since: Instant,
+    failed: &mut (dyn FnMut(anyhow::Error) + Send),
+) -> f64 {
     loop {
-        if probe(&endpoint).await.is_ok() {
-            return since.elapsed().as_secs_f64() * 1000.0;
+        match probe(&endpoint).await {
+            Ok(()) => return since.elapsed().as_secs_f64() * 1000.0,
+            Err(e) => failed(e),
         }
         tokio::time::sleep(RESTART_POLL).await;
     }
@@ -1625,10 +1649,25 @@ impl ScaleOutcome {
     }
 
     /// For each system that ran the maintenance: what it did when, and its
-    /// slowest writes, to line stalls up with their cause.
+    /// slowest writes, to line stalls up with their cause; for each whose
+    /// promoted learner failed a Get: how.
     fn timelines(&self) -> Vec<String> {
         let mut out = Vec::new();
         for s in &self.systems {
+            if let Step::Ok(j) = &s.learner_join {
+                if !j.failed_probes.is_empty() {
+                    let failed: Vec<String> = j
+                        .failed_probes
+                        .iter()
+                        .map(|(ms, e)| format!("{ms:.0} ms: {e}"))
+                        .collect();
+                    out.push(format!(
+                        "{} learner's failed Gets after its promotion: {}",
+                        s.system,
+                        failed.join("; ")
+                    ));
+                }
+            }
             if let Step::Ok(m) = &s.maintenance {
                 let events: Vec<String> = m
                     .events

@@ -12,8 +12,10 @@
 //! | `lease` | `MAX_LEASE_TTL_SECONDS` |
 //! | `watch::hub` | `WATCH_RING_REVISIONS`, `WATCH_RING_BYTES` |
 //! | `mvcc::compactor` | `COMPACTOR_QUEUE` |
-//! | `engine::rocks` | `WRITE_BUFFER_BYTES`, `MAX_TOTAL_WAL_BYTES`, `BYTES_PER_SYNC`, `BACKGROUND_WRITE_BYTES_PER_SEC`, `BULK_FILE_BYTES` |
+//! | `engine::rocks` | `WRITE_BUFFER_BYTES`, `MAX_TOTAL_WAL_BYTES`, `BYTES_PER_SYNC`, `BACKGROUND_WRITE_BYTES_PER_SEC`, `RATE_LIMIT_REFILL_US`, `BULK_FILE_BYTES` |
 //! | `raft::network` | `MAX_PEER_MESSAGE_BYTES` |
+//! | `raft::log_bound` | `LOG_BYTES_PER_SNAPSHOT`, `CATCH_UP_LOG_BYTES`, `CHECK_INTERVAL` |
+//! | `raft::snapshot_holds` | `HELD_LOG_BYTES`, `HOLD_MAX_AGE` |
 //! | `raft::state_machine::snapshot_file` | `FILE_BUFFER_BYTES` |
 //! | `removal` | `REMOVE_STEP_BYTES`, `REMOVE_STEP_PAUSE` |
 //! | `direct_io` | `DIRECT_BUFFER_BYTES`, `DIRECT_ALIGN_BYTES` |
@@ -21,7 +23,7 @@
 //! | `auth::token` | `SIMPLE_TOKEN_PREFIX_LEN`, `DEFAULT_SIMPLE_TOKEN_TTL`, `DEFAULT_JWT_TTL`, `SIMPLE_TOKEN_SWEEP_AT` |
 //! | `tls` | `HANDSHAKE_TIMEOUT`, `ACCEPT_QUEUE` |
 //! | `member` | `JOIN_CLUSTER_ID_WAIT`, `JOIN_RETRY_PAUSE`, `PUBLISH_RETRY_MS` |
-//! | `server::core` | `LEARNER_READY_PERCENT`, `LEADER_RETRY_PAUSE_MS` |
+//! | `server::core` | `LEARNER_READY_PERCENT`, `NEW_MEMBER_SNAPSHOT_WAIT`, `LEADER_RETRY_PAUSE_MS` |
 //! | `raft::read_index` | `READ_INDEX_QUEUE` |
 //! | `server::kv` | `KV_OVERHEAD_BYTES` |
 //! | `server::quota` | `QUOTA_SIZE_REFRESH` |

@@ -657,7 +657,12 @@ impl Member {
             recorded_format,
             self.shutdown.subscribe(),
         );
-        crate::raft::log_bound::spawn(core.raft.clone(), log_reader, self.shutdown.subscribe());
+        crate::raft::log_bound::spawn(
+            core.raft.clone(),
+            log_reader,
+            core.snapshot_holds(),
+            self.shutdown.subscribe(),
+        );
     }
 
     /// Serves `services` on each client listener and the metrics on each

@@ -1,7 +1,9 @@
 //! Removing large files without stalling the disk: a file no other link
-//! holds shrinks a step at a time, on a thread of its own. Used for a
-//! replaced snapshot's data (`raft::state_machine::snapshot_file`) and for
-//! the table files a defragment replaced (`engine::rocks`).
+//! holds shrinks a step at a time, on a thread of its own, each step
+//! synced so that the file system's journal commits (and discards) one
+//! step's blocks at a time. Used for a replaced snapshot's data
+//! (`raft::state_machine::snapshot_file`), the table files a defragment
+//! replaced (`engine::rocks`) and the Raft log's purged segments (`wal`).
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +82,10 @@ fn remove_gradually(path: &Path) -> std::io::Result<()> {
         while len > REMOVE_STEP_BYTES {
             len -= REMOVE_STEP_BYTES;
             file.set_len(len)?;
+            // Commits the step now: the journal commit discards only its
+            // blocks, on this thread, instead of everything freed since
+            // the last commit on whichever fsync needs the next one.
+            file.sync_all()?;
             std::thread::sleep(REMOVE_STEP_PAUSE);
         }
     }

@@ -14,6 +14,10 @@
 //!   asks openraft to purge the entries beyond that many bytes (a follower
 //!   further behind gets the snapshot instead, as with the entry bound).
 //!
+//! - on the leader, no purge past the lowest snapshot being sent to a
+//!   member ([`super::snapshot_holds`]), unless that keeps more than
+//!   [`HELD_LOG_BYTES`] behind the last snapshot.
+//!
 //! Worked example, 14 KB entries: 64 MiB past the snapshot is about 4,800
 //! entries, so a snapshot comes every ~4,800 entries instead of every
 //! 10,000; after it, 64 MiB of entries (~4,800) stay behind it, fewer than
@@ -21,12 +25,14 @@
 //! about 128 MiB plus one segment. The snapshot is a checkpoint of the
 //! engine (hard links), so its cost does not grow with how often it runs.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::async_runtime::WatchReceiver as _;
 use tokio::sync::watch;
 
 use super::log_store::LogStore;
+use super::snapshot_holds::SnapshotHolds;
+pub use super::snapshot_holds::HELD_LOG_BYTES;
 use super::Raft;
 
 /// Bytes of log entries past the last snapshot that make the next one.
@@ -46,13 +52,15 @@ pub struct Actions {
     pub purge_upto: Option<u64>,
 }
 
-/// The two byte bounds.
+/// The byte bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
     /// [`LOG_BYTES_PER_SNAPSHOT`].
     pub per_snapshot: u64,
     /// [`CATCH_UP_LOG_BYTES`].
     pub catch_up: u64,
+    /// [`HELD_LOG_BYTES`].
+    pub held: u64,
 }
 
 impl Bounds {
@@ -60,19 +68,33 @@ impl Bounds {
     pub const MEMBER: Bounds = Bounds {
         per_snapshot: LOG_BYTES_PER_SNAPSHOT,
         catch_up: CATCH_UP_LOG_BYTES,
+        held: HELD_LOG_BYTES,
     };
 }
 
-/// Decides from the snapshot's index, the purge point and the log store.
+/// Decides from the snapshot's index, the purge point, the lowest index
+/// held for a member being sent a snapshot, and the log store.
 pub fn decide(
     log: &LogStore,
     bounds: Bounds,
     snapshot: Option<u64>,
     purged: Option<u64>,
+    held: Option<u64>,
 ) -> Actions {
     let past = log.bytes_after(snapshot.unwrap_or(0));
     let purge_upto = snapshot
-        .and_then(|at| log.purge_point_keeping(at, bounds.catch_up))
+        .and_then(|at| {
+            let by_bytes = log.purge_point_keeping(at, bounds.catch_up)?;
+            let Some(held) = held else {
+                return Some(by_bytes);
+            };
+            // Past `bounds.held` bytes, the member gets a newer snapshot.
+            let allowed = match log.purge_point_keeping(at, bounds.held) {
+                Some(beyond) => held.max(beyond),
+                None => held,
+            };
+            Some(by_bytes.min(allowed))
+        })
         .filter(|upto| purged.is_none_or(|p| *upto > p));
     Actions {
         snapshot: past > bounds.per_snapshot,
@@ -81,7 +103,7 @@ pub fn decide(
 }
 
 /// Checks the bounds every [`CHECK_INTERVAL`] until `stop` turns true.
-pub fn spawn(raft: Raft, log: LogStore, mut stop: watch::Receiver<bool>) {
+pub fn spawn(raft: Raft, log: LogStore, holds: SnapshotHolds, mut stop: watch::Receiver<bool>) {
     tokio::spawn(async move {
         let mut requested_at: Option<u64> = None;
         loop {
@@ -92,7 +114,15 @@ pub fn spawn(raft: Raft, log: LogStore, mut stop: watch::Receiver<bool>) {
             let metrics = raft.metrics().borrow_watched().clone();
             let snapshot = metrics.snapshot.map(|l| l.index);
             let purged = metrics.purged.map(|l| l.index);
-            let actions = decide(&log, Bounds::MEMBER, snapshot, purged);
+            // Only a leader has replication metrics, and holds.
+            let held = metrics.replication.as_ref().and_then(|replication| {
+                let matched = replication
+                    .iter()
+                    .map(|(id, m)| (*id, m.as_ref().map(|l| l.index)))
+                    .collect();
+                holds.lowest(&matched, Instant::now())
+            });
+            let actions = decide(&log, Bounds::MEMBER, snapshot, purged, held);
             // One request per snapshot: a snapshot being built is not in
             // the metrics yet, and asking again would queue another.
             if actions.snapshot && requested_at != Some(snapshot.unwrap_or(0)) {

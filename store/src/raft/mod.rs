@@ -31,6 +31,7 @@ pub mod network;
 pub mod peer_protocol;
 pub mod read_index;
 pub mod recovery;
+pub mod snapshot_holds;
 pub mod state_machine;
 pub mod types;
 

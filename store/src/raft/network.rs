@@ -38,6 +38,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::commit_hold::{CommitHold, CommitRelease};
 use super::peer_protocol::PeerChannel;
+use super::snapshot_holds::SnapshotHolds;
 use super::state_machine::snapshot_file::{SnapshotFile, SnapshotSource};
 use super::{MemberInfo, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use crate::codec;
@@ -62,6 +63,8 @@ pub struct PeerNetworkFactory {
     tls: Option<ClientTlsConfig>,
     /// Ends every replication stream's commit hold (see [`CommitHold`]).
     commit_release: Arc<CommitRelease>,
+    /// The log entries kept for members being sent a snapshot.
+    snapshot_holds: SnapshotHolds,
 }
 
 /// What the factory keeps of one member.
@@ -95,7 +98,14 @@ impl PeerNetworkFactory {
             protocol: Arc::new(AtomicU32::new(crate::version::OLDEST_PEER_PROTOCOL)),
             tls,
             commit_release: Arc::default(),
+            snapshot_holds: SnapshotHolds::default(),
         }
+    }
+
+    /// The log entries kept for members being sent a snapshot (the log
+    /// bound reads them).
+    pub fn snapshot_holds(&self) -> SnapshotHolds {
+        self.snapshot_holds.clone()
     }
 
     /// Sends `protocol` from now on; answers the one sent before.
@@ -452,6 +462,9 @@ impl PeerNetwork {
         }
         let protocol = channel.protocol();
         let mut client = peer_client(channel);
+        if let Some(sent) = &snapshot.meta.last_log_id {
+            self.factory.snapshot_holds.hold(self.target, sent.index);
+        }
         let marked = protocol >= super::peer_protocol::MARKED_SNAPSHOTS_SINCE;
         let network = |e: std::io::Error| RPCError::Network(NetworkError::new(&e));
         let data = snapshot.snapshot;

@@ -67,6 +67,12 @@ const SEGMENT_SUFFIX: &str = ".seg";
 /// The next segment, being prepared ([`prepare_segment`]); a leftover is
 /// removed at open.
 const SPARE_NAME: &str = "next.spare";
+/// Name prefix and extension of a directory of purged segments being freed
+/// ([`Wal::remove_segments_before`]: `purged-<unique_name>.purged`), and
+/// the thread that frees them. One a crash left is freed at the next open.
+const PURGED_PREFIX: &str = "purged-";
+const PURGED_EXTENSION: &str = "purged";
+const PURGED_REMOVAL_THREAD: &str = "raft-log-purge";
 
 /// What opening hands each record to, in order: `(kind, payload,
 /// location)`; an error stops the opening.
@@ -193,6 +199,7 @@ impl Wal {
             spare: None,
         };
         remove_if_present(&wal.spare_path())?;
+        free_purged_leftovers(dir)?;
         let sequences = list_segments(dir)?;
         let newest = sequences.last().copied();
         for seq in sequences {
@@ -450,19 +457,30 @@ impl Wal {
             })
     }
 
-    /// Removes the segments older than `seq` (never the one written to),
-    /// then syncs the directory. The caller syncs first whatever must
-    /// outlive them.
+    /// Removes the segments older than `seq` (never the one written to):
+    /// moves them into a directory of purged segments, syncs the log's
+    /// directory, and frees them gradually ([`crate::removal`]). The
+    /// caller syncs first whatever must outlive them.
+    ///
+    /// Unlinked at once, a 64 MiB segment (the log purges one or more after
+    /// every snapshot) stalled every member's `fdatasync` for tens of
+    /// milliseconds on a file system mounted with `discard`, whose next
+    /// journal commit discards every block freed since the last one.
     pub fn remove_segments_before(&mut self, seq: u64) -> io::Result<usize> {
         let seq = seq.min(self.current);
         let old: Vec<u64> = self.segments.range(..seq).map(|(s, _)| *s).collect();
+        if old.is_empty() {
+            return Ok(0);
+        }
+        let purged = self.dir.join(unique_name(PURGED_PREFIX, PURGED_EXTENSION));
+        std::fs::create_dir(&purged).map_err(at(&purged))?;
         for s in &old {
             let segment = self.segments.remove(s).expect("listed");
-            std::fs::remove_file(&segment.path).map_err(at(&segment.path))?;
+            let name = segment.path.file_name().expect("a segment's file name");
+            std::fs::rename(&segment.path, purged.join(name)).map_err(at(&segment.path))?;
         }
-        if !old.is_empty() {
-            sync_dir(&self.dir)?;
-        }
+        sync_dir(&self.dir)?;
+        crate::removal::remove_in_background(purged, PURGED_REMOVAL_THREAD);
         Ok(old.len())
     }
 
@@ -507,6 +525,24 @@ impl SegmentEnd {
 }
 
 /// The segment sequences in `dir`, ascending.
+/// Frees, in the background, the directories of purged segments a stop
+/// left before their removal finished.
+fn free_purged_leftovers(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(at(dir))? {
+        let path = entry.map_err(at(dir))?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.starts_with(PURGED_PREFIX)
+            && path.extension().is_some_and(|x| x == PURGED_EXTENSION)
+        {
+            crate::removal::remove_in_background(path, PURGED_REMOVAL_THREAD);
+        }
+    }
+    Ok(())
+}
+
 fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
     let mut sequences = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(at(dir))? {

@@ -144,6 +144,30 @@ fn a_spare_left_behind_is_removed_at_open() {
     assert!(!spare.exists());
 }
 
+fn purged_dirs(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with(PURGED_PREFIX)
+        })
+        .count()
+}
+
+#[test]
+fn purged_segments_left_by_a_stop_are_freed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()).unwrap());
+    let leftover = dir
+        .path()
+        .join(unique_name(PURGED_PREFIX, PURGED_EXTENSION));
+    std::fs::create_dir(&leftover).unwrap();
+    std::fs::write(leftover.join("0000000000000001.seg"), [1u8; 100]).unwrap();
+    let (_, seen) = open(dir.path()).unwrap();
+    assert!(seen.is_empty(), "a purged segment is never read back");
+    assert_eq!(purged_dirs(dir.path()), 0);
+}
+
 #[test]
 fn a_bad_record_in_an_older_segment_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -180,6 +204,9 @@ fn sticky_records_outlive_removed_segments() {
         (current - 1) as usize
     );
     assert_eq!(wal.segment_count(), 1);
+    // The removed segments went through a directory of purged segments,
+    // freed at once since they are small.
+    assert_eq!(purged_dirs(dir.path()), 0);
     drop(wal);
     let (_, seen) = open(dir.path()).unwrap();
     let sticky: Vec<&[u8]> = seen

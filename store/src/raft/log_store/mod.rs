@@ -467,9 +467,10 @@ mod tests {
         let bounds = Bounds {
             per_snapshot: 3 * one,
             catch_up: one + one / 2,
+            held: 3 * one + one / 2,
         };
         assert_eq!(
-            decide(&store, bounds, None, None),
+            decide(&store, bounds, None, None, None),
             Actions {
                 snapshot: true,
                 purge_upto: None
@@ -477,7 +478,7 @@ mod tests {
             "six entries and no snapshot"
         );
         // Snapshot at 4: two entries past it; keep 4 and 3, purge up to 2.
-        let actions = decide(&store, bounds, Some(4), None);
+        let actions = decide(&store, bounds, Some(4), None, None);
         assert_eq!(
             actions,
             Actions {
@@ -485,7 +486,34 @@ mod tests {
                 purge_upto: Some(2)
             }
         );
-        assert_eq!(decide(&store, bounds, Some(4), Some(2)).purge_upto, None);
+        assert_eq!(
+            decide(&store, bounds, Some(4), Some(2), None).purge_upto,
+            None
+        );
+        // A member being sent snapshot 1 needs 2 onward: purge up to 1 only.
+        assert_eq!(
+            decide(&store, bounds, Some(4), None, Some(1)).purge_upto,
+            Some(1)
+        );
+        // A hold at 3 is past the byte rule's point: no effect.
+        assert_eq!(
+            decide(&store, bounds, Some(4), None, Some(3)).purge_upto,
+            Some(2)
+        );
+        // A member being sent nothing yet (no hold past 0) keeps at most
+        // `held` bytes (three and a half entries: 4, 3, 2, 1) behind 4.
+        assert_eq!(
+            decide(&store, bounds, Some(4), None, Some(0)).purge_upto,
+            Some(0)
+        );
+        let tight = Bounds {
+            held: 2 * one,
+            ..bounds
+        };
+        assert_eq!(
+            decide(&store, tight, Some(4), None, Some(0)).purge_upto,
+            Some(2)
+        );
     }
 
     #[tokio::test]

@@ -58,6 +58,9 @@ use crate::server::to_leader::read_index_batch::ReadIndexBatcher;
 /// etcd promotes a learner only once its log matches at least this share of
 /// the leader's (`readyPercent = 0.9`).
 const LEARNER_READY_PERCENT: u64 = 90;
+/// Longest a MemberAdd waits for the snapshot the new member will get
+/// ([`Core::snapshot_for_new_member`]).
+const NEW_MEMBER_SNAPSHOT_WAIT: Duration = Duration::from_secs(2);
 
 /// Pause before retrying a proposal after the leader changed or is unknown:
 /// a fraction of the heartbeat interval, so a new leader is found quickly
@@ -230,6 +233,12 @@ impl Core {
     /// `raft::commit_hold`).
     pub(crate) fn release_commit_holds(&self) {
         self.peers.release_commit_holds();
+    }
+
+    /// The log entries kept for members being sent a snapshot (see
+    /// `raft::snapshot_holds`).
+    pub(crate) fn snapshot_holds(&self) -> crate::raft::snapshot_holds::SnapshotHolds {
+        self.peers.snapshot_holds()
     }
 
     /// Sends peer protocol `protocol` from now on; answers the one before.
@@ -422,6 +431,9 @@ impl Core {
                 Ok(LeaderReply::LeaseTtl(ttl))
             }
             LeaderRequest::ChangeMembership(changes) => {
+                if matches!(changes, ChangeMembers::AddNodes(_)) {
+                    self.snapshot_for_new_member(deadline).await;
+                }
                 self.change_membership(changes, deadline).await
             }
             LeaderRequest::Promote(id) => {
@@ -485,6 +497,35 @@ impl Core {
                 Err(ForwardError::Etcd(EtcdError::MemberNotFound))
             }
             Ok(Err(RaftError::Fatal(_))) => Err(ForwardError::Etcd(EtcdError::Stopped)),
+        }
+    }
+
+    /// Before a member is added: a snapshot of everything applied, unless
+    /// the newest one is, waited for up to [`NEW_MEMBER_SNAPSHOT_WAIT`].
+    ///
+    /// A new member catches up from the newest snapshot and then from the
+    /// log after it, applying every entry since. Right after a load of a
+    /// million keys that tail was ~46,000 puts: a learner promoted as soon
+    /// as it had the snapshot (its matched index within etcd's 10%) served
+    /// its first linearizable read 1.8 s later. The snapshot is a checkpoint
+    /// (hard links and a memtable flush), a fraction of a second whatever
+    /// the store's size.
+    async fn snapshot_for_new_member(&self, deadline: Instant) {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let applied = m.last_applied.map_or(0, |l| l.index);
+        if m.snapshot.is_some_and(|s| s.index >= applied) {
+            return;
+        }
+        if self.raft.trigger().snapshot().await.is_err() {
+            return;
+        }
+        let bound = deadline.min(Instant::now() + NEW_MEMBER_SNAPSHOT_WAIT);
+        let built = metrics::wait_until(&self.raft, bound, |m| {
+            m.snapshot.is_some_and(|s| s.index >= applied)
+        })
+        .await;
+        if let Err(e) = built {
+            tracing::warn!(error = ?e, "adding a member without a fresh snapshot");
         }
     }
 
