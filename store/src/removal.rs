@@ -7,8 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::wal::remove_if_present;
-
 /// Bytes freed per step, and the pause after each step (80 MiB/s). A
 /// checkpoint whose table files a defragment replaced is the last link to
 /// a whole copy of the store, and so are the table files a defragment
@@ -33,6 +31,14 @@ pub fn remove_in_background(path: PathBuf, thread: &str) {
     if let Err(e) = spawned {
         tracing::warn!(error = %e, path = %path.display(), "no thread to remove files gradually; removing them now");
         remove_logging_failure(&path);
+    }
+}
+
+/// Removes the file at `path`, if there is one.
+pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 

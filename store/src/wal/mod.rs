@@ -61,6 +61,7 @@ use std::sync::Arc;
 
 use crate::direct_io::DirectAppender;
 use crate::limits::{WAL_READ_BUFFER_BYTES, WAL_SEGMENT_BYTES};
+use crate::removal::remove_if_present;
 
 /// File name suffix of a segment.
 const SEGMENT_SUFFIX: &str = ".seg";
@@ -603,15 +604,6 @@ pub fn unique_name(prefix: &str, extension: &str) -> String {
         .unwrap_or_default();
     let n = NAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{prefix}{nanos}-{}-{n}.{extension}", std::process::id())
-}
-
-/// Removes the file at `path`, if there is one (the snapshot directory's
-/// removals use it too).
-pub fn remove_if_present(path: &Path) -> io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
 }
 
 /// Gives `file` `bytes` of allocated space and that size (etcd's

@@ -83,7 +83,8 @@ use crate::codec;
 use crate::engine::{Engine, Table};
 use crate::raft::log_store::io_error;
 use crate::raft::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
-use crate::wal::{remove_if_present, sync_dir};
+use crate::removal::remove_if_present;
+use crate::wal::sync_dir;
 
 /// The thread that frees a replaced snapshot's data gradually.
 const SNAPSHOT_REMOVAL_THREAD: &str = "snapshot-remove";
