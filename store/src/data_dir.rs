@@ -4,7 +4,8 @@
 //! `<data-dir>/member/log` (the Raft log) and `<data-dir>/member/snap`
 //! (Raft snapshots); while a defragment runs and for a while after it,
 //! `member/db.defrag-hold-*` holds the table files it replaced until they
-//! are freed (`engine::rocks`). Before creating any of them, [`prepare`] refuses two
+//! are freed (`engine::rocks`), and `member/log/purged-*.purged` the Raft
+//! log's purged segments (`wal`). Before creating any of them, [`prepare`] refuses two
 //! kinds of directory that would otherwise lead to silent damage:
 //!
 //! - **A path that is not a directory**: the error names the path (the
