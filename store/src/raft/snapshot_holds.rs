@@ -16,8 +16,9 @@
 //! snapshot, and the log bound purges no entry after the lowest hold,
 //! unless that would keep more than [`HELD_LOG_BYTES`] (a member that far
 //! behind gets a newer snapshot, as before). A hold ends once the member's
-//! matched index (openraft's replication metrics) reaches `S`, or after
-//! [`HOLD_MAX_AGE`] (a send that failed and was never retried).
+//! matched index (openraft's replication metrics) reaches `S`, once the
+//! member is no longer replicated to (removed), or after [`HOLD_MAX_AGE`]
+//! (a send that failed and was never retried).
 //!
 //! Worked example: the leader sends snapshot 39,199 to a learner; during
 //! the 2.6 s send it snapshots again at 42,517 and would purge up to 40,000
@@ -64,18 +65,17 @@ impl SnapshotHolds {
         );
     }
 
-    /// The lowest index still held, at `now`: holds whose member's matched
-    /// index (in `matched`; missing or None: nothing matched) has reached
-    /// their snapshot, or older than [`HOLD_MAX_AGE`], end first.
+    /// The lowest index still held, at `now`, given each replicated
+    /// member's matched index (`matched`; None: nothing matched yet). A
+    /// hold ends first if its member has reached its snapshot, is no longer
+    /// replicated to (removed), or the hold is older than [`HOLD_MAX_AGE`].
     pub fn lowest(&self, matched: &BTreeMap<NodeId, Option<u64>>, now: Instant) -> Option<u64> {
         let mut holds = self.map();
         holds.retain(|member, hold| {
-            let reached = matched
+            let waiting = matched
                 .get(member)
-                .copied()
-                .flatten()
-                .is_some_and(|m| m >= hold.index);
-            !reached && now.saturating_duration_since(hold.since) < HOLD_MAX_AGE
+                .is_some_and(|m| m.is_none_or(|m| m < hold.index));
+            waiting && now.saturating_duration_since(hold.since) < HOLD_MAX_AGE
         });
         holds.values().map(|h| h.index).min()
     }
@@ -94,9 +94,10 @@ mod tests {
         let holds = SnapshotHolds::default();
         holds.hold(4, 39_199);
         holds.hold(5, 40_000);
+        holds.hold(6, 1);
         let now = Instant::now();
         let mut matched = BTreeMap::from([(4, None), (5, Some(10))]);
-        assert_eq!(holds.lowest(&matched, now), Some(39_199));
+        assert_eq!(holds.lowest(&matched, now), Some(39_199), "6 was removed");
         matched.insert(4, Some(39_199));
         assert_eq!(
             holds.lowest(&matched, now),
@@ -104,10 +105,10 @@ mod tests {
             "4 reached its snapshot"
         );
         assert_eq!(
-            holds.lowest(&BTreeMap::new(), now + HOLD_MAX_AGE),
+            holds.lowest(&matched, now + HOLD_MAX_AGE),
             None,
             "5 aged out"
         );
-        assert_eq!(holds.lowest(&BTreeMap::new(), now), None);
+        assert_eq!(holds.lowest(&matched, now), None);
     }
 }
