@@ -53,6 +53,7 @@ use crate::limits::{
 };
 use crate::mvcc::compactor::spawn_compactor;
 use crate::mvcc::MvccStore;
+use crate::raft::log_bound::Bounds;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{peer_client, PeerNetworkFactory, MAX_PEER_MESSAGE_BYTES};
 use crate::raft::recovery::force_new_cluster;
@@ -243,7 +244,10 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         election_timeout_min: (config.election_timeout / 4).max(2 * config.heartbeat_interval),
         election_timeout_max: (config.election_timeout / 2).max(3 * config.heartbeat_interval),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_count.max(1)),
-        max_in_snapshot_log_to_keep: SNAPSHOT_CATCH_UP_ENTRIES.min(config.snapshot_count),
+        // The log bound purges, by entries as well as bytes, and holds what
+        // a member being sent a snapshot needs (`raft::log_bound`); openraft's
+        // own purge after each snapshot would not hold it.
+        max_in_snapshot_log_to_keep: u64::MAX,
         max_payload_entries: MAX_APPEND_ENTRIES_PER_RPC,
         install_snapshot_timeout: crate::limits::PEER_SNAPSHOT_CHUNK_TIMEOUT_MS,
         // etcd 3.5 runs a pre-vote round before a real election (--pre-vote
@@ -268,6 +272,9 @@ struct StartFlags {
     downgrade_check: Duration,
     grpc_options: GrpcServerOptions,
     progress_interval: Duration,
+    /// Entries the log keeps behind the last snapshot (etcd's
+    /// `SnapshotCatchUpEntries`, at most `--snapshot-count`).
+    catch_up_entries: u64,
 }
 
 impl StartFlags {
@@ -279,6 +286,7 @@ impl StartFlags {
             downgrade_check: config.downgrade_check_interval()?,
             grpc_options: config.grpc_server_options()?,
             progress_interval: config.progress_notify_interval()?,
+            catch_up_entries: SNAPSHOT_CATCH_UP_ENTRIES.min(config.snapshot_count),
         };
         crate::metrics::global().set_feature_gates(&config.gates);
         Ok(flags)
@@ -660,6 +668,7 @@ impl Member {
         crate::raft::log_bound::spawn(
             core.raft.clone(),
             log_reader,
+            Bounds::member(flags.catch_up_entries),
             core.snapshot_holds(),
             self.shutdown.subscribe(),
         );

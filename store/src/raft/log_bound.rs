@@ -1,19 +1,20 @@
 //! The Raft log bounded in bytes as well as in entries.
 //!
-//! openraft snapshots the state machine every `--snapshot-count` entries
-//! and then purges the log up to `SNAPSHOT_CATCH_UP_ENTRIES` behind the
-//! snapshot. Entries are batches of proposals, so an entry count says
-//! little about bytes: under a put load of 1 KiB values, 10,000 entries
-//! held about 140 MB, and a log that never reached the count was never
-//! purged (1.6 GiB after a million puts).
+//! openraft snapshots the state machine every `--snapshot-count` entries.
+//! Entries are batches of proposals, so an entry count says little about
+//! bytes: under a put load of 1 KiB values, 10,000 entries held about
+//! 140 MB, and a log that never reached the count was never purged
+//! (1.6 GiB after a million puts). This task does the purging (openraft's
+//! own, after each snapshot, is off: it could not hold entries for a
+//! member being caught up).
 //!
-//! Every [`CHECK_INTERVAL`], this task looks at the log's bytes:
+//! Every [`CHECK_INTERVAL`], it looks at the log:
 //! - past the last snapshot, more than [`LOG_BYTES_PER_SNAPSHOT`]: it asks
 //!   openraft for a snapshot (as the entry count would);
-//! - at or below the last snapshot, more than [`CATCH_UP_LOG_BYTES`]: it
-//!   asks openraft to purge the entries beyond that many bytes (a follower
-//!   further behind gets the snapshot instead, as with the entry bound).
-//!
+//! - at or below the last snapshot, it purges what lies beyond
+//!   [`CATCH_UP_LOG_BYTES`] or beyond `SNAPSHOT_CATCH_UP_ENTRIES` entries
+//!   (at most `--snapshot-count`), whichever purges more (a follower
+//!   further behind gets the snapshot instead);
 //! - on the leader, no purge past the lowest snapshot being sent to a
 //!   member ([`super::snapshot_holds`]), unless that keeps more than
 //!   [`HELD_LOG_BYTES`] behind the last snapshot.
@@ -59,17 +60,23 @@ pub struct Bounds {
     pub per_snapshot: u64,
     /// [`CATCH_UP_LOG_BYTES`].
     pub catch_up: u64,
+    /// Entries kept behind the last snapshot.
+    pub catch_up_entries: u64,
     /// [`HELD_LOG_BYTES`].
     pub held: u64,
 }
 
 impl Bounds {
-    /// The member's bounds.
-    pub const MEMBER: Bounds = Bounds {
-        per_snapshot: LOG_BYTES_PER_SNAPSHOT,
-        catch_up: CATCH_UP_LOG_BYTES,
-        held: HELD_LOG_BYTES,
-    };
+    /// A member's bounds, keeping `catch_up_entries` entries behind the
+    /// last snapshot.
+    pub fn member(catch_up_entries: u64) -> Bounds {
+        Bounds {
+            per_snapshot: LOG_BYTES_PER_SNAPSHOT,
+            catch_up: CATCH_UP_LOG_BYTES,
+            catch_up_entries,
+            held: HELD_LOG_BYTES,
+        }
+    }
 }
 
 /// Decides from the snapshot's index, the purge point, the lowest index
@@ -84,16 +91,19 @@ pub fn decide(
     let past = log.bytes_after(snapshot.unwrap_or(0));
     let purge_upto = snapshot
         .and_then(|at| {
-            let by_bytes = log.purge_point_keeping(at, bounds.catch_up)?;
+            let by_bytes = log.purge_point_keeping(at, bounds.catch_up);
+            // Purging up to `at - n` keeps the `n` entries up to `at`.
+            let by_entries = at.checked_sub(bounds.catch_up_entries);
+            let bounded = by_bytes.max(by_entries)?;
             let Some(held) = held else {
-                return Some(by_bytes);
+                return Some(bounded);
             };
             // Past `bounds.held` bytes, the member gets a newer snapshot.
             let allowed = match log.purge_point_keeping(at, bounds.held) {
                 Some(beyond) => held.max(beyond),
                 None => held,
             };
-            Some(by_bytes.min(allowed))
+            Some(bounded.min(allowed))
         })
         .filter(|upto| purged.is_none_or(|p| *upto > p));
     Actions {
@@ -103,7 +113,13 @@ pub fn decide(
 }
 
 /// Checks the bounds every [`CHECK_INTERVAL`] until `stop` turns true.
-pub fn spawn(raft: Raft, log: LogStore, holds: SnapshotHolds, mut stop: watch::Receiver<bool>) {
+pub fn spawn(
+    raft: Raft,
+    log: LogStore,
+    bounds: Bounds,
+    holds: SnapshotHolds,
+    mut stop: watch::Receiver<bool>,
+) {
     tokio::spawn(async move {
         let mut requested_at: Option<u64> = None;
         loop {
@@ -122,7 +138,7 @@ pub fn spawn(raft: Raft, log: LogStore, holds: SnapshotHolds, mut stop: watch::R
                     .collect();
                 holds.lowest(&matched, Instant::now())
             });
-            let actions = decide(&log, Bounds::MEMBER, snapshot, purged, held);
+            let actions = decide(&log, bounds, snapshot, purged, held);
             // One request per snapshot: a snapshot being built is not in
             // the metrics yet, and asking again would queue another.
             if actions.snapshot && requested_at != Some(snapshot.unwrap_or(0)) {

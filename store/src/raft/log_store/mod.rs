@@ -467,6 +467,7 @@ mod tests {
         let bounds = Bounds {
             per_snapshot: 3 * one,
             catch_up: one + one / 2,
+            catch_up_entries: 10,
             held: 3 * one + one / 2,
         };
         assert_eq!(
@@ -513,6 +514,20 @@ mod tests {
         assert_eq!(
             decide(&store, tight, Some(4), None, Some(0)).purge_upto,
             Some(2)
+        );
+        // Keeping one entry behind 4 purges more than the bytes do: up to
+        // 3, unless held.
+        let by_entries = Bounds {
+            catch_up_entries: 1,
+            ..bounds
+        };
+        assert_eq!(
+            decide(&store, by_entries, Some(4), None, None).purge_upto,
+            Some(3)
+        );
+        assert_eq!(
+            decide(&store, by_entries, Some(4), None, Some(1)).purge_upto,
+            Some(1)
         );
     }
 
