@@ -670,7 +670,7 @@ fn spinner(show: bool, label: &str) -> ProgressBar {
     bar
 }
 
-/// `fut`, failing with "did not finish in N s" after `limit`.
+/// `fut`, failing with "did not finish in N s" (or "N ms") after `limit`.
 async fn bounded<T>(limit: Duration, fut: impl Future<Output = Result<T>>) -> Result<T> {
     tokio::time::timeout(limit, fut)
         .await
@@ -678,7 +678,11 @@ async fn bounded<T>(limit: Duration, fut: impl Future<Output = Result<T>>) -> Re
 }
 
 fn not_finished(limit: Duration) -> anyhow::Error {
-    anyhow!("did not finish in {} s", limit.as_secs())
+    if limit.subsec_millis() == 0 {
+        anyhow!("did not finish in {} s", limit.as_secs())
+    } else {
+        anyhow!("did not finish in {} ms", limit.as_millis())
+    }
 }
 
 /// `size` random bytes.
@@ -1854,6 +1858,18 @@ mod tests {
         });
         let t = timeline(&log, Duration::from_secs(1));
         assert_eq!(t, vec![(0.0, 99.0, 100.0), (2.0, 7.0, 7.0)]);
+    }
+
+    #[test]
+    fn a_bound_below_a_second_is_told_in_milliseconds() {
+        assert_eq!(
+            not_finished(Duration::from_millis(500)).to_string(),
+            "did not finish in 500 ms"
+        );
+        assert_eq!(
+            not_finished(Duration::from_secs(600)).to_string(),
+            "did not finish in 600 s"
+        );
     }
 
     #[test]
