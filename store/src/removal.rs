@@ -34,6 +34,22 @@ pub fn remove_in_background(path: PathBuf, thread: &str) {
     }
 }
 
+/// Removes, each in the background ([`remove_in_background`]), every entry
+/// of `dir` whose path `matches`: what a stop left of earlier removals.
+pub fn remove_matching_in_background(
+    dir: &Path,
+    matches: impl Fn(&Path) -> bool,
+    thread: &str,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if matches(&path) {
+            remove_in_background(path, thread);
+        }
+    }
+    Ok(())
+}
+
 /// Removes the file at `path`, if there is one.
 pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {

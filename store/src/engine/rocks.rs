@@ -628,18 +628,12 @@ fn remove_left_holds(db: &Path) {
     let (Some(parent), prefix) = (db.parent(), hold_prefix(db)) else {
         return;
     };
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
+    let is_hold = |path: &Path| {
+        path.file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(prefix.as_encoded_bytes()))
     };
-    for entry in entries.filter_map(Result::ok) {
-        if entry
-            .file_name()
-            .as_encoded_bytes()
-            .starts_with(prefix.as_encoded_bytes())
-        {
-            crate::removal::remove_in_background(entry.path(), HOLD_REMOVAL_THREAD);
-        }
-    }
+    // Best effort: a directory that cannot be read holds no hold to free.
+    let _ = crate::removal::remove_matching_in_background(parent, is_hold, HOLD_REMOVAL_THREAD);
 }
 
 /// Links every table file of the engine at `db` into a new hold

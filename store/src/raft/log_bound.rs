@@ -33,7 +33,7 @@ use tokio::sync::watch;
 
 use super::log_store::LogStore;
 use super::snapshot_holds::SnapshotHolds;
-pub use super::snapshot_holds::HELD_LOG_BYTES;
+use super::snapshot_holds::HELD_LOG_BYTES;
 use super::Raft;
 
 /// Bytes of log entries past the last snapshot that make the next one.
@@ -53,7 +53,7 @@ pub struct Actions {
     pub purge_upto: Option<u64>,
 }
 
-/// The byte bounds.
+/// The log's bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
     /// [`LOG_BYTES_PER_SNAPSHOT`].

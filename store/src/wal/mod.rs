@@ -525,25 +525,22 @@ impl SegmentEnd {
     }
 }
 
-/// The segment sequences in `dir`, ascending.
 /// Frees, in the background, the directories of purged segments a stop
 /// left before their removal finished.
 fn free_purged_leftovers(dir: &Path) -> io::Result<()> {
-    for entry in std::fs::read_dir(dir).map_err(at(dir))? {
-        let path = entry.map_err(at(dir))?.path();
+    let is_purged = |path: &Path| {
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
-        if name.starts_with(PURGED_PREFIX)
-            && path.extension().is_some_and(|x| x == PURGED_EXTENSION)
-        {
-            crate::removal::remove_in_background(path, PURGED_REMOVAL_THREAD);
-        }
-    }
+        name.starts_with(PURGED_PREFIX) && path.extension().is_some_and(|x| x == PURGED_EXTENSION)
+    };
+    crate::removal::remove_matching_in_background(dir, is_purged, PURGED_REMOVAL_THREAD)
+        .map_err(at(dir))?;
     Ok(())
 }
 
+/// The segment sequences in `dir`, ascending.
 fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
     let mut sequences = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(at(dir))? {
