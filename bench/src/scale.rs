@@ -342,6 +342,18 @@ pub struct MaintenanceStep {
     pub timeline: Vec<(f64, f64, f64)>,
 }
 
+impl MaintenanceStep {
+    /// The maintenance's timeline: "compact 10.0-21.5 s, defrag m1 ...".
+    fn event_list(&self) -> String {
+        let events: Vec<String> = self
+            .events
+            .iter()
+            .map(|(what, from, to)| format!("{what} {from:.1}-{to:.1} s"))
+            .collect();
+        events.join(", ")
+    }
+}
+
 /// Steps 9 and 10.
 #[derive(Clone, Debug, Serialize)]
 pub struct RestartStep {
@@ -1136,25 +1148,22 @@ async fn warm_up(kvs: &mut [KvClient], plan: &Plan) -> Result<()> {
 }
 
 /// Per `bucket` of intended starts: (start s, p99 ms, max ms) of the
-/// successful writes of `log`; buckets without one are left out.
+/// successful writes of `log`, from the same recorder as the phases'
+/// percentiles; buckets without one are left out.
 fn timeline(log: &[PacedWrite], bucket: Duration) -> Vec<(f64, f64, f64)> {
     let width = bucket.as_secs_f64();
-    let mut buckets: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    let mut buckets: std::collections::BTreeMap<u64, Recorder> = Default::default();
     for w in log {
         if let Ok(latency) = &w.outcome {
             let n = (w.intended_s / width).floor().max(0.0) as u64;
-            buckets
-                .entry(n)
-                .or_default()
-                .push(latency.as_secs_f64() * 1000.0);
+            buckets.entry(n).or_default().record(*latency);
         }
     }
     buckets
         .into_iter()
-        .map(|(n, mut ms)| {
-            ms.sort_by(f64::total_cmp);
-            let p99 = ms[((ms.len() - 1) as f64 * 0.99).round() as usize];
-            (n as f64 * width, p99, ms[ms.len() - 1])
+        .map(|(n, recorder)| {
+            let latency = recorder.result("put", bucket).latency;
+            (n as f64 * width, latency.p99_ms, latency.max_ms)
         })
         .collect()
 }
@@ -1673,17 +1682,12 @@ impl ScaleOutcome {
                 }
             }
             if let Step::Ok(m) = &s.maintenance {
-                let events: Vec<String> = m
-                    .events
-                    .iter()
-                    .map(|(what, from, to)| format!("{what} {from:.1}-{to:.1} s"))
-                    .collect();
                 let slowest: Vec<String> = m
                     .slowest
                     .iter()
                     .map(|(at, ms)| format!("{ms:.0} ms at {at:.1} s"))
                     .collect();
-                out.push(format!("{} maintenance: {}", s.system, events.join(", ")));
+                out.push(format!("{} maintenance: {}", s.system, m.event_list()));
                 out.push(format!(
                     "{} slowest paced writes: {}",
                     s.system,
@@ -1731,12 +1735,7 @@ impl ScaleOutcome {
             line_chart(&dir.join(&file), &chart)?;
             md.push('\n');
             md.push_str(&image(&title, &file));
-            let events: Vec<String> = m
-                .events
-                .iter()
-                .map(|(what, from, to)| format!("{what} {from:.1}-{to:.1} s"))
-                .collect();
-            md.push_str(&format!("{}: {}.\n", s.system, events.join(", ")));
+            md.push_str(&format!("{}: {}.\n", s.system, m.event_list()));
         }
         Ok(md)
     }
@@ -1846,18 +1845,19 @@ mod tests {
 
     #[test]
     fn timeline_buckets_by_intended_start() {
-        let write = |intended_s, ms| PacedWrite {
+        // Microseconds, which the recorder keeps exactly.
+        let write = |intended_s, us| PacedWrite {
             intended_s,
-            outcome: Ok(Duration::from_millis(ms)),
+            outcome: Ok(Duration::from_micros(us)),
         };
-        let mut log: Vec<PacedWrite> = (1..=100).map(|ms| write(0.5, ms)).collect();
+        let mut log: Vec<PacedWrite> = (1..=100).map(|us| write(0.5, us)).collect();
         log.push(write(2.2, 7));
         log.push(PacedWrite {
             intended_s: 2.3,
             outcome: Err("timeout".into()),
         });
         let t = timeline(&log, Duration::from_secs(1));
-        assert_eq!(t, vec![(0.0, 99.0, 100.0), (2.0, 7.0, 7.0)]);
+        assert_eq!(t, vec![(0.0, 0.099, 0.1), (2.0, 0.007, 0.007)]);
     }
 
     #[test]
