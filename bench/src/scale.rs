@@ -78,7 +78,7 @@ use tokio::io::AsyncWriteExt;
 use crate::cluster::{control_client, leader_endpoint, Cluster, ClusterSpec, MEMBERS};
 use crate::grpc_conn::connect_one;
 use crate::keys::{client_rng, key_with_prefix, prefix_end, KeyGen};
-use crate::load::{merge_tasks, Recorders, CONNECT_TIMEOUT, OP_TIMEOUT};
+use crate::load::{CONNECT_TIMEOUT, OP_TIMEOUT};
 use crate::pace::{Pacer, Stop};
 use crate::plot::{line_chart, Chart, Series};
 use crate::report::{fmt_ratio, image, ratio, table, text_table, OutArgs, Outcome};
@@ -133,6 +133,8 @@ pub const PACED_BEFORE: Duration = Duration::from_secs(10);
 pub const PACED_AFTER: Duration = Duration::from_secs(3);
 /// Width of the buckets of the paced writer's timeline.
 pub const PACED_BUCKET: Duration = Duration::from_secs(1);
+/// Width of one point of the load's timeline.
+pub const LOAD_BUCKET: Duration = Duration::from_secs(10);
 /// Slowest paced writes kept with their start times.
 const SLOWEST_KEPT: usize = 10;
 /// Failed probes of a promoted learner kept with their errors.
@@ -269,6 +271,10 @@ pub struct LoadStep {
     pub keys_written: u64,
     pub elapsed_s: f64,
     pub puts: OpResult,
+    /// Per [`LOAD_BUCKET`] of intended starts: (bucket start s, p99 ms,
+    /// max ms), to tell a latency that creeps up with the data's size from
+    /// one held up by periodic stalls.
+    pub timeline: Vec<(f64, f64, f64)>,
 }
 
 /// Steps 2 and 7 (after the defragmentation).
@@ -730,25 +736,45 @@ async fn load(cluster: &Cluster, plan: &Plan) -> Result<LoadStep> {
                 rng,
                 value_size: plan.value_size,
                 pacer: pacer.clone(),
+                samples: Vec::new(),
             };
             tokio::spawn(loader.run())
         })
-        .collect();
-    let recs = merge_tasks(tasks).await;
+        .collect::<Vec<_>>();
+    let mut puts = Recorder::new();
+    let mut samples = Vec::new();
+    for task in tasks {
+        let (rec, mut s) = task.await.context("load writer task")?;
+        puts.merge(&rec);
+        samples.append(&mut s);
+    }
     pacer.finish();
     let elapsed = started.elapsed();
-    let mut puts = Recorder::new();
-    for r in recs.values() {
-        puts.merge(r);
-    }
     if puts.ok() == 0 {
         bail!("no Put succeeded ({} failed)", puts.errors());
     }
+    let samples = samples
+        .iter()
+        .map(|s| (f64::from(s.intended_ms) / 1000.0, s.latency()));
     Ok(LoadStep {
         keys_written: puts.ok(),
         elapsed_s: elapsed.as_secs_f64(),
         puts: puts.result("put", elapsed),
+        timeline: timeline(samples, LOAD_BUCKET),
     })
+}
+
+/// One successful load Put, in 8 bytes (8M of them fit in 64 MiB): when it
+/// was meant to start, in ms since the load started, and its latency in µs.
+struct LoadSample {
+    intended_ms: u32,
+    latency_us: u32,
+}
+
+impl LoadSample {
+    fn latency(&self) -> Duration {
+        Duration::from_micros(u64::from(self.latency_us))
+    }
 }
 
 /// One load writer: the keys of the tickets it draws, each on the next connection.
@@ -758,25 +784,33 @@ struct Loader {
     rng: StdRng,
     value_size: usize,
     pacer: Arc<Pacer>,
+    samples: Vec<LoadSample>,
 }
 
 impl Loader {
-    async fn run(mut self) -> Recorders {
-        let mut recs = Recorders::new();
-        let rec = recs.entry("put").or_default();
+    async fn run(mut self) -> (Recorder, Vec<LoadSample>) {
+        let mut rec = Recorder::new();
         while let Some(t) = self.pacer.next().await {
             let conn = self.turn % self.kvs.len();
             self.turn = conn + 1;
             let value = random_value(&mut self.rng, self.value_size);
             let put = self.kvs[conn].put(key(t.index), value, None);
             match tokio::time::timeout(OP_TIMEOUT, put).await {
-                Ok(Ok(_)) => rec.record(t.intended.elapsed()),
+                Ok(Ok(_)) => {
+                    let latency = t.intended.elapsed();
+                    rec.record(latency);
+                    let since = t.intended.saturating_duration_since(self.pacer.start());
+                    self.samples.push(LoadSample {
+                        intended_ms: u32::try_from(since.as_millis()).unwrap_or(u32::MAX),
+                        latency_us: u32::try_from(latency.as_micros()).unwrap_or(u32::MAX),
+                    });
+                }
                 Ok(Err(e)) => rec.error(e),
                 Err(_) => rec.error("timeout"),
             }
             self.pacer.done();
         }
-        recs
+        (rec, self.samples)
     }
 }
 
@@ -1128,7 +1162,7 @@ async fn maintenance(cluster: &Cluster, plan: &Plan) -> Result<MaintenanceStep> 
         after: after.result("put", plan.paced_after),
         events,
         slowest: slowest(&log, SLOWEST_KEPT),
-        timeline: timeline(&log, PACED_BUCKET),
+        timeline: timeline(paced_samples(&log), PACED_BUCKET),
     })
 }
 
@@ -1147,17 +1181,24 @@ async fn warm_up(kvs: &mut [KvClient], plan: &Plan) -> Result<()> {
     Ok(())
 }
 
+/// The successful writes of `log`: (intended start s, latency).
+fn paced_samples(log: &[PacedWrite]) -> impl Iterator<Item = (f64, Duration)> + '_ {
+    log.iter()
+        .filter_map(|w| w.outcome.as_ref().ok().map(|l| (w.intended_s, *l)))
+}
+
 /// Per `bucket` of intended starts: (start s, p99 ms, max ms) of the
-/// successful writes of `log`, from the same recorder as the phases'
-/// percentiles; buckets without one are left out.
-fn timeline(log: &[PacedWrite], bucket: Duration) -> Vec<(f64, f64, f64)> {
+/// `(intended start s, latency)` samples, from the same recorder as the
+/// phases' percentiles; buckets without one are left out.
+fn timeline(
+    samples: impl Iterator<Item = (f64, Duration)>,
+    bucket: Duration,
+) -> Vec<(f64, f64, f64)> {
     let width = bucket.as_secs_f64();
     let mut buckets: std::collections::BTreeMap<u64, Recorder> = Default::default();
-    for w in log {
-        if let Ok(latency) = &w.outcome {
-            let n = (w.intended_s / width).floor().max(0.0) as u64;
-            buckets.entry(n).or_default().record(*latency);
-        }
+    for (intended_s, latency) in samples {
+        let n = (intended_s / width).floor().max(0.0) as u64;
+        buckets.entry(n).or_default().record(latency);
     }
     buckets
         .into_iter()
@@ -1698,44 +1739,35 @@ impl ScaleOutcome {
         out
     }
 
-    /// For each system that ran the maintenance: a chart of its paced
-    /// writer's p99 and max per [`PACED_BUCKET`] (written into `dir`), and
-    /// its timeline beneath.
+    /// For each system: a chart of its load's p99 and max per
+    /// [`LOAD_BUCKET`], and, if it ran the maintenance, one of its paced
+    /// writer's per [`PACED_BUCKET`] with the maintenance's timeline beneath
+    /// (charts written into `dir`).
     fn timeline_charts(&self, dir: &Path) -> Result<String> {
         let mut md = String::new();
         for s in &self.systems {
-            let Step::Ok(m) = &s.maintenance else {
-                continue;
-            };
-            let column = |pick: fn(&(f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
-                m.timeline.iter().map(|b| (b.0, pick(b))).collect()
-            };
-            let series = [
-                Series {
-                    name: "p99".into(),
-                    points: column(|b| b.1),
-                },
-                Series {
-                    name: "max".into(),
-                    points: column(|b| b.2),
-                },
-            ];
-            let title = format!(
-                "{}: paced writes through compaction and defragment",
-                s.system
-            );
-            let file = format!("scale-maintenance-{}.svg", s.system);
-            let chart = Chart {
-                title: &title,
-                x_label: "intended start, s since the writer started",
-                y_label: "ms, per second of starts",
-                log_x: false,
-                series: &series,
-            };
-            line_chart(&dir.join(&file), &chart)?;
-            md.push('\n');
-            md.push_str(&image(&title, &file));
-            md.push_str(&format!("{}: {}.\n", s.system, m.event_list()));
+            if let Step::Ok(l) = &s.load {
+                let title = format!("{}: load, closed loop", s.system);
+                let file = format!("scale-load-{}.svg", s.system);
+                let x_label = "intended start, s since the load started";
+                let y_label = "ms, per 10 s of starts";
+                timeline_chart(&dir.join(&file), &l.timeline, &title, x_label, y_label)?;
+                md.push('\n');
+                md.push_str(&image(&title, &file));
+            }
+            if let Step::Ok(m) = &s.maintenance {
+                let title = format!(
+                    "{}: paced writes through compaction and defragment",
+                    s.system
+                );
+                let file = format!("scale-maintenance-{}.svg", s.system);
+                let x_label = "intended start, s since the writer started";
+                let y_label = "ms, per second of starts";
+                timeline_chart(&dir.join(&file), &m.timeline, &title, x_label, y_label)?;
+                md.push('\n');
+                md.push_str(&image(&title, &file));
+                md.push_str(&format!("{}: {}.\n", s.system, m.event_list()));
+            }
         }
         Ok(md)
     }
@@ -1819,6 +1851,37 @@ impl Outcome for ScaleOutcome {
     }
 }
 
+/// A chart of a timeline's p99 and max into `file`.
+fn timeline_chart(
+    file: &Path,
+    timeline: &[(f64, f64, f64)],
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+) -> Result<()> {
+    let column = |pick: fn(&(f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
+        timeline.iter().map(|b| (b.0, pick(b))).collect()
+    };
+    let series = [
+        Series {
+            name: "p99".into(),
+            points: column(|b| b.1),
+        },
+        Series {
+            name: "max".into(),
+            points: column(|b| b.2),
+        },
+    ];
+    let chart = Chart {
+        title,
+        x_label,
+        y_label,
+        log_x: false,
+        series: &series,
+    };
+    line_chart(file, &chart)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1856,7 +1919,7 @@ mod tests {
             intended_s: 2.3,
             outcome: Err("timeout".into()),
         });
-        let t = timeline(&log, Duration::from_secs(1));
+        let t = timeline(paced_samples(&log), Duration::from_secs(1));
         assert_eq!(t, vec![(0.0, 0.099, 0.1), (2.0, 0.007, 0.007)]);
     }
 
