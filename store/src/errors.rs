@@ -313,6 +313,16 @@ pub fn grpc_message_too_large(found_bytes: usize, limit_bytes: usize) -> tonic::
     )
 }
 
+/// grpc-go's text for an answer over the server's send limit, which etcd
+/// sets to `math.MaxInt32` ([`crate::limits::MAX_SEND_BYTES`]); clients
+/// see this exact text with code `ResourceExhausted`.
+pub fn grpc_answer_too_large(found_bytes: usize, limit_bytes: usize) -> tonic::Status {
+    tonic::Status::new(
+        Code::ResourceExhausted,
+        format!("grpc: trying to send message larger than max ({found_bytes} vs. {limit_bytes})"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,6 +111,18 @@ impl StoredKvs {
         }
     }
 
+    /// Exactly how many bytes the key-values not taken yet encode to as a
+    /// message's repeated field: each value not read yet is read, measured
+    /// and dropped (one held at a time).
+    pub fn field_bytes(&self) -> Result<usize, EngineError> {
+        match &self.source {
+            Source::Read(values) => Ok(values.iter().map(|v| field_bytes(v.len())).sum()),
+            Source::Snapshot { view, revisions } => revisions.iter().try_fold(0, |sum, rev| {
+                Ok(sum + field_bytes(read_value(view.as_ref(), *rev)?.len()))
+            }),
+        }
+    }
+
     /// Keeps the first `n` key-values (unread ones are never read).
     pub fn truncate(&mut self, n: usize) {
         match &mut self.source {

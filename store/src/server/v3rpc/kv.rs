@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status};
 
 use crate::errors::{grpc_message_too_large, EtcdError};
 use crate::server::core::Core;
-use crate::server::v3rpc::range_answer::{RangeAnswer, RangeAnswerCodec};
+use crate::server::v3rpc::range_answer::{self, RangeAnswer, RangeAnswerCodec};
 
 use crate::auth::{self, Access, AuthInfo};
 use crate::kv::{self, validate};
@@ -106,9 +106,16 @@ impl KvService {
             })?;
             resp.header = self.core.header(resp.header.revision);
             // The range duration is observed once the values are read.
-            return Ok(RangeAnswer::Stored { resp, started });
+            return range_answer::check_send_limit(RangeAnswer::Stored { resp, started })
+                .await
+                .inspect_err(|_| {
+                    crate::metrics::global()
+                        .txn
+                        .observe_range(false, started.elapsed().as_secs_f64())
+                });
         }
-        self.decoded_range(&req, started).map(RangeAnswer::Decoded)
+        let answer = RangeAnswer::Decoded(self.decoded_range(&req, started)?);
+        range_answer::check_send_limit(answer).await
     }
 
     /// `req` read with its key-values decoded, the range duration observed

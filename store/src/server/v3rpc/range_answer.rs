@@ -21,6 +21,15 @@
 //!
 //! Worked example: two keys, count 2, revision 9: `0a <len> <header>`,
 //! `12 <len a> <stored a>`, `12 <len b> <stored b>`, `20 02` (no `more`).
+//!
+//! An answer over the send limit ([`MAX_SEND_BYTES`], etcd's
+//! `math.MaxInt32`) is refused before it is encoded, with grpc-go's
+//! `ResourceExhausted` text and the answer's exact size
+//! ([`check_send_limit`]). etcd 3.5 builds the whole answer first (a list
+//! of 8M keys of 1 KiB, 8.6 GB); the store measures it by reading each value
+//! once more, holding one at a time, when the estimate comes near the limit.
+//! Encoding never writes past the limit either (an answer the estimate
+//! misjudged fails there, with tonic's encoding error).
 
 use std::time::Instant;
 
@@ -32,6 +41,7 @@ use prost::Message;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::Status;
 
+use crate::errors::grpc_answer_too_large;
 use crate::kv::range::StoredRangeResponse;
 use crate::limits::MAX_SEND_BYTES;
 #[cfg(doc)]
@@ -123,9 +133,80 @@ impl Encoder for RangeAnswerEncoder {
 /// each).
 const TAIL_BYTES: usize = 2 * 11;
 
+/// A stored answer is measured exactly once its estimate (sampled values,
+/// [`crate::mvcc::StoredKvs::estimated_field_bytes`]) passes this share of
+/// the send limit: below it the estimate would have to be off by half.
+const MEASURE_ABOVE_LIMIT_PERCENT: usize = 50;
+
+/// `answer`, unless grpc-go would refuse to send it (over the server's
+/// limit): then its error, before anything is encoded (see the module
+/// docs). Measuring reads every value, on a blocking thread.
+pub async fn check_send_limit(answer: RangeAnswer) -> Result<RangeAnswer, Status> {
+    if let Some(decided) = decide_by_estimate(&answer, MAX_SEND_BYTES) {
+        return decided.map(|()| answer);
+    }
+    tokio::task::spawn_blocking(move || measure(&answer, MAX_SEND_BYTES).map(|()| answer))
+        .await
+        .map_err(|e| Status::internal(format!("measuring a range's answer: {e}")))?
+}
+
+/// Whether `answer` fits in `limit`, if that is clear without reading its
+/// values: a decoded answer's size is known, a stored one's estimate far
+/// below the limit is trusted.
+fn decide_by_estimate(answer: &RangeAnswer, limit: usize) -> Option<Result<(), Status>> {
+    match answer {
+        RangeAnswer::Decoded(resp) => Some(within(resp.encoded_len(), limit)),
+        RangeAnswer::Stored { resp, .. } => {
+            let estimate = stored_fixed_len(resp) + resp.kvs.estimated_field_bytes();
+            (estimate <= limit / 100 * MEASURE_ABOVE_LIMIT_PERCENT).then_some(Ok(()))
+        }
+    }
+}
+
+/// Whether `answer` fits in `limit`, its values read to measure it.
+fn measure(answer: &RangeAnswer, limit: usize) -> Result<(), Status> {
+    let len = match answer {
+        RangeAnswer::Decoded(resp) => resp.encoded_len(),
+        RangeAnswer::Stored { resp, .. } => stored_fixed_len(resp) + resp.kvs.field_bytes()?,
+    };
+    within(len, limit)
+}
+
+fn within(len: usize, limit: usize) -> Result<(), Status> {
+    if len > limit {
+        return Err(grpc_answer_too_large(len, limit));
+    }
+    Ok(())
+}
+
+/// Bytes of a stored answer's fields but its key-values.
+fn stored_fixed_len(resp: &StoredRangeResponse) -> usize {
+    let more = if resp.more {
+        encoding::bool::encoded_len(3, &resp.more)
+    } else {
+        0
+    };
+    let count = if resp.count != 0 {
+        encoding::int64::encoded_len(4, &resp.count)
+    } else {
+        0
+    };
+    encoding::message::encoded_len(1, &resp.header) + more + count
+}
+
 /// Writes `resp` as prost writes a `RangeResponse`, each key-value's
-/// stored bytes read and copied in turn; fails if a value cannot be read.
+/// stored bytes read and copied in turn; fails if a value cannot be read
+/// or the answer would pass [`MAX_SEND_BYTES`].
 fn encode_stored(resp: StoredRangeResponse, buf: &mut impl ReserveBuf) -> Result<(), Status> {
+    encode_stored_within(resp, buf, MAX_SEND_BYTES)
+}
+
+fn encode_stored_within(
+    resp: StoredRangeResponse,
+    buf: &mut impl ReserveBuf,
+    limit: usize,
+) -> Result<(), Status> {
+    let fixed = stored_fixed_len(&resp);
     let StoredRangeResponse {
         header,
         kvs,
@@ -135,10 +216,13 @@ fn encode_stored(resp: StoredRangeResponse, buf: &mut impl ReserveBuf) -> Result
     // One buffer of about the answer's size (see the module docs), never
     // more than an answer may be.
     let estimate = header.encoded_len() + kvs.estimated_field_bytes() + TAIL_BYTES;
-    buf.reserve(estimate.min(MAX_SEND_BYTES));
+    buf.reserve(estimate.min(limit));
     encoding::message::encode(1, &header, buf);
+    let mut len = fixed;
     for kv in kvs {
         let kv = kv?;
+        len += 1 + encoding::encoded_len_varint(kv.len() as u64) + kv.len();
+        within(len, limit)?;
         encoding::encode_key(2, WireType::LengthDelimited, buf);
         encoding::encode_varint(kv.len() as u64, buf);
         buf.put_slice(&kv);
@@ -283,6 +367,72 @@ mod tests {
             .expect("put");
         txn.commit(WriteBatch::new()).expect("commit");
         assert_eq!(encoded(resp), expected);
+    }
+
+    /// `req`'s stored answer with its header filled, and its encoding.
+    fn stored_answer(store: &MvccStore, req: &RangeRequest) -> (RangeAnswer, Vec<u8>) {
+        let mut resp = range_stored(store, req).expect("range");
+        resp.header = filled(resp.header);
+        let bytes = stored_bytes(store, req);
+        let started = Instant::now();
+        (RangeAnswer::Stored { resp, started }, bytes)
+    }
+
+    fn refusal(len: usize, limit: usize) -> String {
+        format!("grpc: trying to send message larger than max ({len} vs. {limit})")
+    }
+
+    #[test]
+    fn an_answer_over_the_send_limit_is_refused_with_its_exact_size() {
+        let store = store_with(&[("a", "1"), ("b", "22"), ("c", "333")]);
+        let req = RangeRequest {
+            key: b"a".to_vec(),
+            range_end: vec![0],
+            ..Default::default()
+        };
+        let (answer, bytes) = stored_answer(&store, &req);
+        let len = bytes.len();
+        // Far below the limit: the estimate decides; near it: measured.
+        assert!(matches!(decide_by_estimate(&answer, 4 * len), Some(Ok(()))));
+        assert!(decide_by_estimate(&answer, len).is_none());
+        assert!(measure(&answer, len).is_ok());
+        let refused = measure(&answer, len - 1).expect_err("over the limit");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(refused.message(), refusal(len, len - 1));
+        // A decoded answer's size is known: decided at once.
+        let decoded = RangeAnswer::Decoded(RangeResponse::decode(&bytes[..]).expect("decode"));
+        let refused = decide_by_estimate(&decoded, len - 1)
+            .expect("decided")
+            .expect_err("over the limit");
+        assert_eq!(refused.message(), refusal(len, len - 1));
+        assert!(matches!(decide_by_estimate(&decoded, len), Some(Ok(()))));
+    }
+
+    #[test]
+    fn a_large_answer_is_measured_from_its_snapshot_and_never_encoded_past_the_limit() {
+        let names: Vec<String> = (0..RANGE_VALUES_UNDER_LOCK + 10)
+            .map(|i| format!("k{i:04}"))
+            .collect();
+        let keys: Vec<(&str, &str)> = names.iter().map(|k| (k.as_str(), "value")).collect();
+        let store = store_with(&keys);
+        let req = RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            ..Default::default()
+        };
+        let (answer, bytes) = stored_answer(&store, &req);
+        let len = bytes.len();
+        assert!(measure(&answer, len).is_ok());
+        let refused = measure(&answer, len - 1).expect_err("over the limit");
+        assert_eq!(refused.message(), refusal(len, len - 1));
+        // Encoding stops at the limit instead of buffering the rest.
+        let RangeAnswer::Stored { resp, .. } = answer else {
+            unreachable!("stored")
+        };
+        let mut buf = Vec::new();
+        let limit = len / 2;
+        assert!(encode_stored_within(resp, &mut buf, limit).is_err());
+        assert!(buf.len() <= limit, "{} > {limit}", buf.len());
     }
 
     #[test]
