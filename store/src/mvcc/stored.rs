@@ -160,7 +160,7 @@ pub const SIZE_MARGIN_PERCENT: usize = 125;
 
 /// Bytes of a `len`-byte message as a repeated field: its key (one byte
 /// for the field numbers a `RangeResponse` has), its length, itself.
-fn field_bytes(len: usize) -> usize {
+pub fn field_bytes(len: usize) -> usize {
     1 + prost::encoding::encoded_len_varint(len as u64) + len
 }
 

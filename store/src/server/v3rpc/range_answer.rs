@@ -44,6 +44,7 @@ use tonic::Status;
 use crate::errors::grpc_answer_too_large;
 use crate::kv::range::StoredRangeResponse;
 use crate::limits::MAX_SEND_BYTES;
+use crate::mvcc::stored::field_bytes;
 #[cfg(doc)]
 use crate::mvcc::StoredKvs;
 
@@ -129,10 +130,6 @@ impl Encoder for RangeAnswerEncoder {
     }
 }
 
-/// Bytes `more` and `count` take at most (a key and a 10-byte varint
-/// each).
-const TAIL_BYTES: usize = 2 * 11;
-
 /// A stored answer is measured exactly once its estimate (sampled values,
 /// [`crate::mvcc::StoredKvs::estimated_field_bytes`]) passes this share of
 /// the send limit: below it the estimate would have to be off by half.
@@ -156,10 +153,9 @@ pub async fn check_send_limit(answer: RangeAnswer) -> Result<RangeAnswer, Status
 fn decide_by_estimate(answer: &RangeAnswer, limit: usize) -> Option<Result<(), Status>> {
     match answer {
         RangeAnswer::Decoded(resp) => Some(within(resp.encoded_len(), limit)),
-        RangeAnswer::Stored { resp, .. } => {
-            let estimate = stored_fixed_len(resp) + resp.kvs.estimated_field_bytes();
-            (estimate <= limit / 100 * MEASURE_ABOVE_LIMIT_PERCENT).then_some(Ok(()))
-        }
+        RangeAnswer::Stored { resp, .. } => (stored_estimated_len(resp)
+            <= limit / 100 * MEASURE_ABOVE_LIMIT_PERCENT)
+            .then_some(Ok(())),
     }
 }
 
@@ -177,6 +173,12 @@ fn within(len: usize, limit: usize) -> Result<(), Status> {
         return Err(grpc_answer_too_large(len, limit));
     }
     Ok(())
+}
+
+/// About how many bytes a stored answer encodes to: its other fields
+/// exactly, its key-values estimated from sampled values.
+fn stored_estimated_len(resp: &StoredRangeResponse) -> usize {
+    stored_fixed_len(resp) + resp.kvs.estimated_field_bytes()
 }
 
 /// Bytes of a stored answer's fields but its key-values.
@@ -206,22 +208,20 @@ fn encode_stored_within(
     buf: &mut impl ReserveBuf,
     limit: usize,
 ) -> Result<(), Status> {
-    let fixed = stored_fixed_len(&resp);
+    // One buffer of about the answer's size (see the module docs), never
+    // more than an answer may be.
+    buf.reserve(stored_estimated_len(&resp).min(limit));
+    let mut len = stored_fixed_len(&resp);
     let StoredRangeResponse {
         header,
         kvs,
         more,
         count,
     } = resp;
-    // One buffer of about the answer's size (see the module docs), never
-    // more than an answer may be.
-    let estimate = header.encoded_len() + kvs.estimated_field_bytes() + TAIL_BYTES;
-    buf.reserve(estimate.min(limit));
     encoding::message::encode(1, &header, buf);
-    let mut len = fixed;
     for kv in kvs {
         let kv = kv?;
-        len += 1 + encoding::encoded_len_varint(kv.len() as u64) + kv.len();
+        len += field_bytes(kv.len());
         within(len, limit)?;
         encoding::encode_key(2, WireType::LengthDelimited, buf);
         encoding::encode_varint(kv.len() as u64, buf);
