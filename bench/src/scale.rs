@@ -1757,9 +1757,14 @@ impl ScaleOutcome {
                 let file = format!("scale-load-{}.svg", s.system);
                 let x_label = "intended start, s since the load started";
                 let y_label = "ms, per 10 s of starts";
-                timeline_chart(&dir.join(&file), &l.timeline, &title, x_label, y_label)?;
-                md.push('\n');
-                md.push_str(&image(&title, &file));
+                md.push_str(&timeline_chart(
+                    dir,
+                    &file,
+                    &l.timeline,
+                    &title,
+                    x_label,
+                    y_label,
+                )?);
             }
             if let Step::Ok(m) = &s.maintenance {
                 let title = format!(
@@ -1769,9 +1774,14 @@ impl ScaleOutcome {
                 let file = format!("scale-maintenance-{}.svg", s.system);
                 let x_label = "intended start, s since the writer started";
                 let y_label = "ms, per second of starts";
-                timeline_chart(&dir.join(&file), &m.timeline, &title, x_label, y_label)?;
-                md.push('\n');
-                md.push_str(&image(&title, &file));
+                md.push_str(&timeline_chart(
+                    dir,
+                    &file,
+                    &m.timeline,
+                    &title,
+                    x_label,
+                    y_label,
+                )?);
                 md.push_str(&format!("{}: {}.\n", s.system, m.event_list()));
             }
         }
@@ -1857,14 +1867,16 @@ impl Outcome for ScaleOutcome {
     }
 }
 
-/// A chart of a timeline's p99 and max into `file`.
+/// A chart of a timeline's p99 and max into `file` in `dir`; the
+/// markdown that shows it.
 fn timeline_chart(
-    file: &Path,
+    dir: &Path,
+    file: &str,
     timeline: &[(f64, f64, f64)],
     title: &str,
     x_label: &str,
     y_label: &str,
-) -> Result<()> {
+) -> Result<String> {
     let column = |pick: fn(&(f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
         timeline.iter().map(|b| (b.0, pick(b))).collect()
     };
@@ -1885,7 +1897,8 @@ fn timeline_chart(
         log_x: false,
         series: &series,
     };
-    line_chart(file, &chart)
+    line_chart(&dir.join(file), &chart)?;
+    Ok(format!("\n{}", image(title, file)))
 }
 
 #[cfg(test)]
