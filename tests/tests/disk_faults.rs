@@ -20,7 +20,8 @@ use anyhow::{bail, Context, Result};
 use etcd_client::GetOptions;
 use integration_tests::client::describe_error;
 use integration_tests::disk::{
-    exited_with_failure, failing_fdatasync, SmallDisk, FULL_DISK_FREE_BYTES, SMALL_DISK_BYTES,
+    exited_with_failure, failing_fdatasync, SmallDisk, FULL_DISK_FREE_BYTES, GROWN_DISK_BYTES,
+    SMALL_DISK_BYTES,
 };
 use integration_tests::writer::{served, KeyValues, Writes};
 use integration_tests::{against_both, ClusterConfig, Server};
@@ -135,7 +136,16 @@ async fn scenario(server: Server, fault: DiskFault) -> Result<()> {
     );
 
     if let Some(disk) = disk {
+        // The member wrote until its disk was full: a Raft log segment's
+        // worth (64 MiB, preallocated) and the engine's WAL of the same
+        // values. Catching up needs a new segment, so the operator frees
+        // the filler and grows the volume, as the robustness nemesis does.
         disk.free()?;
+        eprintln!(
+            "{server:?} {fault:?}: {} bytes free on the healed disk before it grows",
+            disk.available()?
+        );
+        disk.grow(GROWN_DISK_BYTES)?;
         // Unmounted after the members are killed, before the cluster's
         // directory is removed.
         cluster.keep_disk(disk);
