@@ -228,6 +228,10 @@ pub struct ScaleArgs {
     /// Tiny run (CI): 20,000 keys of 256 bytes, 16 writers, paced writer 50/s, lists bounded by 60 s.
     #[arg(long)]
     pub smoke: bool,
+    /// Drop the kernel's page cache after each restart step's kill -9 (needs root), so the
+    /// restarted members read their files from disk, as after a node's reboot.
+    #[arg(long)]
+    pub cold_restart: bool,
     /// Same as --report: write report.md and results.json into this folder.
     #[arg(long = "out", value_name = "DIR", conflicts_with = "report")]
     pub out_dir: Option<PathBuf>,
@@ -416,6 +420,8 @@ pub struct ScaleOutcome {
     pub paced_before_s: f64,
     pub paced_after_s: f64,
     pub list_timeout_s: f64,
+    /// Whether the page cache was dropped before each restart.
+    pub cold_restart: bool,
     pub ours_bin: String,
     pub etcd_bin: String,
     /// Ours, then etcd.
@@ -433,6 +439,7 @@ struct Plan {
     seed: u64,
     progress: bool,
     steps: Vec<StepGroup>,
+    cold_restart: bool,
 }
 
 impl Plan {
@@ -458,6 +465,7 @@ impl Plan {
                 seed,
                 progress,
                 steps,
+                cold_restart: args.cold_restart,
             };
         }
         Plan {
@@ -471,6 +479,7 @@ impl Plan {
             seed,
             progress,
             steps,
+            cold_restart: args.cold_restart,
         }
     }
 }
@@ -500,6 +509,7 @@ pub async fn run(args: &ScaleArgs, seed: u64, progress: bool) -> Result<ScaleOut
         paced_before_s: plan.paced_before.as_secs_f64(),
         paced_after_s: plan.paced_after.as_secs_f64(),
         list_timeout_s: plan.list_timeout.as_secs_f64(),
+        cold_restart: plan.cold_restart,
         ours_bin: ours.bin.display().to_string(),
         etcd_bin: etcd.bin.display().to_string(),
         systems,
@@ -588,7 +598,7 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
         "restart follower",
         show,
         restarts,
-        bounded(RESTART_TIMEOUT, restart_follower(&mut cluster)),
+        bounded(RESTART_TIMEOUT, restart_follower(&mut cluster, plan)),
     )
     .await;
     let restart_all = step(
@@ -596,7 +606,7 @@ async fn run_system(spec: &ClusterSpec, plan: &Plan) -> SystemRun {
         "restart all",
         show,
         restarts,
-        bounded(RESTART_TIMEOUT, restart_all(&mut cluster)),
+        bounded(RESTART_TIMEOUT, restart_all(&mut cluster, plan)),
     )
     .await;
     let learner_join = step(
@@ -1330,9 +1340,12 @@ impl PacedWriter {
 }
 
 /// Step 9: kill -9 a follower and start it again.
-async fn restart_follower(cluster: &mut Cluster) -> Result<RestartStep> {
+async fn restart_follower(cluster: &mut Cluster, plan: &Plan) -> Result<RestartStep> {
     let i = (leader(cluster).await? + 1) % cluster.members.len();
     cluster.kill9(i);
+    if plan.cold_restart {
+        drop_page_cache()?;
+    }
     let spawned = cluster.restart(i)?;
     let ms = until_readable(cluster.members[i].client_url.clone(), spawned).await;
     Ok(RestartStep {
@@ -1343,10 +1356,13 @@ async fn restart_follower(cluster: &mut Cluster) -> Result<RestartStep> {
 }
 
 /// Step 10: kill -9 every member and start them all again.
-async fn restart_all(cluster: &mut Cluster) -> Result<RestartStep> {
+async fn restart_all(cluster: &mut Cluster, plan: &Plan) -> Result<RestartStep> {
     let n = cluster.members.len();
     for i in 0..n {
         cluster.kill9(i);
+    }
+    if plan.cold_restart {
+        drop_page_cache()?;
     }
     let mut first = None;
     for i in 0..n {
@@ -1370,6 +1386,19 @@ async fn restart_all(cluster: &mut Cluster) -> Result<RestartStep> {
         ms: ready_ms.iter().copied().fold(0.0, f64::max),
         ready_ms,
     })
+}
+
+/// Where the kernel drops its clean caches when written `3`.
+const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
+
+/// Writes dirty pages out, then drops the page cache (and the dentry and
+/// inode caches): what a killed member reads next comes from the disk, as
+/// after a reboot. Needs root.
+fn drop_page_cache() -> Result<()> {
+    // SAFETY: sync takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write(DROP_CACHES, "3\n")
+        .with_context(|| format!("writing {DROP_CACHES} for --cold-restart (needs root)"))
 }
 
 /// Step 11: a learner from nothing until promoted and serving.
@@ -1838,7 +1867,7 @@ impl Outcome for ScaleOutcome {
              kube-apiserver-style pages of {}; a count-only Range; a snapshot save; a physical Compact \
              and a Defragment of each member under an open-loop writer at {} puts/s ({:.0} s before, {:.0} s after); \
              the full list again; kill -9 and restart of one follower, then of all members (time to a \
-             linearizable Get through each restarted member); a learner added from nothing until promoted \
+             linearizable Get through each restarted member{}); a learner added from nothing until promoted \
              and serving. Lists are bounded by {:.0} s. \
              Ratio = store / etcd (lower is better except for puts/s).\n\n\
              - store: `{}`\n- etcd: `{}`\n\n",
@@ -1850,6 +1879,11 @@ impl Outcome for ScaleOutcome {
             self.paced_rate,
             self.paced_before_s,
             self.paced_after_s,
+            if self.cold_restart {
+                "; the page cache dropped after each kill -9, as after a reboot"
+            } else {
+                ""
+            },
             self.list_timeout_s,
             self.ours_bin,
             self.etcd_bin
