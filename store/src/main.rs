@@ -19,6 +19,7 @@ async fn wait_for_signal() {
 
 fn main() {
     disable_transparent_huge_pages();
+    raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,6 +56,27 @@ fn disable_transparent_huge_pages() {
     // a flag of this process.
     unsafe {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime
+/// does for every Go program since 1.19 (etcd included): the engine keeps
+/// up to its table cache's worth of files open beside the Raft log, peers,
+/// clients and watches, and a soft limit of 1024 (a login shell's default)
+/// would fail them with `EMFILE` long before the hard limit. Failing
+/// leaves the limit as it was.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
     }
 }
 

@@ -17,6 +17,8 @@
 //!   (SIGSTOP) for longer than the leader lease neither answers before a
 //!   quorum is back (it could be stale) nor fails with "request timed out":
 //!   etcd re-sends its ReadIndex until the 7 s request timeout.
+//! - A member started with a soft open-files limit below its hard one
+//!   raises it to the hard one, as Go programs such as etcd 3.6 do.
 //!
 //! Every write is recorded with the revision of its response; "caught up"
 //! means the member serves exactly those keys, values and mod revisions.
@@ -715,6 +717,51 @@ async fn an_idle_member_stays_small() {
              {MAX_IDLE_RSS_BYTES})"
         );
     }
+}
+
+/// Soft open-files limit a member is started under (a login shell's
+/// default), below the hard limit it inherits.
+const STARTED_SOFT_OPEN_FILES: u64 = 1024;
+
+/// The soft and hard open-files limits of process `pid`, as
+/// `/proc/<pid>/limits` shows them.
+fn open_files_limits(pid: &str) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find_map(|line| line.strip_prefix("Max open files"))
+        .expect("an open files line");
+    let mut fields = line.split_whitespace().map(String::from);
+    let soft = fields.next().expect("soft limit");
+    let hard = fields.next().expect("hard limit");
+    (soft, hard)
+}
+
+/// A member started with a soft open-files limit below its hard one raises
+/// it to the hard one, as every Go program does since Go 1.19 (etcd 3.6):
+/// the engine keeps up to its table cache's worth of files open beside the
+/// Raft log, peers and clients.
+#[tokio::test]
+async fn a_member_raises_its_open_files_limit_to_the_hard_one() {
+    let (_, hard) = open_files_limits("self");
+    let hard_files: u64 = hard.parse().expect("a finite hard limit");
+    let soft = STARTED_SOFT_OPEN_FILES.min(hard_files / 2);
+    let cluster = start(ClusterConfig::new(1)).await;
+    cluster
+        .terminate(0, SIGTERM_EXIT_DEADLINE)
+        .await
+        .expect("the member exits on SIGTERM");
+    let wrapper = ["prlimit", &format!("--nofile={soft}:{hard}"), "--"].map(String::from);
+    cluster
+        .restart_under(0, &wrapper)
+        .expect("restart under prlimit");
+    cluster.wait_member_ready(0).await.expect("member serves");
+    let pid = cluster.pid(0).expect("running").to_string();
+    assert_eq!(
+        open_files_limits(&pid),
+        (hard.clone(), hard.clone()),
+        "open-files limits of a member started with {soft}:{hard}"
+    );
 }
 
 /// A member stopped while 400 MiB are written catches up by snapshot, and

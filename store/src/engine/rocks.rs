@@ -169,6 +169,24 @@ const CHECKPOINT_BLOCK_CACHE_BYTES: usize = 8 * 1024 * 1024;
 /// table files, work that grows with the store.
 const CHECKPOINT_OPEN_FILES: i32 = 64;
 
+/// Table files the engine keeps open at once (RocksDB's table cache; a
+/// file beyond it is opened again when a read needs it). RocksDB's default,
+/// no bound, opens every table file when the engine opens, reading each
+/// file's footer, properties and top-level index and filter: start-up I/O
+/// that grows with the store, some 200 files at 8M keys of 1 KiB. With the
+/// page cache dropped and the disk idle that open took 62 ms; right after a
+/// put load, with compactions writing 200-350 MB/s, 1.5 s. Bounded, the
+/// open loads 16 files and the rest as reads reach them (a file written
+/// since, by a flush or compaction, still keeps its reader pinned while
+/// the cache is under a quarter full): at 8M keys with the page cache
+/// dropped a follower served 394 ms after its restart against 613 ms, the
+/// whole cluster 415 against 583 ms (docs/benchmark-history.md). Room for
+/// every file of a store at the 16 GiB default quota (64 MiB `kv` files,
+/// 4 MiB `meta` ones), whose readers then stay open; each open file holds
+/// a descriptor (the binary raises its soft limit to the hard one, as Go
+/// does for etcd).
+const ENGINE_OPEN_FILES: i32 = 1024;
+
 /// A RocksDB-backed engine.
 pub struct RocksEngine {
     db: Arc<DB>,
@@ -286,6 +304,7 @@ impl RocksEngine {
             RATE_LIMIT_FAIRNESS,
         );
         opts.set_manual_wal_flush(true);
+        opts.set_max_open_files(ENGINE_OPEN_FILES);
         // What the WAL replays at open stays in the memtables (and its WAL
         // files stay until they are flushed as usual) instead of being
         // written to new table files before the open returns: after a
