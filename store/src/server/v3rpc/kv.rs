@@ -21,13 +21,13 @@ use prost::Message;
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
-use crate::errors::{grpc_message_too_large, EtcdError};
+use crate::errors::{grpc_answer_too_large, grpc_message_too_large, EtcdError};
 use crate::server::core::Core;
 use crate::server::v3rpc::range_answer::{self, RangeAnswer, RangeAnswerCodec};
 
 use crate::auth::{self, Access, AuthInfo};
 use crate::kv::{self, validate};
-use crate::limits::GRPC_OVERHEAD_BYTES;
+use crate::limits::{GRPC_OVERHEAD_BYTES, MAX_SEND_BYTES};
 use crate::mvcc::KeyRange;
 
 /// How a range is answered.
@@ -148,6 +148,19 @@ pub fn check_transport_size(msg: &impl Message, max_request_bytes: usize) -> Res
     let len = msg.encoded_len();
     if len > limit {
         return Err(grpc_message_too_large(len, limit));
+    }
+    Ok(())
+}
+
+/// grpc-go's send limit: an answer of more than `limit_bytes` is refused
+/// with its text, as etcd's server refuses it (tonic would answer
+/// `OutOfRange` with a text of its own). A Txn's ranges are built whole,
+/// as etcd builds them; a Range is measured before it is built
+/// ([`range_answer::check_send_limit`]).
+fn check_answer_size(msg: &impl Message, limit_bytes: usize) -> Result<(), Status> {
+    let len = msg.encoded_len();
+    if len > limit_bytes {
+        return Err(grpc_answer_too_large(len, limit_bytes));
     }
     Ok(())
 }
@@ -279,15 +292,15 @@ impl Kv for KvService {
         let req = req.into_inner();
         check_transport_size(&req, self.core.config.max_request_bytes)?;
         validate::check_txn(&req, self.core.config.max_txn_ops)?;
-        if is_txn_read_only(&req) {
-            let mut resp = self.read_only_txn(&by, &req).await?;
-            self.core.fill(&mut resp.header);
-            return Ok(Response::new(resp));
-        }
-        self.check_size(&req)?;
-        self.core.check_quota(txn_cost(&req)).await?;
-        let mut resp = self.core.txn(by, req).await?;
+        let mut resp = if is_txn_read_only(&req) {
+            self.read_only_txn(&by, &req).await?
+        } else {
+            self.check_size(&req)?;
+            self.core.check_quota(txn_cost(&req)).await?;
+            self.core.txn(by, req).await?
+        };
         self.core.fill(&mut resp.header);
+        check_answer_size(&resp, MAX_SEND_BYTES)?;
         Ok(Response::new(resp))
     }
 
@@ -378,5 +391,52 @@ impl UnaryService<RangeRequest> for RangeMethod {
     fn call(&mut self, req: Request<RangeRequest>) -> Self::Future {
         let service = self.0.clone();
         Box::pin(async move { service.range_answer(req).await.map(Response::new) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use etcd_proto::etcdserverpb::response_op::Response as OpAnswer;
+    use etcd_proto::etcdserverpb::ResponseOp;
+    use etcd_proto::mvccpb::KeyValue;
+
+    use super::*;
+
+    /// A Txn answer whose one range holds `values` values of 100 bytes.
+    fn txn_answer(values: usize) -> TxnResponse {
+        let kvs = (0..values)
+            .map(|i| KeyValue {
+                key: format!("k{i}").into_bytes(),
+                value: vec![b'v'; 100],
+                ..Default::default()
+            })
+            .collect();
+        TxnResponse {
+            succeeded: true,
+            responses: vec![ResponseOp {
+                response: Some(OpAnswer::ResponseRange(RangeResponse {
+                    kvs,
+                    count: values as i64,
+                    ..Default::default()
+                })),
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_answer_over_the_send_limit_gets_grpc_gos_text_with_its_size() {
+        let answer = txn_answer(10);
+        let len = answer.encoded_len();
+        assert!(check_answer_size(&answer, len).is_ok(), "at the limit");
+        let refused = check_answer_size(&answer, len - 1).expect_err("one byte over");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            refused.message(),
+            format!(
+                "grpc: trying to send message larger than max ({len} vs. {})",
+                len - 1
+            )
+        );
     }
 }
