@@ -21,7 +21,7 @@ use prost::Message;
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
-use crate::errors::{grpc_answer_too_large, grpc_message_too_large, EtcdError};
+use crate::errors::{grpc_message_too_large, EtcdError};
 use crate::server::core::Core;
 use crate::server::v3rpc::range_answer::{self, RangeAnswer, RangeAnswerCodec};
 
@@ -148,19 +148,6 @@ pub fn check_transport_size(msg: &impl Message, max_request_bytes: usize) -> Res
     let len = msg.encoded_len();
     if len > limit {
         return Err(grpc_message_too_large(len, limit));
-    }
-    Ok(())
-}
-
-/// grpc-go's send limit: an answer of more than `limit_bytes` is refused
-/// with its text, as etcd's server refuses it (tonic would answer
-/// `OutOfRange` with a text of its own). A Txn's ranges are built whole,
-/// as etcd builds them; a Range is measured before it is built
-/// ([`range_answer::check_send_limit`]).
-fn check_answer_size(msg: &impl Message, limit_bytes: usize) -> Result<(), Status> {
-    let len = msg.encoded_len();
-    if len > limit_bytes {
-        return Err(grpc_answer_too_large(len, limit_bytes));
     }
     Ok(())
 }
@@ -300,7 +287,9 @@ impl Kv for KvService {
             self.core.txn(by, req).await?
         };
         self.core.fill(&mut resp.header);
-        check_answer_size(&resp, MAX_SEND_BYTES)?;
+        // Built whole, as etcd builds it; a Range is measured before it is
+        // built (range_answer::check_send_limit).
+        range_answer::within_send_limit(resp.encoded_len(), MAX_SEND_BYTES)?;
         Ok(Response::new(resp))
     }
 
@@ -428,8 +417,11 @@ mod tests {
     fn an_answer_over_the_send_limit_gets_grpc_gos_text_with_its_size() {
         let answer = txn_answer(10);
         let len = answer.encoded_len();
-        assert!(check_answer_size(&answer, len).is_ok(), "at the limit");
-        let refused = check_answer_size(&answer, len - 1).expect_err("one byte over");
+        assert!(
+            range_answer::within_send_limit(len, len).is_ok(),
+            "at the limit"
+        );
+        let refused = range_answer::within_send_limit(len, len - 1).expect_err("one byte over");
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             refused.message(),

@@ -152,7 +152,7 @@ pub async fn check_send_limit(answer: RangeAnswer) -> Result<RangeAnswer, Status
 /// below the limit is trusted.
 fn decide_by_estimate(answer: &RangeAnswer, limit: usize) -> Option<Result<(), Status>> {
     match answer {
-        RangeAnswer::Decoded(resp) => Some(within(resp.encoded_len(), limit)),
+        RangeAnswer::Decoded(resp) => Some(within_send_limit(resp.encoded_len(), limit)),
         RangeAnswer::Stored { resp, .. } => (stored_estimated_len(resp)
             <= limit / 100 * MEASURE_ABOVE_LIMIT_PERCENT)
             .then_some(Ok(())),
@@ -165,10 +165,14 @@ fn measure(answer: &RangeAnswer, limit: usize) -> Result<(), Status> {
         RangeAnswer::Decoded(resp) => resp.encoded_len(),
         RangeAnswer::Stored { resp, .. } => stored_fixed_len(resp) + resp.kvs.field_bytes()?,
     };
-    within(len, limit)
+    within_send_limit(len, limit)
 }
 
-fn within(len: usize, limit: usize) -> Result<(), Status> {
+/// grpc-go's send check: an answer of `len` bytes over `limit` is refused
+/// with its `ResourceExhausted` text, as etcd's server refuses it (tonic
+/// would answer `OutOfRange` with a text of its own). A Txn's answer is
+/// built whole, as etcd builds it, and checked here before it is sent.
+pub fn within_send_limit(len: usize, limit: usize) -> Result<(), Status> {
     if len > limit {
         return Err(grpc_answer_too_large(len, limit));
     }
@@ -222,7 +226,7 @@ fn encode_stored_within(
     for kv in kvs {
         let kv = kv?;
         len += field_bytes(kv.len());
-        within(len, limit)?;
+        within_send_limit(len, limit)?;
         encoding::encode_key(2, WireType::LengthDelimited, buf);
         encoding::encode_varint(kv.len() as u64, buf);
         buf.put_slice(&kv);
@@ -334,21 +338,28 @@ mod tests {
         assert_eq!((first.value.as_slice(), first.version), (&b"444"[..], 2));
     }
 
-    #[test]
-    fn a_large_stored_answer_reads_from_a_snapshot_that_later_writes_miss() {
-        let names: Vec<String> = (0..RANGE_VALUES_UNDER_LOCK + 44)
-            .map(|i| format!("k{i:04}"))
-            .collect();
-        let keys: Vec<(&str, &str)> = names.iter().map(|k| (k.as_str(), "old")).collect();
-        let store = store_with(&keys);
+    /// A store of `count` keys (`k0000`, `k0001`, ...) holding `value`, and
+    /// a Range of all of them: more than [`RANGE_VALUES_UNDER_LOCK`], so
+    /// the answer reads its values from an engine snapshot.
+    fn large_range(count: usize, value: &str) -> (MvccStore, RangeRequest) {
+        assert!(count > RANGE_VALUES_UNDER_LOCK, "a large range");
+        let names: Vec<String> = (0..count).map(|i| format!("k{i:04}")).collect();
+        let keys: Vec<(&str, &str)> = names.iter().map(|k| (k.as_str(), value)).collect();
         let req = RangeRequest {
             key: b"k".to_vec(),
             range_end: b"l".to_vec(),
             ..Default::default()
         };
+        (store_with(&keys), req)
+    }
+
+    #[test]
+    fn a_large_stored_answer_reads_from_a_snapshot_that_later_writes_miss() {
+        let count = RANGE_VALUES_UNDER_LOCK + 44;
+        let (store, req) = large_range(count, "old");
         let expected = decoded_bytes(&store, &req);
         let resp = range_stored(&store, &req).expect("range");
-        assert_eq!(resp.kvs.len(), keys.len());
+        assert_eq!(resp.kvs.len(), count);
         // Alike values: the estimate covers the answer, within its margin.
         let estimate = resp.kvs.estimated_field_bytes();
         assert!(
@@ -410,16 +421,7 @@ mod tests {
 
     #[test]
     fn a_large_answer_is_measured_from_its_snapshot_and_never_encoded_past_the_limit() {
-        let names: Vec<String> = (0..RANGE_VALUES_UNDER_LOCK + 10)
-            .map(|i| format!("k{i:04}"))
-            .collect();
-        let keys: Vec<(&str, &str)> = names.iter().map(|k| (k.as_str(), "value")).collect();
-        let store = store_with(&keys);
-        let req = RangeRequest {
-            key: b"k".to_vec(),
-            range_end: b"l".to_vec(),
-            ..Default::default()
-        };
+        let (store, req) = large_range(RANGE_VALUES_UNDER_LOCK + 10, "value");
         let (answer, bytes) = stored_answer(&store, &req);
         let len = bytes.len();
         assert!(measure(&answer, len).is_ok());
