@@ -46,6 +46,17 @@
 //!   the start of every new segment, so removing old segments never loses
 //!   them: whatever was last written is in a remaining segment.
 //!
+//! Every write ends on a page boundary ([`WRITE_PAGE_BYTES`]): the records,
+//! then zeros to the end of their last page, which is what the segment
+//! holds there already. The segment's zeros were written past the page
+//! cache, so a write that ended inside a page the kernel did not hold made
+//! it read that page from the disk first, to keep the page's rest: one
+//! synchronous read per append, inside the `pwrite` of a runtime thread
+//! (0.45 ms on average and up to 28 ms under a put load, measured). A write
+//! that starts inside a page starts in the one the previous append left in
+//! the page cache. The log's offset moves past the records only: the next
+//! append overwrites the padding.
+//!
 //! The owner decides when old segments may go ([`Wal::remove_segments_before`])
 //! and syncs ([`Wal::current_file`]); this module knows nothing of Raft.
 
@@ -65,6 +76,9 @@ use crate::removal::remove_if_present;
 
 /// File name suffix of a segment.
 const SEGMENT_SUFFIX: &str = ".seg";
+/// Writes are padded with zeros to a multiple of this offset (the page
+/// cache's page and ext4's block), so none leaves a page partly written.
+const WRITE_PAGE_BYTES: u64 = 4096;
 /// The next segment, being prepared ([`prepare_segment`]); a leftover is
 /// removed at open.
 const SPARE_NAME: &str = "next.spare";
@@ -375,16 +389,21 @@ impl Wal {
         if header.is_empty() {
             return Ok(());
         }
-        self.write(&header)
+        self.write(&mut header)
     }
 
-    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes `bytes` at the offset, followed by zeros to the end of the
+    /// last page they reach (within the segment's allocated size), and
+    /// moves the offset past `bytes` only; `bytes` is left as it was given.
+    fn write(&mut self, bytes: &mut Vec<u8>) -> io::Result<()> {
+        let len = bytes.len();
+        let end = self.offset + len as u64;
+        bytes.resize(len + padding(end, self.options.segment_bytes), 0);
         let segment = &self.segments[&self.current];
-        segment
-            .file
-            .write_all_at(bytes, self.offset)
-            .map_err(at(&segment.path))?;
-        self.offset += bytes.len() as u64;
+        let written = segment.file.write_all_at(bytes, self.offset);
+        bytes.truncate(len);
+        written.map_err(at(&segment.path))?;
+        self.offset = end;
         Ok(())
     }
 
@@ -404,7 +423,7 @@ impl Wal {
         {
             self.roll()?;
         }
-        let mut bytes = Vec::with_capacity(needed);
+        let mut bytes = Vec::with_capacity(needed + WRITE_PAGE_BYTES as usize);
         let mut locations = Vec::with_capacity(records.len());
         for (kind, payload) in records {
             let offset = self.offset + bytes.len() as u64 + frame::HEADER_BYTES as u64 + 1;
@@ -418,7 +437,7 @@ impl Wal {
                 self.sticky.insert(*kind, payload.to_vec());
             }
         }
-        self.write(&bytes)?;
+        self.write(&mut bytes)?;
         if self.offset > self.options.segment_bytes / 2 {
             self.prepare_spare();
         }
@@ -586,6 +605,17 @@ fn prepare_segment(path: &Path, bytes: u64) -> io::Result<File> {
     zeros.finish()?;
     file.sync_all()?;
     Ok(file)
+}
+
+/// Zeros to write after a write that ends at `end`: up to the next page
+/// boundary, or none if that is past `allocated` (the file would grow).
+fn padding(end: u64, allocated: u64) -> usize {
+    let page_end = end.next_multiple_of(WRITE_PAGE_BYTES);
+    if page_end > allocated {
+        return 0;
+    }
+    // Less than one page.
+    (page_end - end) as usize
 }
 
 /// Distinguishes the names [`unique_name`] gives in this process.

@@ -135,6 +135,69 @@ fn the_next_segment_is_prepared_zeroed_once_half_is_used_and_taken_when_the_log_
 }
 
 #[test]
+fn writes_end_on_a_page_boundary_and_the_next_append_overwrites_the_padding() {
+    // Three pages per segment, so padding happens (the other tests' segments
+    // are smaller than a page and are never padded).
+    let segment_bytes = 3 * WRITE_PAGE_BYTES;
+    let options = WalOptions {
+        segment_bytes,
+        sticky_kinds: vec![STICKY],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut wal = Wal::open(dir.path(), options.clone(), &mut |_, _, _| Ok(())).unwrap();
+    let mut written = Vec::new();
+    for i in 0..40u32 {
+        // Sizes that end anywhere in a page, some crossing into the next.
+        let p = vec![b'a' + (i % 26) as u8; 100 + (i as usize * 397) % 3000];
+        let framed = (frame::HEADER_BYTES + 1 + p.len()) as u64;
+        if wal.offset + framed <= segment_bytes {
+            // Bytes other than zeros after the log's end, up to its page's
+            // end, so that only the padding can leave zeros there (not
+            // before a roll, which would leave them in the older segment).
+            let page_end = wal.offset.next_multiple_of(WRITE_PAGE_BYTES);
+            let garbage = vec![0xee; (page_end - wal.offset) as usize];
+            (wal.segments[&wal.current_segment()].file)
+                .write_all_at(&garbage, wal.offset)
+                .unwrap();
+        }
+        let at = wal.append(&[(PLAIN, &p)]).unwrap()[0];
+        written.push(p.clone());
+        let segment = wal.segments[&wal.current_segment()].path.clone();
+        let file = read_file(&segment);
+        // The file never grows past its allocation for the padding.
+        assert_eq!(file.len() as u64, segment_bytes, "after record {i}");
+        // The record is where the log says, and the log's end is its end.
+        let start = at.offset as usize;
+        assert_eq!(&file[start..start + p.len()], &p[..]);
+        assert_eq!(wal.offset, at.offset + p.len() as u64);
+        // What follows up to the page's end is zeros again (the clean end).
+        let page_end = wal.offset.next_multiple_of(WRITE_PAGE_BYTES) as usize;
+        assert!(file[wal.offset as usize..page_end].iter().all(|b| *b == 0));
+    }
+    assert!(wal.segment_count() > 3, "{wal:?}");
+    drop(wal);
+    let mut seen = Vec::new();
+    Wal::open(dir.path(), options, &mut |_, payload, _| {
+        seen.push(payload.to_vec());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, written);
+}
+
+#[test]
+fn padding_stops_at_the_allocated_end() {
+    let page = WRITE_PAGE_BYTES;
+    assert_eq!(padding(0, 2 * page), 0);
+    assert_eq!(padding(1, 2 * page), page as usize - 1);
+    assert_eq!(padding(page, 2 * page), 0);
+    assert_eq!(padding(page + 10, 2 * page), page as usize - 10);
+    // The next page boundary is past the allocation: no padding.
+    assert_eq!(padding(2 * page + 10, 2 * page), 0);
+    assert_eq!(padding(100, 256), 0);
+}
+
+#[test]
 fn a_spare_left_behind_is_removed_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let spare = dir.path().join(SPARE_NAME);
