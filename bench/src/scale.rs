@@ -62,7 +62,7 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -114,6 +114,12 @@ pub const KEY_SIZE: usize = 32;
 const CLIENTS_PER_CONN: usize = 16;
 /// Longest the load may issue Puts (each is bounded by [`OP_TIMEOUT`] on top).
 const LOAD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Failed load Puts after which the writers stop and the load step fails:
+/// the key space is then not the one the later steps are meant to measure,
+/// and its rate not a rate of writes. A system past its quota answers every
+/// Put with NOSPACE (etcd past its 2 GiB default spent 11 minutes answering
+/// 6.4M of them, and the report showed their rate beside the keys written).
+const MAX_LOAD_FAILURES: u64 = 1_000;
 /// Bound of the size measurements (directory walks and a Status).
 const SIZES_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest Range answer the list client accepts, in bytes (4 GiB; gRPC's
@@ -736,6 +742,7 @@ async fn load(cluster: &Cluster, plan: &Plan) -> Result<LoadStep> {
     let stop = Stop::new(Some(plan.keys), Some(LOAD_TIMEOUT));
     let label = format!("scale load {}", cluster.label);
     let pacer = Arc::new(Pacer::new(None, stop, plan.progress, &label));
+    let failures = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let tasks = (0..plan.clients)
         .map(|c| {
@@ -746,6 +753,7 @@ async fn load(cluster: &Cluster, plan: &Plan) -> Result<LoadStep> {
                 rng,
                 value_size: plan.value_size,
                 pacer: pacer.clone(),
+                failures: failures.clone(),
                 samples: Vec::new(),
             };
             tokio::spawn(loader.run())
@@ -762,6 +770,14 @@ async fn load(cluster: &Cluster, plan: &Plan) -> Result<LoadStep> {
     let elapsed = started.elapsed();
     if puts.ok() == 0 {
         bail!("no Put succeeded ({} failed)", puts.errors());
+    }
+    if puts.errors() >= MAX_LOAD_FAILURES {
+        let (msg, n) = puts.most_common_error().unwrap_or(("", 0));
+        bail!(
+            "stopped after {} failed Puts ({} written); {n} of them: {msg}",
+            puts.errors(),
+            puts.ok()
+        );
     }
     let samples = samples
         .iter()
@@ -787,20 +803,27 @@ impl LoadSample {
     }
 }
 
-/// One load writer: the keys of the tickets it draws, each on the next connection.
+/// One load writer: the keys of the tickets it draws, each on the next
+/// connection, until the tickets run out or the writers together have seen
+/// [`MAX_LOAD_FAILURES`] Puts fail.
 struct Loader {
     kvs: Vec<KvClient>,
     turn: usize,
     rng: StdRng,
     value_size: usize,
     pacer: Arc<Pacer>,
+    /// Failed Puts of all the writers.
+    failures: Arc<AtomicU64>,
     samples: Vec<LoadSample>,
 }
 
 impl Loader {
     async fn run(mut self) -> (Recorder, Vec<LoadSample>) {
         let mut rec = Recorder::new();
-        while let Some(t) = self.pacer.next().await {
+        while self.failures.load(Ordering::Relaxed) < MAX_LOAD_FAILURES {
+            let Some(t) = self.pacer.next().await else {
+                break;
+            };
             let conn = self.turn % self.kvs.len();
             self.turn = conn + 1;
             let value = random_value(&mut self.rng, self.value_size);
@@ -815,8 +838,14 @@ impl Loader {
                         latency_us: u32::try_from(latency.as_micros()).unwrap_or(u32::MAX),
                     });
                 }
-                Ok(Err(e)) => rec.error(e),
-                Err(_) => rec.error("timeout"),
+                Ok(Err(e)) => {
+                    rec.error(e);
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    rec.error("timeout");
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                }
             }
             self.pacer.done();
         }

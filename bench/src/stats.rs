@@ -92,6 +92,15 @@ impl Recorder {
         self.errors.values().sum()
     }
 
+    /// The message most failures had, with their number (the first in
+    /// message order among equals); None without failures.
+    pub fn most_common_error(&self) -> Option<(&str, u64)> {
+        self.errors
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(msg, n)| (msg.as_str(), *n))
+    }
+
     /// The serialisable summary of this recorder, named `name`.
     pub fn result(&self, name: &str, elapsed: Duration) -> OpResult {
         OpResult {
@@ -252,6 +261,18 @@ mod tests {
             .windows(2)
             .all(|w| w[0].latency_ms <= w[1].latency_ms));
         assert_eq!(res.cdf.last().unwrap().quantile, 1.0);
+    }
+
+    #[test]
+    fn the_most_common_error_is_the_one_counted_most() {
+        let mut r = Recorder::new();
+        assert_eq!(r.most_common_error(), None);
+        r.error_n("timeout", 2);
+        r.error_n("database space exceeded", 5);
+        r.error_n("another", 5);
+        assert_eq!(r.most_common_error(), Some(("another", 5)));
+        r.error("database space exceeded");
+        assert_eq!(r.most_common_error(), Some(("database space exceeded", 6)));
     }
 
     #[test]
