@@ -239,6 +239,23 @@ struct Progress {
     created: AtomicUsize,
     events: AtomicUsize,
     stop: AtomicBool,
+    /// The first reader failure: a wait stops on it at once instead of
+    /// timing out on a counter no reader moves any more.
+    failure: std::sync::Mutex<Option<String>>,
+}
+
+impl Progress {
+    fn fail(&self, error: &anyhow::Error) {
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.get_or_insert_with(|| format!("{error:#}"));
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// Reads `stream` until `progress.stop` is set. Created responses are
@@ -255,24 +272,47 @@ fn spawn_reader(
     tokio::spawn(async move {
         let mut pending = pending.into_iter();
         let mut seen = SeenByWatcher::new();
-        while !progress.stop.load(Ordering::SeqCst) {
-            let response = match timeout(READ_POLL, stream.message()).await {
-                Err(_) => continue,
-                Ok(Err(error)) => bail!("{what}: stream failed: {}", describe_error(&error)),
-                Ok(Ok(None)) => bail!("{what}: stream ended"),
-                Ok(Ok(Some(response))) => response,
-            };
-            record(
-                &what,
-                response,
-                &mut pending,
-                &mut ids,
-                &mut seen,
-                &progress,
-            )?;
+        let read = async {
+            while !progress.stop.load(Ordering::SeqCst) {
+                let response = match timeout(READ_POLL, stream.message()).await {
+                    Err(_) => continue,
+                    Ok(Err(error)) => bail!(
+                        "{what}: stream failed: {} ({})",
+                        describe_error(&error),
+                        error_chain(&error)
+                    ),
+                    Ok(Ok(None)) => bail!("{what}: stream ended"),
+                    Ok(Ok(Some(response))) => response,
+                };
+                record(
+                    &what,
+                    response,
+                    &mut pending,
+                    &mut ids,
+                    &mut seen,
+                    &progress,
+                )?;
+            }
+            Ok(())
+        };
+        if let Err(error) = read.await {
+            progress.fail(&error);
+            return Err(error);
         }
         Ok(seen)
     })
+}
+
+/// The causes of `error`, outermost first: which side of the connection
+/// ended it and why (an h2 error's reason, an I/O error).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut causes = Vec::new();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        causes.push(format!("{e} [{e:?}]"));
+        cause = e.source();
+    }
+    causes.join(" <- ")
 }
 
 fn record(
@@ -328,20 +368,43 @@ fn record(
 /// Waits until `counter` reaches `target`, failing after `deadline`.
 async fn wait_count(
     what: &str,
-    counter: &AtomicUsize,
+    progress: &Progress,
+    counter: fn(&Progress) -> &AtomicUsize,
     target: usize,
     deadline: Duration,
 ) -> Result<()> {
     let start = Instant::now();
     loop {
-        let now = counter.load(Ordering::SeqCst);
+        let now = counter(progress).load(Ordering::SeqCst);
         if now >= target {
             return Ok(());
+        }
+        if let Some(failure) = progress.failure() {
+            bail!("{what}: {now} of {target}, and a reader stopped: {failure}");
         }
         if start.elapsed() >= deadline {
             bail!("{what}: {now} of {target} within {deadline:?}");
         }
         sleep(READ_POLL).await;
+    }
+}
+
+/// The server's watch gauges (`etcd_debugging_mvcc_watcher_total` and
+/// `etcd_debugging_mvcc_watch_stream_total` of its `/metrics`) for a failure
+/// message: they tell a server that stopped taking create requests from a
+/// client that stopped reading the answers.
+async fn watch_gauges(endpoint: &str) -> String {
+    match integration_tests::http::get(&format!("{endpoint}/metrics")).await {
+        Ok(metrics) => metrics
+            .body
+            .lines()
+            .filter(|line| {
+                line.starts_with("etcd_debugging_mvcc_watcher_total")
+                    || line.starts_with("etcd_debugging_mvcc_watch_stream_total")
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(error) => format!("unknown ({error:#})"),
     }
 }
 
@@ -473,13 +536,18 @@ async fn many_watchers(server: Server, streams: usize) {
                     .with_context(|| format!("sending the create request of watcher {w}"))??;
             }
         }
-        wait_count(
+        let created = wait_count(
             "created responses",
-            &progress.created,
+            &progress,
+            |p| &p.created,
             WATCHERS,
             CREATE_TIMEOUT,
         )
-        .await?;
+        .await;
+        if let Err(error) = created {
+            let gauges = watch_gauges(&cluster.endpoint(0)).await;
+            return Err(error.context(format!("the server's gauges: {gauges}")));
+        }
         let created = began.elapsed();
 
         let (acked, latencies) = timeout(
@@ -518,7 +586,8 @@ async fn many_watchers(server: Server, streams: usize) {
         );
         wait_count(
             "events delivered",
-            &progress.events,
+            &progress,
+            |p| &p.events,
             total,
             DELIVERY_TIMEOUT,
         )
@@ -699,7 +768,8 @@ async fn stalled_reader_does_not_block_writes_or_other_watchers(server: Server) 
         );
         wait_count(
             "created response of the live watcher",
-            &live_progress.created,
+            &live_progress,
+            |p| &p.created,
             1,
             RESPONSE_TIMEOUT,
         )
@@ -743,7 +813,8 @@ async fn stalled_reader_does_not_block_writes_or_other_watchers(server: Server) 
         // The live watcher gets everything while the other stream is stalled.
         wait_count(
             "events of the live watcher while the other stream is stalled",
-            &live_progress.events,
+            &live_progress,
+            |p| &p.events,
             acked.len(),
             LIVE_DELIVERY_TIMEOUT,
         )
@@ -793,7 +864,8 @@ async fn stalled_reader_does_not_block_writes_or_other_watchers(server: Server) 
         );
         wait_count(
             "events of the stalled stream after it is read again",
-            &stalled_progress.events,
+            &stalled_progress,
+            |p| &p.events,
             acked.len() * STALLED_WATCHERS,
             CATCH_UP_TIMEOUT,
         )
