@@ -29,6 +29,7 @@
 //! | `server::quota` | `QUOTA_SIZE_REFRESH` |
 //! | `server::lease` | `EXPIRY_CHECK_INTERVAL`, `MAX_REVOKES_PER_CHECK`, `KEEPALIVE_OUTPUT_QUEUE`, `LEASE_OVERHEAD_BYTES` |
 //! | `server::watch` | `STREAM_OUTPUT_QUEUE`, `DEFAULT_PROGRESS_NOTIFY_INTERVAL`, `CATCH_UP_EVENTS_PER_STEP`, `NO_LEADER_ELECTION_TIMEOUTS` |
+//! | `server::inbound` | `INBOUND_QUEUE_BYTES` (requests of a Watch or LeaseKeepAlive stream read ahead) |
 //! | `server::auth` | `AUTHENTICATE_ATTEMPTS` |
 //! | `server::maintenance` | `SNAPSHOT_STREAM_CHUNK_BYTES` |
 //! | `server::json_gateway` | `JSON_SLACK_BYTES` (with `max_body_bytes`), `stream::REQUEST_QUEUE` |

@@ -31,6 +31,7 @@ mod move_leader;
 mod range_stream;
 mod raw_grpc_differential;
 mod robustness;
+mod stream_bursts;
 mod tls;
 mod upgrade;
 mod versions;

@@ -19,6 +19,21 @@
 //! the limit waits for a stream to end before it opens another (for watches,
 //! forever).
 //!
+//! HTTP/2 receive windows: [`CLIENT_STREAM_WINDOW_BYTES`] per stream and
+//! [`CLIENT_CONNECTION_WINDOW_BYTES`] per connection (hyper's defaults: 1 MiB
+//! each). h2 closes a connection (GOAWAY `ENHANCE_YOUR_CALM`,
+//! `too_many_data_frames`) once the small DATA frames it holds unread cost
+//! more than half the connection window, each frame under 256 bytes costing
+//! 256 minus its size. gRPC clients send one small frame per message (a
+//! lease renewal is 15 bytes, a watch create ~20-40), and h2 takes in what
+//! the socket holds before any stream task reads it: a burst of 10,000
+//! creates on one stream, 200 KB inside hyper's 1 MiB stream window,
+//! closed the connection and every stream on it. With these windows one
+//! stream's full window of 15-byte messages costs ~4 MiB of the 16 MiB
+//! budget (of 7-byte messages, the smallest a client sends, ~9 MiB), and
+//! streaming services read their requests ahead of their answers
+//! ([`crate::server::v3rpc::inbound`]), so frames do not stay unread.
+//!
 //! Each request carries the connection's peer as `ConnectInfo<L::Addr>`,
 //! as `into_make_service_with_connect_info` does. On shutdown the listener
 //! stops accepting, open connections are asked to finish (HTTP/2 GOAWAY)
@@ -40,7 +55,15 @@ use crate::config::GrpcServerOptions;
 use crate::server::transport::authority_repair::AuthorityRepair;
 use crate::server::transport::grpc_dispatch::GrpcServices;
 
-/// The connection builder with the keepalive settings and stream limit applied.
+/// HTTP/2 receive window of a client stream, bytes (see the module docs).
+pub const CLIENT_STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+
+/// HTTP/2 receive window of a client connection, bytes: h2 allows half of
+/// it as the cost of unread small DATA frames (see the module docs).
+pub const CLIENT_CONNECTION_WINDOW_BYTES: u32 = 32 * 1024 * 1024;
+
+/// The connection builder with the keepalive settings, stream limit and
+/// windows applied.
 fn builder(options: GrpcServerOptions) -> Builder<TokioExecutor> {
     let mut builder = Builder::new(TokioExecutor::new());
     let pinging = !options.interval.is_zero() && !options.timeout.is_zero();
@@ -49,7 +72,9 @@ fn builder(options: GrpcServerOptions) -> Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .keep_alive_interval(pinging.then_some(options.interval))
         .keep_alive_timeout(options.timeout)
-        .max_concurrent_streams(options.max_concurrent_streams);
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CLIENT_CONNECTION_WINDOW_BYTES);
     builder
 }
 

@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::errors::EtcdError;
 use crate::lease::{Lessor, MAX_LEASE_TTL_SECONDS};
 use crate::server::core::Core;
+use crate::server::v3rpc::inbound::Inbound;
 
 /// How often the leader looks for expired leases (etcd: 500 ms).
 pub const EXPIRY_CHECK_INTERVAL: Duration = Duration::from_millis(500);
@@ -103,7 +104,7 @@ impl Lease for LeaseService {
         &self,
         req: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
-        let mut requests = req.into_inner();
+        let mut requests = Inbound::spawn(req.into_inner());
         let (tx, rx) = mpsc::channel(KEEPALIVE_OUTPUT_QUEUE);
         let core = self.core.clone();
         tokio::spawn(async move {

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod cluster;
 pub mod concurrency;
 pub mod election;
+pub mod inbound;
 pub mod kv;
 pub mod lease;
 pub mod lock;

@@ -20,6 +20,7 @@ use crate::errors::{EtcdError, WatchCancelReason};
 use crate::metrics::{self, GaugeGuard};
 use crate::mvcc::{KeyRange, MvccError, MvccStore, PrevKvInterest};
 use crate::server::core::Core;
+use crate::server::v3rpc::inbound::Inbound;
 use crate::watch::hub::{HubReceiver, Lagged, RevisionEvents, WatchHub};
 
 /// Events read from storage per catch-up step: bounds the memory and the
@@ -127,7 +128,7 @@ pub async fn run(
         processed,
         config,
     };
-    if let Err(End::Fail(status)) = session.serve(requests).await {
+    if let Err(End::Fail(status)) = session.serve(Inbound::spawn(requests)).await {
         let _ = out.send(Err(status)).await;
     }
 }
@@ -144,7 +145,7 @@ struct Session {
 }
 
 impl Session {
-    async fn serve(&mut self, mut requests: Streaming<WatchRequest>) -> Result<(), End> {
+    async fn serve(&mut self, mut requests: Inbound<WatchRequest>) -> Result<(), End> {
         let mut progress = tokio::time::interval_at(
             Instant::now() + self.config.progress_interval,
             self.config.progress_interval,
