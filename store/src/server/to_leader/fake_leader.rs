@@ -28,6 +28,9 @@ pub enum StreamMode {
     Answer,
     /// The first message ends the stream with an error, unanswered.
     HangUp,
+    /// As a leader that stops: the stream ends cleanly (OK) after the first
+    /// message arrives, which it does not serve.
+    Stop,
     /// The stream never opens: the call does not answer.
     Stall,
 }
@@ -158,6 +161,11 @@ impl RaftPeer for FakeLeader {
                 requests
                     .take(1)
                     .map(|_| Err(Status::unavailable("hung up"))),
+            ))),
+            // Ends once the first message has arrived, so that the follower
+            // owes it an answer; the message is not served.
+            StreamMode::Stop => Ok(Response::new(Box::pin(
+                requests.take(1).filter_map(|_| std::future::ready(None)),
             ))),
         }
     }

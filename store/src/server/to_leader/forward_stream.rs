@@ -16,8 +16,17 @@
 //! - [`ForwardStreams::ask`] answers `None` only when the batch was not
 //!   sent: no stream could be opened, or it had ended; the caller then
 //!   makes the unary call, whose own failure says whether to retry.
-//! - a stream that ends while batches are out answers each with etcd's
+//! - a stream that fails while batches are out answers each with etcd's
 //!   "timed out due to connection lost": they may have been applied;
+//! - a stream the leader ends cleanly (OK status) has answered every batch
+//!   it took: a leader that stops takes no more messages, finishes the ones
+//!   it serves, answers them and then ends the stream. A batch still owed an
+//!   answer then never reached the leader's service (it was in flight, or
+//!   waiting in h2, when the leader stopped taking) and is answered
+//!   [`ForwardError::NotLeader`]: sent again once a leader is known. Without
+//!   this, each rolling restart of a leader failed the writes a follower
+//!   was forwarding at that moment with "request timed out, possibly due to
+//!   connection lost" though none had been applied;
 //! - a batch not answered within its timeout gets the same error, as a
 //!   unary call past its deadline does.
 //!
@@ -81,6 +90,21 @@ pub fn encode_reply(id: u64, reply: &Reply) -> RaftMessage {
 
 fn lost() -> ForwardError {
     ForwardError::Etcd(EtcdError::TimeoutDueToConnectionLost)
+}
+
+/// The answer to a batch the leader never took (see the module docs).
+fn not_taken() -> ForwardError {
+    ForwardError::NotLeader(None)
+}
+
+/// How a stream's answers ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The leader ended them with an OK status, after answering every
+    /// batch it took.
+    Cleanly,
+    /// With an error, or an answer that did not decode.
+    Failed,
 }
 
 /// What is known of one leader's stream.
@@ -221,19 +245,24 @@ impl Link {
     }
 
     /// The answers ended: no new request is sent on this stream, and each
-    /// one it owes is answered with [`lost`].
-    fn close(&self) {
+    /// one it owes is answered with [`not_taken`] if the leader ended the
+    /// stream cleanly, else with [`lost`].
+    fn close(&self, ended: Ended) {
         self.alive.store(false, Ordering::SeqCst);
         let owed: Vec<_> = self.pending().drain().map(|(_, answer)| answer).collect();
         for answer in owed {
-            let _ = answer.send(Err(lost()));
+            let error = match ended {
+                Ended::Cleanly => not_taken(),
+                Ended::Failed => lost(),
+            };
+            let _ = answer.send(Err(error));
         }
     }
 }
 
 /// Hands each answer to its request until the stream ends.
 async fn read_answers(link: Arc<Link>, mut answers: Streaming<RaftMessage>) {
-    loop {
+    let ended = loop {
         match answers.message().await {
             Ok(Some(message)) => match codec::decode::<StreamedReply>(&message.payload) {
                 Ok((id, reply)) => {
@@ -243,17 +272,17 @@ async fn read_answers(link: Arc<Link>, mut answers: Streaming<RaftMessage>) {
                 }
                 Err(error) => {
                     tracing::error!(%error, "an answer on the forward stream does not decode");
-                    break;
+                    break Ended::Failed;
                 }
             },
-            Ok(None) => break,
+            Ok(None) => break Ended::Cleanly,
             Err(status) => {
                 tracing::debug!(%status, "the forward stream ended");
-                break;
+                break Ended::Failed;
             }
         }
-    }
-    link.close();
+    };
+    link.close(ended);
 }
 
 #[cfg(test)]
@@ -345,6 +374,22 @@ mod tests {
             );
             assert_eq!(fake.stream_calls.load(Ordering::SeqCst), opened);
         }
+    }
+
+    /// A leader that stops ends its stream cleanly after answering what it
+    /// took: a batch it never took is answered "not leader" (sent again),
+    /// not "connection lost".
+    #[tokio::test]
+    async fn a_batch_a_stopping_leader_did_not_take_is_sent_again() {
+        let fake = fake(StreamMode::Stop);
+        let client = fake.serve().await;
+        let streams = ForwardStreams::new();
+        let reply = ask(&streams, 7, &client, 1).await;
+        assert!(
+            matches!(reply, Some(Err(ForwardError::NotLeader(None)))),
+            "{reply:?}"
+        );
+        assert!(reply.is_some_and(|r| r.is_err_and(|e| e.retryable())));
     }
 
     /// A leader whose stream does not open holds a batch for half its
