@@ -104,20 +104,20 @@ impl Lease for LeaseService {
         &self,
         req: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
-        let mut requests = Inbound::spawn(req.into_inner());
+        let mut requests = Inbound::new(req.into_inner());
         let (tx, rx) = mpsc::channel(KEEPALIVE_OUTPUT_QUEUE);
         let core = self.core.clone();
         tokio::spawn(async move {
             loop {
                 let answer = match requests.message().await {
-                    Ok(Some(r)) => keep_alive_once(&core, r.id).await,
+                    Ok(Some(r)) => requests.while_reading(keep_alive_once(&core, r.id)).await,
                     Ok(None) => return,
                     // etcd ends the stream with the receive error (a message
                     // that does not parse), worded as grpc-go's.
                     Err(status) => Err(etcd_proto::codec::stream_status(status)),
                 };
                 let failed = answer.is_err();
-                if tx.send(answer).await.is_err() || failed {
+                if requests.while_reading(tx.send(answer)).await.is_err() || failed {
                     return;
                 }
             }

@@ -13,9 +13,10 @@
 //!   its bounded output queue, stops reading the ring, and when the ring has
 //!   moved past it (`Lagged`) every watcher falls back to catching up from
 //!   storage. Memory is bounded by the ring plus one output queue per stream.
-//! - The stream's requests are read off the connection as they arrive
-//!   ([`super::inbound`]), so a client that sends many small requests in a
-//!   burst never leaves h2 holding more unread frames than it allows.
+//! - While the session works (an answer waiting for room in its output
+//!   queue), the stream's next requests are read ahead ([`super::inbound`]),
+//!   so a client that sends many small requests in a burst does not leave h2
+//!   holding more unread frames than it allows.
 //! - The session tracks `processed`: every event up to that revision has
 //!   been delivered to every watcher. Progress answers (RequestProgress and
 //!   progress_notify) announce exactly that revision, so a progress

@@ -128,7 +128,7 @@ pub async fn run(
         processed,
         config,
     };
-    if let Err(End::Fail(status)) = session.serve(Inbound::spawn(requests)).await {
+    if let Err(End::Fail(status)) = session.serve(Inbound::new(requests)).await {
         let _ = out.send(Err(status)).await;
     }
 }
@@ -159,7 +159,7 @@ impl Session {
         loop {
             tokio::select! {
                 msg = requests.message(), if requests_open => match msg {
-                    Ok(Some(req)) => self.handle(req).await?,
+                    Ok(Some(req)) => requests.while_reading(self.handle(req)).await?,
                     Ok(None) => requests_open = false,
                     // etcd ends the stream with the receive error (a message
                     // that does not parse), worded as grpc-go's.
@@ -167,10 +167,10 @@ impl Session {
                 },
                 _ = out.closed() => return Err(End::ClientGone),
                 batch = self.hub_rx.recv() => match batch {
-                    Ok(b) => self.deliver(&b).await?,
-                    Err(Lagged(_)) => self.resync().await?,
+                    Ok(b) => requests.while_reading(self.deliver(&b)).await?,
+                    Err(Lagged(_)) => requests.while_reading(self.resync()).await?,
                 },
-                _ = progress.tick() => self.periodic_progress().await?,
+                _ = progress.tick() => requests.while_reading(self.periodic_progress()).await?,
                 _ = leader_check.tick(), if self.config.require_leader => {
                     self.check_leader(&mut no_leader_since)?;
                 }
