@@ -31,7 +31,7 @@
 //! closed the connection and every stream on it. With these windows one
 //! stream's full window of 15-byte messages costs ~4 MiB of the 16 MiB
 //! budget (of 7-byte messages, the smallest a client sends, ~9 MiB), and
-//! streaming services read their requests ahead of their answers
+//! streaming services read their requests ahead while they work
 //! ([`crate::server::v3rpc::inbound`]), so frames do not stay unread.
 //!
 //! Each request carries the connection's peer as `ConnectInfo<L::Addr>`,

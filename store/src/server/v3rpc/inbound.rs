@@ -1,4 +1,4 @@
-//! A streaming call's requests, read from the connection as they arrive.
+//! A streaming call's requests, read ahead while the service works.
 //!
 //! h2 closes a whole connection (GOAWAY `ENHANCE_YOUR_CALM`,
 //! `too_many_data_frames`) when it holds too many small DATA frames the
@@ -6,11 +6,12 @@
 //! its size from a budget of half the connection window (512 KiB with
 //! hyper's 1 MiB). A gRPC client that sends small requests on one stream
 //! faster than the service answers them crosses that line: 10,000 watch
-//! creates of ~40 bytes, each in a DATA frame of its own, failed the
+//! creates of 20-40 bytes, each in a DATA frame of its own, failed the
 //! connection, every stream on it, after ~2,300 unread frames while the
 //! session was still answering the first ones (with hyper's windows; the
-//! client connections' own windows, `transport::conn`, raise the budget). etcd (grpc-go) has no such
-//! budget; flow control alone bounds what a client sends ahead, and
+//! client connections' own windows, `transport::conn`, raise the budget).
+//! etcd (grpc-go) has no such budget; flow control alone bounds what a
+//! client sends ahead, and
 //! `clientv3` multiplexes all of a client's watchers onto one stream and
 //! sends the renewals of all its leases on one stream in a burst.
 //!
@@ -51,8 +52,8 @@ pub const INBOUND_QUEUE_BYTES: usize = 256 * 1024;
 /// (see the module docs).
 pub struct Inbound<T> {
     requests: Streaming<T>,
-    /// Requests read ahead, oldest first.
-    ahead: VecDeque<T>,
+    /// Requests read ahead, oldest first, each with its encoded size.
+    ahead: VecDeque<(T, usize)>,
     /// Encoded bytes of `ahead`.
     ahead_bytes: usize,
     /// How the stream ended while reading ahead: given out once `ahead` is
@@ -74,8 +75,8 @@ impl<T: Message + Default + 'static> Inbound<T> {
     /// The next request; `None` once the client has ended its side.
     /// Cancel-safe: a request is taken only when it is returned.
     pub async fn message(&mut self) -> Result<Option<T>, Status> {
-        if let Some(request) = self.ahead.pop_front() {
-            self.ahead_bytes -= request.encoded_len();
+        if let Some((request, bytes)) = self.ahead.pop_front() {
+            self.ahead_bytes -= bytes;
             return Ok(Some(request));
         }
         match self.ended.take() {
@@ -99,8 +100,9 @@ impl<T: Message + Default + 'static> Inbound<T> {
                 out = &mut work => return out,
                 next = self.requests.message(), if room => match next {
                     Ok(Some(request)) => {
-                        self.ahead_bytes += request.encoded_len();
-                        self.ahead.push_back(request);
+                        let bytes = request.encoded_len();
+                        self.ahead_bytes += bytes;
+                        self.ahead.push_back((request, bytes));
                     }
                     Ok(None) => self.ended = Some(Ok(())),
                     Err(status) => self.ended = Some(Err(status)),
