@@ -807,6 +807,9 @@ impl Member {
         if let Err(e) = self.core.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
+        if let Err(e) = self.core.mvcc.write_collected_history() {
+            tracing::warn!(error = %e, "writing the key history at stop");
+        }
         // What was applied reaches the engine's files before the process
         // ends (its WAL buffer is otherwise written out only within
         // `engine::rocks::WAL_FLUSH_DELAY`).

@@ -33,13 +33,31 @@
 //! mvcc/keyHistory/ 62 00 01 <3_0>  -> 3, 1, 0
 //! ```
 //!
-//! Every write transaction writes its entries in the batch that writes
-//! `kv`, and the compactor deletes them with the `kv` revisions it
-//! deletes, so the two never disagree. A build without the key history
-//! changes `kv` without them: the entries are trusted only while
-//! [`META_HISTORY_REV`] and [`META_HISTORY_COMPACT_REV`] equal the current
-//! and the finished compaction revision, which this build writes with
-//! every change of those, and are refilled from `kv_index` otherwise.
+//! Entries are written in sorted chunks, not with each write
+//! ([`Pending`]): write transactions collect them, and once
+//! [`HISTORY_CHUNK_ENTRIES`] are collected they are sorted by entry key
+//! and written [`HISTORY_SLICE_ENTRIES`] per commit, in that order.
+//! Written one by one, each entry went to a random place in the `meta`
+//! memtable, a skip list of hundreds of thousands of small entries: about
+//! 11% of a member's CPU under a put load, in cache misses. A sorted
+//! chunk walks the skip list in order instead (a member's CPU per put
+//! 0.85x).
+//!
+//! [`META_HISTORY_REV`] is the revision through which the history is
+//! written: a chunk's last revision, written in the batch that completes
+//! the chunk. Revisions after it (at most two chunks' worth, and one write
+//! transaction's) are in `kv_index` only; a start reads them from there
+//! and writes their entries before it loads anything ([`fold_tail`] in
+//! [`super::store`]). Scheduling a compaction writes every collected entry
+//! first, with the mark at the current revision, so the compactor, which
+//! deletes entries with the `kv` revisions it drops, never deletes one
+//! that is written after it. A build without the key history changes
+//! `kv` without the entries: they are trusted only while
+//! [`META_HISTORY_COMPACT_REV`] equals the finished compaction revision
+//! and [`META_HISTORY_REV`] is at most the current one, and are refilled
+//! from `kv_index` otherwise. (Builds that wrote every entry with its
+//! write, and the mark with every commit, refill when the mark is behind;
+//! after a graceful stop it is not: closing writes what was collected.)
 
 use super::index::KeyRange;
 use super::revision::{Revision, REVISION_KEY_BYTES};
@@ -62,6 +80,21 @@ pub const META_HISTORY_COMPACT_REV: &[u8] = b"mvcc/keyHistoryCompactRev";
 
 /// Bytes of a put's entry value: create revision, version, lease.
 const FIELDS_BYTES: usize = 24;
+
+/// Collected entries at which they are sorted and written as a chunk
+/// (about 1.6 MiB of entries of 32-byte keys): large enough that
+/// consecutive entries of a chunk sit close in the memtable, small enough
+/// that a start reads few revisions back from `kv_index`.
+pub const HISTORY_CHUNK_ENTRIES: usize = 16_384;
+
+/// Entries of a sorted chunk written per commit, so that no apply batch
+/// carries a whole chunk (a put load's p99 rose with whole chunks).
+pub const HISTORY_SLICE_ENTRIES: usize = 1_024;
+
+/// Entries a start writes per batch when it reads the revisions after the
+/// history's mark back from `kv_index` (normally fewer than two chunks;
+/// a kill -9 right after a DeleteRange of a million keys leaves more).
+pub const TAIL_FOLD_ENTRIES: usize = 65_536;
 
 /// The two bytes that end an escaped user key.
 const KEY_END: [u8; 2] = [0x00, 0x01];
@@ -199,6 +232,90 @@ pub fn decode(key: &[u8], value: &[u8]) -> Option<Entry> {
     })
 }
 
+/// One entry: its key and value as [`encode`] makes them.
+pub type EncodedEntry = (Vec<u8>, Vec<u8>);
+
+/// Entries collected by write transactions and not written yet (see the
+/// module docs). Empty after every start and snapshot install: the engine
+/// then holds (or [`super::store`] folds in) every stored revision's entry.
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// Entries of revisions after the chunk being written, in the order
+    /// they were collected.
+    filling: Vec<EncodedEntry>,
+    /// The chunk being written, sorted by entry key, reversed (the next
+    /// entry to write is the last).
+    draining: Vec<EncodedEntry>,
+    /// The revision the chunk being written ends at.
+    draining_through: i64,
+}
+
+/// What a commit writes of the collected entries.
+#[derive(Debug, Default)]
+pub struct Slice {
+    /// Entries to write, in entry key order.
+    pub entries: Vec<EncodedEntry>,
+    /// The new [`META_HISTORY_REV`], when the slice completes a chunk.
+    pub through: Option<i64>,
+}
+
+impl Pending {
+    /// Collects one entry.
+    pub fn push(&mut self, entry: EncodedEntry) {
+        self.filling.push(entry);
+    }
+
+    /// Entries collected and not written.
+    pub fn len(&self) -> usize {
+        self.filling.len() + self.draining.len()
+    }
+
+    /// True if nothing waits to be written.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets everything collected (the engine's state was replaced).
+    pub fn clear(&mut self) {
+        *self = Pending::default();
+    }
+
+    /// What a commit that leaves the store at revision `current` writes:
+    /// the next slice of the chunk being written, after cutting a new
+    /// chunk if none is and [`HISTORY_CHUNK_ENTRIES`] are collected; or,
+    /// with `all`, every collected entry (the mark then moves to
+    /// `current`).
+    pub fn take(&mut self, current: i64, all: bool) -> Slice {
+        if all {
+            let mut entries = std::mem::take(&mut self.draining);
+            entries.reverse();
+            let mut rest = std::mem::take(&mut self.filling);
+            rest.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            entries.extend(rest);
+            return Slice {
+                entries,
+                through: Some(current),
+            };
+        }
+        if self.draining.is_empty() {
+            if self.filling.len() < HISTORY_CHUNK_ENTRIES {
+                return Slice::default();
+            }
+            let mut chunk = std::mem::take(&mut self.filling);
+            chunk.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+            self.draining = chunk;
+            self.draining_through = current;
+        }
+        let keep = self.draining.len().saturating_sub(HISTORY_SLICE_ENTRIES);
+        let mut entries = self.draining.split_off(keep);
+        entries.reverse();
+        Slice {
+            entries,
+            through: self.draining.is_empty().then_some(self.draining_through),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +352,55 @@ mod tests {
                 .collect();
             assert_eq!(inside, vec![k, k], "{k:?}'s bounds hold its entries only");
         }
+    }
+
+    /// Entries are held until a chunk is collected, then written sorted, a
+    /// slice per commit, the mark with the last slice at the revision the
+    /// chunk was cut at; entries collected meanwhile wait for the next
+    /// chunk; writing everything returns each run sorted and the mark at
+    /// the current revision.
+    #[test]
+    fn pending_entries_go_out_in_sorted_chunks_a_slice_per_commit() {
+        let mut pending = Pending::default();
+        // Keys in an order that is not the entries' order.
+        let key = |i: usize| format!("k{:08}", (i * 7919) % HISTORY_CHUNK_ENTRIES);
+        for i in 0..HISTORY_CHUNK_ENTRIES - 1 {
+            pending.push(put(key(i).as_bytes(), i as i64 + 2));
+        }
+        let early = pending.take(HISTORY_CHUNK_ENTRIES as i64, false);
+        assert!(early.entries.is_empty() && early.through.is_none());
+        pending.push(put(key(HISTORY_CHUNK_ENTRIES - 1).as_bytes(), 100_000));
+        let mut written = Vec::new();
+        let mut commits = 0;
+        let through = loop {
+            let slice = pending.take(100_000 + commits, false);
+            assert!(slice.entries.len() <= HISTORY_SLICE_ENTRIES);
+            written.extend(slice.entries);
+            commits += 1;
+            // Collected while the chunk drains: not part of it.
+            pending.push(put(b"later", 200_000 + commits));
+            if let Some(through) = slice.through {
+                break through;
+            }
+        };
+        assert_eq!(through, 100_000, "the revision the chunk was cut at");
+        assert_eq!(
+            commits as usize,
+            HISTORY_CHUNK_ENTRIES / HISTORY_SLICE_ENTRIES
+        );
+        assert_eq!(written.len(), HISTORY_CHUNK_ENTRIES);
+        assert!(
+            written.windows(2).all(|w| w[0].0 < w[1].0),
+            "in entry order"
+        );
+        assert_eq!(pending.len(), commits as usize);
+        let rest = pending.take(300_000, true);
+        assert_eq!(rest.through, Some(300_000));
+        assert_eq!(rest.entries.len(), commits as usize);
+        assert!(rest.entries.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(pending.is_empty());
+        let none = pending.take(300_001, false);
+        assert!(none.entries.is_empty() && none.through.is_none());
     }
 
     #[test]

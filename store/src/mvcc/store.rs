@@ -42,7 +42,7 @@ use prost::Message;
 use tokio::sync::watch;
 
 use super::index::{KeyRange, Rebuild, TreeIndex, VisibleKey};
-use super::key_history::{self, Change};
+use super::key_history::{self, Change, TAIL_FOLD_ENTRIES};
 use super::loading::{still_leased, LeasedKeys, Loaded};
 use super::revision::Revision;
 use super::stored::StoredKvs;
@@ -162,6 +162,12 @@ struct State {
     /// (one a build without it sent) the markers stay behind, so the next
     /// start refills the history instead of trusting it.
     history_valid: bool,
+    /// Key history entries collected and not written yet
+    /// ([`key_history::Pending`]).
+    history: key_history::Pending,
+    /// The key history's mark was written since the last reload (the
+    /// first commit after one writes it: a new store has none).
+    history_marked: bool,
 }
 
 impl State {
@@ -295,6 +301,8 @@ impl MvccStore {
                 compact_rev: NO_COMPACTION,
                 diverged: false,
                 history_valid: false,
+                history: key_history::Pending::default(),
+                history_marked: false,
             }),
             finished_compact_tx,
             prev_kv_watchers: Arc::default(),
@@ -319,10 +327,13 @@ impl MvccStore {
     /// was a random read per key.
     pub fn reload(&self) -> Result<Option<CompactionJob>, MvccError> {
         let started = std::time::Instant::now();
-        let history = if history_is_valid(self.engine.as_ref())? {
-            History::Valid
-        } else {
-            History::Refill
+        let history = match history_at_start(self.engine.as_ref())? {
+            HistoryAtStart::Valid => History::Valid,
+            HistoryAtStart::Behind(through) => {
+                self.fold_history_tail(through)?;
+                History::Valid
+            }
+            HistoryAtStart::Refill => History::Refill,
         };
         if history == History::Valid {
             if let Some(live) = self.loadable_live_keys()? {
@@ -349,6 +360,63 @@ impl MvccStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = leased;
         self.install(index, Loaded::All, max_rev)
+    }
+
+    /// Writes the key history entries of the revisions after `through`
+    /// (the history's mark) from `kv_index`, sorted, in batches of at most
+    /// [`TAIL_FOLD_ENTRIES`], then the mark at the current revision (see
+    /// [`key_history`]: what a stop without a graceful close left).
+    fn fold_history_tail(&self, through: i64) -> Result<(), MvccError> {
+        let started = std::time::Instant::now();
+        let engine = self.engine.as_ref();
+        let current = read_i64(engine, META_CURRENT_REV)?;
+        let start = Revision::new(through + 1, 0).to_key(false);
+        let mut entries = Vec::new();
+        let mut revisions = 0usize;
+        let write = |entries: &mut Vec<key_history::EncodedEntry>, mark: Option<i64>| {
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let slice = key_history::Slice {
+                entries: std::mem::take(entries),
+                through: mark,
+            };
+            let mut batch = WriteBatch::new();
+            add_history(&mut batch, slice, true);
+            self.engine.write(batch, mark.is_some())
+        };
+        try_scan(engine, Table::KvIndex, &start, None, &mut |k, v| {
+            let (key, parsed) = ParsedRevision::parse(k, v)?;
+            entries.push(parsed.history_entry(key));
+            revisions += 1;
+            if entries.len() >= TAIL_FOLD_ENTRIES {
+                write(&mut entries, None)?;
+            }
+            Ok::<_, MvccError>(ControlFlow::Continue(()))
+        })?;
+        write(&mut entries, Some(current))?;
+        tracing::info!(
+            revisions,
+            after_revision = through,
+            took_ms = started.elapsed().as_millis() as u64,
+            "wrote the key history of the revisions after its mark"
+        );
+        Ok(())
+    }
+
+    /// Writes every collected key history entry and moves the history's
+    /// mark to the current revision (a graceful stop: the next start then
+    /// reads nothing back from `kv_index`, and a build that wrote every
+    /// entry with its write trusts the history).
+    pub fn write_collected_history(&self) -> Result<(), MvccError> {
+        let mut state = self.write_state();
+        if state.diverged || state.history.is_empty() {
+            return Ok(());
+        }
+        let current = state.current_rev;
+        let slice = state.history.take(current, true);
+        let mut batch = WriteBatch::new();
+        add_history(&mut batch, slice, state.history_valid);
+        self.engine.write(batch, false)?;
+        Ok(())
     }
 
     /// The stored live key count if the index can load from a valid key
@@ -437,6 +505,8 @@ impl MvccStore {
         state.index = index;
         state.loaded = loaded;
         state.history_valid = history_valid;
+        state.history.clear();
+        state.history_marked = false;
         state.current_rev = INITIAL_REVISION
             .max(max_rev)
             .max(stored_current)
@@ -700,6 +770,7 @@ impl MvccStore {
             batch: WriteBatch::new(),
             written: Vec::new(),
             events: Vec::new(),
+            write_all_history: false,
         }
     }
 
@@ -1101,25 +1172,68 @@ impl ParsedBatch {
 /// Whether the key history ([`key_history`]) can be trusted at start-up.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum History {
-    /// Written by every change of `kv` since it was filled.
+    /// Written for every change of `kv` since it was filled (read back
+    /// from `kv_index` past its mark, if it was behind).
     Valid,
     /// Missing, or `kv` changed without it: the rebuild's scan fills it
     /// again.
     Refill,
 }
 
-/// True if the key history matches `kv`: this build (or one like it)
-/// made the last change of the current and of the finished compaction
-/// revision ([`key_history`]'s markers).
+/// True if the key history matches `kv` through the current revision and
+/// the finished compaction ([`key_history`]'s markers): only then do
+/// commits and compactions move the markers on.
 fn history_is_valid(engine: &dyn EngineRead) -> Result<bool, MvccError> {
-    let same = |stored, mark| -> Result<bool, MvccError> {
-        Ok(read_opt_i64(engine, stored)? == read_opt_i64(engine, mark)?)
-    };
-    Ok(same(META_CURRENT_REV, key_history::META_HISTORY_REV)?
-        && same(
-            META_FINISHED_COMPACT_REV,
-            key_history::META_HISTORY_COMPACT_REV,
-        )?)
+    Ok(history_at_start(engine)? == HistoryAtStart::Valid)
+}
+
+/// Adds a slice of collected key history entries to `batch`, and the
+/// history's mark if the slice completes a chunk and the history is
+/// `valid` (see [`State::history_valid`]).
+fn add_history(batch: &mut WriteBatch, slice: key_history::Slice, valid: bool) {
+    for (entry, value) in slice.entries {
+        batch.put(Table::Meta, entry, value);
+    }
+    if let (Some(through), true) = (slice.through, valid) {
+        batch.put(
+            Table::Meta,
+            key_history::META_HISTORY_REV.to_vec(),
+            through.to_be_bytes().to_vec(),
+        );
+    }
+}
+
+/// How a start treats the key history ([`key_history`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HistoryAtStart {
+    /// Written through the current revision.
+    Valid,
+    /// Written through this revision; the later ones are in `kv_index`.
+    Behind(i64),
+    /// Missing, or `kv` changed without it.
+    Refill,
+}
+
+/// Reads the key history's marks (see [`key_history`]'s module docs).
+fn history_at_start(engine: &dyn EngineRead) -> Result<HistoryAtStart, MvccError> {
+    if !history_is_valid_for_compaction(engine)? {
+        return Ok(HistoryAtStart::Refill);
+    }
+    let current = read_opt_i64(engine, META_CURRENT_REV)?;
+    let through = read_opt_i64(engine, key_history::META_HISTORY_REV)?;
+    let index_complete = read_opt_i64(engine, META_KV_INDEX_COMPLETE)?.is_some();
+    Ok(match (current, through) {
+        (c, t) if c == t => HistoryAtStart::Valid,
+        (Some(c), Some(t)) if t < c && index_complete => HistoryAtStart::Behind(t),
+        _ => HistoryAtStart::Refill,
+    })
+}
+
+/// True if the key history's compaction mark matches the finished
+/// compaction: no compaction ran without deleting its entries.
+fn history_is_valid_for_compaction(engine: &dyn EngineRead) -> Result<bool, MvccError> {
+    Ok(read_opt_i64(engine, META_FINISHED_COMPACT_REV)?
+        == read_opt_i64(engine, key_history::META_HISTORY_COMPACT_REV)?)
 }
 
 /// Which table a start-up rebuild reads.
@@ -1378,6 +1492,9 @@ pub struct WriteTxn<'a> {
     /// their positions in `batch` (see [`Pending`]).
     written: Vec<(Revision, usize)>,
     events: Vec<Event>,
+    /// A compaction was scheduled: the commit writes every collected key
+    /// history entry ([`key_history`]).
+    write_all_history: bool,
 }
 
 impl WriteTxn<'_> {
@@ -1518,8 +1635,9 @@ impl WriteTxn<'_> {
             version,
             lease,
         };
-        let (entry, fields) = key_history::encode(key, rev, change);
-        self.batch.put(Table::Meta, entry, fields);
+        self.state
+            .history
+            .push(key_history::encode(key, rev, change));
         self.events.push(Event {
             r#type: EventType::Put as i32,
             kv: Some(kv),
@@ -1559,8 +1677,9 @@ impl WriteTxn<'_> {
             self.batch
                 .put(Table::KvIndex, rev.to_key(true), tomb.clone());
             self.batch.put(Table::Kv, rev.to_key(true), tomb);
-            let (entry, empty) = key_history::encode(&key, rev, Change::Tombstone);
-            self.batch.put(Table::Meta, entry, empty);
+            self.state
+                .history
+                .push(key_history::encode(&key, rev, Change::Tombstone));
             let removed = self.state.index.tombstone(&key, rev);
             assert!(removed, "key {key:?} was live a moment ago");
             let event_kv = KeyValue {
@@ -1590,6 +1709,7 @@ impl WriteTxn<'_> {
             return Err(MvccError::FutureRev);
         }
         self.state.compact_rev = rev;
+        self.write_all_history = true;
         self.batch.put(
             Table::Meta,
             META_SCHEDULED_COMPACT_REV.to_vec(),
@@ -1618,12 +1738,20 @@ impl WriteTxn<'_> {
             return Err(EngineError::corrupt(DIVERGED).into());
         }
         let (rev, events) = self.seal();
+        let history = self.state.history.take(rev, self.write_all_history);
+        if !self.state.history_marked && history.through.is_none() && self.state.history_valid {
+            // Everything before this commit is written (a reload leaves
+            // nothing collected); a new store has no mark yet.
+            self.batch.put(
+                Table::Meta,
+                key_history::META_HISTORY_REV.to_vec(),
+                self.state.current_rev.to_be_bytes().to_vec(),
+            );
+        }
+        self.state.history_marked = true;
+        add_history(&mut self.batch, history, self.state.history_valid);
         if rev > self.state.current_rev {
             let rev_bytes = rev.to_be_bytes().to_vec();
-            if self.state.history_valid {
-                let mark = key_history::META_HISTORY_REV.to_vec();
-                self.batch.put(Table::Meta, mark, rev_bytes.clone());
-            }
             self.batch
                 .put(Table::Meta, META_CURRENT_REV.to_vec(), rev_bytes);
             let live = self.state.live_keys() as i64;
@@ -1980,12 +2108,15 @@ mod tests {
         txn.delete_range(&KeyRange::From(b"b".to_vec()), false)
             .expect("delete");
         txn.commit(WriteBatch::new()).expect("commit");
-        let (history, expected) = history_and_expected(&engine);
-        assert_eq!(history.len(), 6, "five puts and a tombstone: {history:?}");
-        assert_eq!(history, expected);
+        let (history, _) = history_and_expected(&engine);
+        assert!(history.is_empty(), "collected, not written: {history:?}");
+        // Scheduling the compaction writes what was collected first.
         let mut txn = store.write();
         let job = txn.compact(7).expect("compact");
         txn.commit(WriteBatch::new()).expect("commit");
+        let (history, expected) = history_and_expected(&engine);
+        assert_eq!(history.len(), 6, "five puts and a tombstone: {history:?}");
+        assert_eq!(history, expected);
         store.run_physical_compaction(job).await.expect("compact");
         let (history, expected) = history_and_expected(&engine);
         assert_eq!(history.len(), 2, "b's life and a's first put are gone");
@@ -2036,6 +2167,62 @@ mod tests {
         assert_eq!(store.current_revision(), 8);
     }
 
+    /// More than a chunk of writes reaches the key history in sorted
+    /// slices. A start after a kill in the middle of a chunk (nothing
+    /// written at the stop) reads the revisions after the mark back from
+    /// `kv_index`; a compaction scheduled while a chunk is being written
+    /// writes everything collected first, so the compactor deletes the
+    /// entries of what it drops and no later slice brings one back.
+    #[tokio::test]
+    async fn the_key_history_is_whole_after_a_kill_in_a_chunk_and_a_compaction() {
+        let engine = Arc::new(MemoryEngine::new());
+        let puts_per_commit = 100;
+        let commit = |store: &MvccStore, round: usize| {
+            let mut txn = store.write();
+            for i in 0..puts_per_commit {
+                let key = format!("key{:03}", (round * 37 + i * 11) % 500);
+                txn.put(key.as_bytes(), vec![round as u8], 0, Prev::Unread)
+                    .expect("put");
+                txn.seal();
+            }
+            txn.commit(WriteBatch::new()).expect("commit");
+        };
+        // Commits until a chunk is cut, and a few slices of it written.
+        let chunk_commits = key_history::HISTORY_CHUNK_ENTRIES / puts_per_commit + 1;
+        let store = MvccStore::open(engine.clone()).expect("open");
+        for round in 0..chunk_commits + 3 {
+            commit(&store, round);
+        }
+        let (history, expected) = history_and_expected(&engine);
+        assert!(history.len() > 3 * key_history::HISTORY_SLICE_ENTRIES);
+        assert!(history.len() < expected.len(), "a chunk is being written");
+        let hash = store.hash_kv(0).expect("hash");
+        drop(store); // as a kill -9: nothing more written
+
+        let store = MvccStore::open(engine.clone()).expect("reopen");
+        assert!(store.is_loading(), "the history is trusted once read back");
+        let (history, expected) = history_and_expected(&engine);
+        assert_eq!(history, expected);
+        assert_eq!(store.hash_kv(0).expect("hash"), hash);
+
+        // Again to the middle of a chunk, then a compaction.
+        for round in 0..chunk_commits + 3 {
+            commit(&store, round);
+        }
+        let at = store.current_revision() - 50;
+        let mut txn = store.write();
+        let job = txn.compact(at).expect("compact");
+        txn.commit(WriteBatch::new()).expect("commit");
+        store.run_physical_compaction(job).await.expect("compact");
+        for round in 0..chunk_commits {
+            commit(&store, round);
+        }
+        store.write_collected_history().expect("write");
+        assert!(history_is_valid(engine.as_ref()).expect("read"));
+        let (history, expected) = history_and_expected(&engine);
+        assert_eq!(history, expected, "nothing compacted came back");
+    }
+
     /// A snapshot whose key history is not valid (a build without it sent
     /// it) gets it refilled by its install, which then rebuilds the index
     /// instead of loading it from the history; later writes keep it valid,
@@ -2060,12 +2247,17 @@ mod tests {
         assert!(!store.is_loading(), "rebuilt, not loaded from the history");
         assert!(history_is_valid(engine.as_ref()).expect("read"));
         put(&store, b"c");
+        assert_eq!(
+            history_at_start(engine.as_ref()).expect("read"),
+            HistoryAtStart::Behind(3),
+            "c's entry is collected, not written; the mark moved on"
+        );
+        drop(store);
+        let loading = MvccStore::open(engine.clone()).expect("reopen");
         assert!(history_is_valid(engine.as_ref()).expect("read"));
         let (history, expected) = history_and_expected(&engine);
-        assert_eq!(history, expected);
+        assert_eq!(history, expected, "c's entry read back from kv_index");
         assert_eq!(history.len(), 3);
-        drop(store);
-        let loading = MvccStore::open(engine).expect("reopen");
         assert!(loading.is_loading());
         for key in [b"a", b"b", b"c"] {
             assert_eq!(loading.get(key), Some((b"v".to_vec(), 0)));
