@@ -36,7 +36,9 @@
 //! Entries are written in sorted chunks, not with each write
 //! ([`Pending`]): write transactions collect them, and once
 //! [`HISTORY_CHUNK_ENTRIES`] are collected they are sorted by entry key
-//! and written [`HISTORY_SLICE_ENTRIES`] per commit, in that order.
+//! and written [`HISTORY_SLICE_ENTRIES`] per commit, in that order (a
+//! larger chunk, which one large transaction makes, in
+//! [`HISTORY_SLICES_PER_CHUNK`] commits).
 //! Written one by one, each entry went to a random place in the `meta`
 //! memtable, a skip list of hundreds of thousands of small entries: about
 //! 11% of a member's CPU under a put load, in cache misses. A sorted
@@ -47,8 +49,8 @@
 //! written: a chunk's last revision, written in the batch that completes
 //! the chunk. Revisions after it (at most two chunks' worth, and one write
 //! transaction's) are in `kv_index` only; a start reads them from there
-//! and writes their entries before it loads anything ([`fold_tail`] in
-//! [`super::store`]). Scheduling a compaction writes every collected entry
+//! and writes their entries before it loads anything
+//! (`MvccStore::fold_history_tail`). Scheduling a compaction writes every collected entry
 //! first, with the mark at the current revision, so the compactor, which
 //! deletes entries with the `kv` revisions it drops, never deletes one
 //! that is written after it. A build without the key history changes
@@ -90,6 +92,13 @@ pub const HISTORY_CHUNK_ENTRIES: usize = 16_384;
 /// Entries of a sorted chunk written per commit, so that no apply batch
 /// carries a whole chunk (a put load's p99 rose with whole chunks).
 pub const HISTORY_SLICE_ENTRIES: usize = 1_024;
+
+/// Commits a chunk is written in at most: a chunk larger than
+/// [`HISTORY_CHUNK_ENTRIES`] (one transaction deleted a large range) goes
+/// out in slices of its size over this, so the entries held in memory and
+/// the revisions a start reads back stay bounded by what such a
+/// transaction wrote itself.
+pub const HISTORY_SLICES_PER_CHUNK: usize = HISTORY_CHUNK_ENTRIES / HISTORY_SLICE_ENTRIES;
 
 /// Entries a start writes per batch when it reads the revisions after the
 /// history's mark back from `kv_index` (normally fewer than two chunks;
@@ -248,6 +257,8 @@ pub struct Pending {
     draining: Vec<EncodedEntry>,
     /// The revision the chunk being written ends at.
     draining_through: i64,
+    /// Entries of the chunk being written per commit.
+    slice_entries: usize,
 }
 
 /// What a commit writes of the collected entries.
@@ -303,10 +314,12 @@ impl Pending {
             }
             let mut chunk = std::mem::take(&mut self.filling);
             chunk.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+            self.slice_entries =
+                HISTORY_SLICE_ENTRIES.max(chunk.len().div_ceil(HISTORY_SLICES_PER_CHUNK));
             self.draining = chunk;
             self.draining_through = current;
         }
-        let keep = self.draining.len().saturating_sub(HISTORY_SLICE_ENTRIES);
+        let keep = self.draining.len().saturating_sub(self.slice_entries);
         let mut entries = self.draining.split_off(keep);
         entries.reverse();
         Slice {
@@ -401,6 +414,29 @@ mod tests {
         assert!(pending.is_empty());
         let none = pending.take(300_001, false);
         assert!(none.entries.is_empty() && none.through.is_none());
+    }
+
+    /// A chunk of four chunks' entries (one large transaction) is still
+    /// written in [`HISTORY_SLICES_PER_CHUNK`] commits.
+    #[test]
+    fn a_large_chunk_goes_out_in_as_many_commits_as_a_normal_one() {
+        let mut pending = Pending::default();
+        let entries = 4 * HISTORY_CHUNK_ENTRIES;
+        for i in 0..entries {
+            pending.push(put(format!("k{i:08}").as_bytes(), 2));
+        }
+        let mut commits = 0;
+        let mut written = 0;
+        loop {
+            let slice = pending.take(3, false);
+            commits += 1;
+            written += slice.entries.len();
+            if slice.through.is_some() {
+                break;
+            }
+        }
+        assert_eq!(commits, HISTORY_SLICES_PER_CHUNK);
+        assert_eq!(written, entries);
     }
 
     #[test]
